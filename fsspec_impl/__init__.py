@@ -1,0 +1,1 @@
+"""fsspec plugin of tierfs (installed as ``tierfs.fsspec_impl``)."""

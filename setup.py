@@ -1,0 +1,38 @@
+from setuptools import setup
+
+setup(
+    name="tierfs",
+    version="0.1.0",
+    description="Tiered storage for append-only segments: journal, chunks, object storage",
+    python_requires=">=3.11",
+    # fuse/ and fsspec_impl/ live at the top of the repository (design card) but are
+    # installed inside the tierfs namespace, so `import fuse` (fusepy) is never taken.
+    packages=["tierfs", "tierfs.bench", "tierfs.fuse", "tierfs.fsspec_impl"],
+    package_dir={
+        "tierfs": "tierfs",
+        "tierfs.bench": "tierfs/bench",
+        "tierfs.fuse": "fuse",
+        "tierfs.fsspec_impl": "fsspec_impl",
+    },
+    install_requires=[
+        "trio>=0.25",
+        "fsspec>=2024.2",
+        "s3fs>=2024.2",
+        "protobuf>=4.25",
+        "cachetools>=5.3",
+        "crc32c>=2.4",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "pytest-trio>=0.8",
+            "moto[server]>=5",
+            "boto3",
+            "ruff",
+            "mypy",
+            "types-protobuf",
+            "types-cachetools",
+        ],
+    },
+    entry_points={"console_scripts": ["tierfs = tierfs.cli:main"]},
+)

@@ -1,0 +1,104 @@
+"""Shared cache of verified 1 MiB chunk blocks, with single-flight misses.
+
+Invariants:
+- Keys are ``(chunk name, block index, block length)``: a block of a chunk that is
+  still growing is cached per committed length, so a longer version never aliases a
+  shorter one.
+- Only blocks that passed their CRC32C check are inserted (the fetch function verifies).
+- The LRU is bounded by bytes (``cachetools.LRUCache`` with ``getsizeof=len``).
+- Concurrent misses on one key run the fetch once; the others wait for its result or
+  its error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Awaitable, Callable, Hashable
+
+import cachetools
+import trio
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheStatistics:
+    hits: int
+    misses: int
+    evictions: int
+    used_bytes: int
+    capacity_bytes: int
+    gets: int
+    fetched_bytes: int
+
+
+class _CountingLRU(cachetools.LRUCache[Hashable, bytes]):
+    evictions = 0
+
+    def popitem(self) -> tuple[Hashable, bytes]:
+        self.evictions += 1
+        return super().popitem()
+
+
+class _Flight:
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.data: bytes | None = None
+        self.error: BaseException | None = None
+
+
+class BlockCache:
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self._lru = _CountingLRU(maxsize=capacity_bytes, getsizeof=len)
+        self._flights: dict[Hashable, _Flight] = {}
+        self.hits = 0
+        self.misses = 0
+        self.gets = 0
+        self.fetched_bytes = 0
+
+    def peek(self, key: Hashable) -> bytes | None:
+        return self._lru.get(key)
+
+    async def get(self, key: Hashable, fetch: Callable[[], Awaitable[bytes]]) -> bytes:
+        data = self._lru.get(key)
+        if data is not None:
+            self.hits += 1
+            return data
+        flight = self._flights.get(key)
+        if flight is not None:
+            self.hits += 1  # served without a GET of its own
+            await flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            assert flight.data is not None
+            return flight.data
+        self.misses += 1
+        flight = _Flight()
+        self._flights[key] = flight
+        try:
+            self.gets += 1
+            data = await fetch()
+            self.fetched_bytes += len(data)
+            flight.data = data
+            if len(data) <= self.capacity_bytes:
+                self._lru[key] = data
+            return data
+        except Exception as e:
+            flight.error = e
+            raise
+        except BaseException:
+            flight.error = trio.TooSlowError("the fetch of this block was cancelled")
+            raise
+        finally:
+            del self._flights[key]
+            flight.done.set()
+
+    def statistics(self) -> CacheStatistics:
+        return CacheStatistics(
+            hits=self.hits,
+            misses=self.misses,
+            evictions=self._lru.evictions,
+            used_bytes=int(self._lru.currsize),
+            capacity_bytes=self.capacity_bytes,
+            gets=self.gets,
+            fetched_bytes=self.fetched_bytes,
+        )

@@ -1,0 +1,357 @@
+"""Tier-1 journal: CRC-framed append records in rolling local files, group commit.
+
+Frame layout (little endian)::
+
+    payload_len:u32 | crc32c:u32 | seq:u64 | payload
+    payload = kind:u8 (1 = append) | segment_id:u64 | offset:u64 | data
+
+The CRC covers the 8 sequence bytes and the payload. Every byte position in the journal
+has a global *LSN* (log sequence number = bytes written since the store was created);
+a file is named after the LSN of its first byte, so a file's end is the next file's start.
+
+Invariants:
+- Frames are written in LSN order by one writer (this object, on the event loop), so a
+  file is always a prefix of valid frames followed at most by one torn frame.
+- ``durable_lsn`` only advances after fdatasync of every file holding bytes below it,
+  and of the directory for files created since the last sync.
+- Group commit: all frames queued while a sync runs go out in one write(2) and one
+  fdatasync in the next round.
+- write(2) happens on the event loop: it copies into the page cache (microseconds for a
+  batch) and keeping it on one thread keeps frame order trivially right; fdatasync, which
+  waits for the disk, always runs in a worker thread.
+- Recovery (``scan``) stops at the first frame that is short, fails its CRC or breaks
+  the sequence; nothing after it was ever acknowledged as durable, so it is cut off.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import os
+import struct
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Protocol
+
+import trio
+
+from .checksums import crc32c
+from .errors import DataCorruptionError, JournalCorruptionError
+
+log = logging.getLogger(__name__)
+
+FRAME_HEADER = struct.Struct("<IIQ")  # payload_len, crc32c, seq
+SEQ = struct.Struct("<Q")
+APPEND_HEADER = struct.Struct("<BQQ")  # kind, segment_id, offset
+KIND_APPEND = 1
+FRAME_OVERHEAD = FRAME_HEADER.size + APPEND_HEADER.size
+FILE_SUFFIX = ".jnl"
+
+
+def encode_append(seq: int, segment_id: int, offset: int, data: bytes) -> bytes:
+    payload_header = APPEND_HEADER.pack(KIND_APPEND, segment_id, offset)
+    crc = crc32c(data, crc32c(SEQ.pack(seq) + payload_header))
+    return b"".join(
+        (FRAME_HEADER.pack(len(payload_header) + len(data), crc, seq), payload_header, data)
+    )
+
+
+def file_name(start_lsn: int) -> str:
+    return f"{start_lsn:020d}{FILE_SUFFIX}"
+
+
+def list_files(directory: Path) -> list[tuple[int, Path]]:
+    """Journal files as (start LSN, path), oldest first."""
+    files = []
+    for entry in os.scandir(directory):
+        if entry.name.endswith(FILE_SUFFIX) and entry.name[: -len(FILE_SUFFIX)].isdigit():
+            files.append((int(entry.name[: -len(FILE_SUFFIX)]), Path(entry.path)))
+    files.sort()
+    return files
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class TailEntryLike(Protocol):
+    frame_lsn: int
+    frame_skip: int
+    end_lsn: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayedAppend:
+    """One valid append frame found by recovery."""
+
+    seq: int
+    frame_lsn: int
+    segment_id: int
+    offset: int
+    data: bytes
+
+
+@dataclasses.dataclass
+class ScanResult:
+    end_lsn: int  # LSN just past the last valid frame
+    next_seq: int
+    cut: tuple[Path, int] | None = None  # (file, byte offset) where a torn tail starts
+    dropped_files: list[Path] = dataclasses.field(default_factory=list)
+
+
+def scan(
+    files: list[tuple[int, Path]], max_payload_bytes: int, result: ScanResult
+) -> Iterator[ReplayedAppend]:
+    """Yield every valid append frame in ``files`` in order; fill ``result``.
+
+    ``result.end_lsn`` must hold the LSN to assume when there are no files.
+    """
+    expected_seq: int | None = None
+    for index, (start_lsn, path) in enumerate(files):
+        if index > 0 and start_lsn != result.end_lsn:
+            # A gap between files: the earlier file lost its tail. Nothing after the gap
+            # was durable (files are synced in order), so everything from here is cut.
+            result.dropped_files.extend(p for _, p in files[index:])
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        position = 0
+        while position < len(data):
+            header_end = position + FRAME_HEADER.size
+            if header_end > len(data):
+                break
+            payload_len, crc, seq = FRAME_HEADER.unpack_from(data, position)
+            if payload_len < APPEND_HEADER.size or payload_len > max_payload_bytes:
+                break
+            payload_end = header_end + payload_len
+            if payload_end > len(data):
+                break
+            payload = memoryview(data)[header_end:payload_end]
+            if crc32c(payload, crc32c(SEQ.pack(seq))) != crc:
+                break
+            if expected_seq is not None and seq != expected_seq:
+                break
+            kind, segment_id, offset = APPEND_HEADER.unpack_from(payload)
+            if kind != KIND_APPEND:
+                break
+            expected_seq = seq + 1
+            data_start = header_end + APPEND_HEADER.size
+            yield ReplayedAppend(
+                seq=seq,
+                frame_lsn=start_lsn + position,
+                segment_id=segment_id,
+                offset=offset,
+                data=bytes(data[data_start:payload_end]),
+            )
+            position = payload_end
+        result.end_lsn = start_lsn + position
+        if expected_seq is not None:
+            result.next_seq = expected_seq
+        if position < len(data):
+            result.cut = (path, position)
+            result.dropped_files.extend(p for _, p in files[index + 1 :])
+            return
+
+
+class Journal:
+    """The open journal of one store: appends frames, syncs them, rolls files.
+
+    ``on_durable(lsn)`` is called on the event loop each time ``durable_lsn`` advances,
+    before any waiter is woken.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        start_lsn: int,
+        next_seq: int,
+        file_bytes: int,
+        vd_sync_interval_s: float,
+        on_durable: Callable[[int], None],
+    ) -> None:
+        self.directory = directory
+        self._file_bytes = file_bytes
+        self._vd_sync_interval_s = vd_sync_interval_s
+        self._on_durable = on_durable
+        self._next_seq = next_seq
+        self._files: list[tuple[int, Path]] = list_files(directory)
+        self.written_lsn = start_lsn  # bytes handed to write(2)
+        self.durable_lsn = start_lsn  # bytes covered by a completed fdatasync
+        self._queued: list[bytes] = []
+        self._queued_bytes = 0
+        self._fd = -1
+        self._file_start_lsn = start_lsn
+        self._unsynced_fds: list[int] = []  # rolled files not yet fdatasynced
+        self._directory_dirty = False
+        self._first_unsynced_write_s: float | None = None
+        self._sync_wanted = trio.Event()
+        self._round_done = trio.Event()
+        self._closed = False
+        self._failure: BaseException | None = None
+        self.syncs = 0
+        self._open_file(start_lsn)
+
+    # ----------------------------------------------------------------- writing
+    def _open_file(self, start_lsn: int) -> None:
+        path = self.directory / file_name(start_lsn)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        self._file_start_lsn = start_lsn
+        self._files.append((start_lsn, path))
+        self._directory_dirty = True
+
+    def add_append(self, segment_id: int, offset: int, data: bytes) -> tuple[int, int]:
+        """Queue an append frame; return (LSN of the frame, LSN just past it)."""
+        if self._failure is not None:
+            raise JournalCorruptionError(f"journal write failed earlier: {self._failure}")
+        frame = encode_append(self._next_seq, segment_id, offset, data)
+        self._next_seq += 1
+        frame_lsn = self.written_lsn + self._queued_bytes
+        self._queued.append(frame)
+        self._queued_bytes += len(frame)
+        return frame_lsn, frame_lsn + len(frame)
+
+    def write_queued(self) -> None:
+        """write(2) every queued frame in one call (rolling the file first if full)."""
+        if not self._queued:
+            return
+        if self.written_lsn - self._file_start_lsn >= self._file_bytes:
+            self._unsynced_fds.append(self._fd)
+            self._open_file(self.written_lsn)
+        buffer = self._queued[0] if len(self._queued) == 1 else b"".join(self._queued)
+        self._queued = []
+        self._queued_bytes = 0
+        view = memoryview(buffer)
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError as e:
+            # A journal that cannot be written cannot acknowledge anything again.
+            self._failure = e
+            raise
+        self.written_lsn += len(buffer)
+        if self._first_unsynced_write_s is None:
+            self._first_unsynced_write_s = time.monotonic()
+
+    def request_sync(self) -> trio.Event:
+        """Ask for a sync round; returns the event set when the next round completes."""
+        self._sync_wanted.set()
+        return self._round_done
+
+    async def wait_durable(self, lsn: int) -> None:
+        while self.durable_lsn < lsn:
+            if self._failure is not None:
+                raise JournalCorruptionError(f"journal sync failed: {self._failure}")
+            await self.request_sync().wait()
+
+    async def sync(self) -> int:
+        """Make everything queued so far durable; returns the durable LSN."""
+        self.write_queued()
+        await self.wait_durable(self.written_lsn)
+        return self.durable_lsn
+
+    def _sync_files(self, fds: list[int], current_fd: int, directory_dirty: bool) -> None:
+        for fd in fds:
+            os.fdatasync(fd)
+            os.close(fd)
+        if directory_dirty:
+            fsync_directory(self.directory)
+        os.fdatasync(current_fd)
+
+    async def _sync_round(self) -> None:
+        self.write_queued()
+        target = self.written_lsn
+        fds, self._unsynced_fds = self._unsynced_fds, []
+        directory_dirty, self._directory_dirty = self._directory_dirty, False
+        self._first_unsynced_write_s = None
+        if target > self.durable_lsn or fds or directory_dirty:
+            try:
+                await trio.to_thread.run_sync(self._sync_files, fds, self._fd, directory_dirty)
+            except OSError as e:
+                self._failure = e
+                log.critical("journal fdatasync failed, refusing further appends: %s", e)
+                raise
+            self.syncs += 1
+            self.durable_lsn = target
+            self._on_durable(target)
+        done, self._round_done = self._round_done, trio.Event()
+        done.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The group-commit loop: wait, write, fdatasync, advance, wake."""
+        task_status.started()
+        while not self._closed:
+            timeout_s = float("inf")
+            if self._first_unsynced_write_s is not None:
+                deadline = self._first_unsynced_write_s + self._vd_sync_interval_s
+                timeout_s = max(0.0, deadline - time.monotonic())
+            with trio.move_on_after(timeout_s):
+                await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            await self._sync_round()
+
+    async def close(self) -> None:
+        """Sync everything and close the file; the journal accepts nothing after."""
+        if self._closed:
+            return
+        if self._failure is None:
+            await self._sync_round()
+        self._closed = True
+        self._sync_wanted.set()
+        for fd in [*self._unsynced_fds, self._fd]:
+            os.close(fd)
+        self._unsynced_fds = []
+
+    # ----------------------------------------------------------------- reading
+    def read_at(self, lsn: int, length: int) -> bytes:
+        """Blocking pread of written journal bytes (call from a worker thread)."""
+        starts = [start for start, _ in self._files]
+        index = bisect.bisect_right(starts, lsn) - 1
+        if index < 0 or lsn + length > self.written_lsn:
+            raise JournalCorruptionError(f"journal has no bytes at LSN {lsn}+{length}")
+        start, path = self._files[index]
+        with open(path, "rb") as f:
+            data = os.pread(f.fileno(), length, lsn - start)
+        if len(data) != length:
+            raise JournalCorruptionError(f"journal file {path.name} is short at LSN {lsn}")
+        return data
+
+    def read_entry(self, entry: "TailEntryLike") -> bytes:
+        """Blocking: re-read one tail entry's bytes from its frame, CRC-verified."""
+        frame_lsn = entry.frame_lsn
+        frame = self.read_at(frame_lsn, entry.end_lsn - frame_lsn)
+        payload_len, crc, seq = FRAME_HEADER.unpack_from(frame)
+        payload = memoryview(frame)[FRAME_HEADER.size :]
+        if payload_len != len(payload) or crc32c(payload, crc32c(SEQ.pack(seq))) != crc:
+            raise DataCorruptionError(
+                f"journal frame at LSN {frame_lsn} failed its CRC32C check"
+            )
+        return bytes(payload[APPEND_HEADER.size + entry.frame_skip :])
+
+    # ----------------------------------------------------------- truncation
+    def deletable_files(self, checkpoint_lsn: int) -> list[Path]:
+        """Files wholly below ``checkpoint_lsn`` (never the file being written)."""
+        result = []
+        for (start, path), (next_start, _) in zip(self._files, self._files[1:]):
+            del start
+            if next_start <= checkpoint_lsn and next_start <= self._file_start_lsn:
+                result.append(path)
+        return result
+
+    def forget_files(self, paths: list[Path]) -> None:
+        gone = set(paths)
+        self._files = [(s, p) for s, p in self._files if p not in gone]
+
+    def file_count(self) -> int:
+        return len(self._files)
+
+    def size_bytes(self) -> int:
+        if not self._files:
+            return 0
+        return self.written_lsn - self._files[0][0]

@@ -1,0 +1,146 @@
+"""The read path: (segment, offset range) -> bytes from chunks and the unflushed tail.
+
+Resolution: the range below the flushed length comes from chunks (binary search over
+chunk start offsets), fetched as aligned 1 MiB blocks through the shared block cache,
+in parallel; the range above comes from the tail (memory, or the journal for evicted
+entries).
+
+Invariants:
+- Every byte returned was verified: chunk blocks against their CRC32C before entering
+  the cache, journal frames against their frame CRC; tail bytes in memory are the bytes
+  the appender handed over.
+- The tail is captured synchronously together with the flushed length, so a flush that
+  completes meanwhile cannot make a byte disappear or appear twice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .checksums import BLOCK_BYTES, crc32c
+from .errors import DataCorruptionError, JournalCorruptionError
+from .segment_state import SegmentState
+from .tail import TailEntry
+
+if TYPE_CHECKING:
+    from .store import SegmentStore
+
+TailPart = bytes | tuple[TailEntry, int, int]
+
+MAX_TAIL_RETRIES = 3  # a flush can race a journal read-back at most a few times
+
+
+class Reader:
+    def __init__(self, store: SegmentStore) -> None:
+        self._store = store
+
+    async def read(self, seg: SegmentState, start: int, end: int) -> bytes:
+        for attempt in range(MAX_TAIL_RETRIES):
+            try:
+                return await self._read_once(seg, start, end)
+            except (JournalCorruptionError, FileNotFoundError):
+                # The journal file was deleted after a flush moved the bytes to tier-2;
+                # the bytes are now in chunks, resolve again.
+                if attempt == MAX_TAIL_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _read_once(self, seg: SegmentState, start: int, end: int) -> bytes:
+        flushed = seg.flushed_length
+        tail_parts = self.capture_tail(seg, max(start, flushed), end)
+        pieces: list[bytes] = []
+        if min(end, flushed) > start:
+            pieces.append(await self.read_chunks(seg, start, min(end, flushed)))
+        pieces.extend(await self.resolve_tail(tail_parts))
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def capture_tail(self, seg: SegmentState, start: int, end: int) -> list[TailPart]:
+        """Synchronously take the tail's bytes for [start, end): in-memory slices, or
+        references to entries that must be re-read from the journal."""
+        parts: list[TailPart] = []
+        covered = 0
+        if end <= start:
+            return parts
+        for entry, lo, hi in seg.tail.pieces(start, end):
+            parts.append(entry.data[lo:hi] if entry.data is not None else (entry, lo, hi))
+            covered += hi - lo
+        if covered != end - start:
+            raise AssertionError(f"tail of {seg.name!r} does not cover {start}..{end}")
+        return parts
+
+    async def resolve_tail(self, parts: list[TailPart]) -> list[bytes]:
+        pieces = []
+        for part in parts:
+            if isinstance(part, bytes):
+                pieces.append(part)
+            else:
+                entry, lo, hi = part
+                data = await trio.to_thread.run_sync(self._store.journal.read_entry, entry)
+                pieces.append(data[lo:hi])
+        return pieces
+
+    async def tail_bytes(self, seg: SegmentState, start: int, end: int) -> bytes:
+        return b"".join(await self.resolve_tail(self.capture_tail(seg, start, end)))
+
+    async def read_chunks(self, seg: SegmentState, start: int, end: int) -> bytes:
+        chunks = await self._store.chunks_of(seg)
+        wanted: list[tuple[Any, int]] = []  # (chunk, block index)
+        index = max(seg.chunk_index_at(start), 0)
+        while index < len(chunks) and chunks[index].start_offset < end:
+            chunk = chunks[index]
+            lo = max(start, chunk.start_offset) - chunk.start_offset
+            hi = min(end, chunk.start_offset + chunk.length) - chunk.start_offset
+            for block in range(lo // BLOCK_BYTES, (hi - 1) // BLOCK_BYTES + 1):
+                wanted.append((chunk, block))
+            index += 1
+        blocks: list[bytes] = [b""] * len(wanted)
+
+        async def fetch(i: int) -> None:
+            blocks[i] = await self.block(wanted[i][0], wanted[i][1])
+
+        if len(wanted) == 1:
+            await fetch(0)
+        else:
+            async with trio.open_nursery() as nursery:
+                for i in range(len(wanted)):
+                    nursery.start_soon(fetch, i)
+        out = bytearray()
+        for (chunk, block), data in zip(wanted, blocks):
+            block_start = chunk.start_offset + block * BLOCK_BYTES
+            lo = max(start, block_start) - block_start
+            hi = min(end, block_start + len(data)) - block_start
+            out += data[lo:hi]
+        if len(out) != end - start:
+            raise DataCorruptionError(
+                f"chunks of {seg.name!r} cover only {len(out)} of bytes {start}..{end}"
+            )
+        return bytes(out)
+
+    async def block(self, chunk: Any, block: int) -> bytes:
+        """One verified block of a chunk, through the shared cache."""
+        block_start = block * BLOCK_BYTES
+        block_end = min(block_start + BLOCK_BYTES, int(chunk.length))
+        key = (chunk.name, block, block_end - block_start)
+        store = self._store
+
+        async def fetch() -> bytes:
+            data = await trio.to_thread.run_sync(
+                store.chunk_storage.read, chunk.name, block_start, block_end,
+                limiter=store.tier2_limiter,
+            )
+            if len(data) != block_end - block_start:
+                raise DataCorruptionError(
+                    f"chunk {chunk.name} block {block}: expected {block_end - block_start} "
+                    f"bytes, tier-2 returned {len(data)}"
+                )
+            if crc32c(data) != chunk.block_crc32c[block]:
+                raise DataCorruptionError(
+                    f"chunk {chunk.name} block {block} (segment bytes "
+                    f"{chunk.start_offset + block_start}..{chunk.start_offset + block_end}) "
+                    f"failed its CRC32C check; refusing to return it"
+                )
+            return data
+
+        return await store.block_cache.get(key, fetch)

@@ -1,0 +1,92 @@
+"""In-memory state of one open segment: the write-through copy of its metadata row,
+its lengths (appended LAP, durable LAC, flushed), its unflushed tail and its chunk list.
+
+Invariants:
+- ``flushed_length <= durable_length <= appended_length``.
+- ``row.record`` and chunk records are replaced, never mutated in place, so a reader
+  holding an old record sees a consistent snapshot.
+- ``chunks`` (once loaded) equals the metadata's chunk records in offset order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from typing import Any
+
+import trio
+
+from .metadata import SegmentRow
+from .tail import Tail
+
+
+@dataclasses.dataclass(eq=False)
+class SegmentState:
+    row: SegmentRow
+    appended_length: int
+    durable_length: int
+    tail: Tail = dataclasses.field(default_factory=Tail)
+    chunks: list[Any] | None = None  # ChunkRecords, loaded lazily
+    chunk_starts: list[int] = dataclasses.field(default_factory=list)
+    meta_lock: trio.Lock = dataclasses.field(default_factory=trio.Lock)
+    deleted: bool = False
+    sealing: bool = False
+    last_append_ns: int = 0
+    # storage writer bookkeeping
+    flushing: bool = False
+    flush_requested: bool = False
+    retry_at_s: float = 0.0
+    backoff_s: float = 0.0
+    last_flush_error: str | None = None
+    flushed_event: trio.Event = dataclasses.field(default_factory=trio.Event)
+    # tail readers wait on this; replaced each time the durable length advances
+    grew_event: trio.Event = dataclasses.field(default_factory=trio.Event)
+
+    @property
+    def segment_id(self) -> int:
+        return self.row.segment_id
+
+    @property
+    def name(self) -> str:
+        return self.row.name
+
+    @property
+    def record(self) -> Any:
+        return self.row.record
+
+    @property
+    def flushed_length(self) -> int:
+        return int(self.row.record.flushed_length)
+
+    @property
+    def sealed(self) -> bool:
+        return bool(self.row.record.sealed) or self.sealing
+
+    @property
+    def durability(self) -> str:
+        return str(self.row.record.durability)
+
+    def set_chunks(self, chunks: list[Any]) -> None:
+        self.chunks = chunks
+        self.chunk_starts = [int(c.start_offset) for c in chunks]
+
+    def put_chunk(self, chunk: Any) -> None:
+        """Install a new or grown chunk record (the last one) in the cached list."""
+        assert self.chunks is not None
+        if self.chunks and self.chunk_starts[-1] == chunk.start_offset:
+            self.chunks = [*self.chunks[:-1], chunk]
+        else:
+            self.chunks = [*self.chunks, chunk]
+            self.chunk_starts = [*self.chunk_starts, int(chunk.start_offset)]
+
+    def chunk_index_at(self, offset: int) -> int:
+        """Index of the chunk holding ``offset`` (binary search over start offsets)."""
+        return bisect.bisect_right(self.chunk_starts, offset) - 1
+
+    def notify_grew(self) -> None:
+        event, self.grew_event = self.grew_event, trio.Event()
+        event.set()
+
+    def notify_flushed(self) -> None:
+        event, self.flushed_event = self.flushed_event, trio.Event()
+        event.set()

@@ -1,0 +1,127 @@
+"""The unflushed tail of each segment: appends that are in the journal but not yet in
+tier-2, and the memory budget shared by all tails.
+
+Invariants:
+- A segment's tail entries are contiguous in segment offsets and ordered; the first one
+  may start below the flushed length (partly flushed) and is trimmed on read.
+- An entry's bytes are in memory, or (once the shared budget is exceeded and the entry
+  has reached the journal file) readable from its journal frame at ``frame_lsn``.
+- Memory held by tails never exceeds the budget by more than the frames still queued
+  for the next journal write.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+import time
+
+
+@dataclasses.dataclass(eq=False)
+class TailEntry:
+    offset: int  # segment offset of the first byte
+    length: int
+    frame_lsn: int  # journal LSN where this append's frame starts
+    frame_skip: int  # bytes of the frame's data before this entry (partly flushed frame)
+    end_lsn: int  # journal LSN just past the frame
+    appended_s: float  # monotonic time of the append
+    data: bytes | None  # None once evicted to the journal
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+
+class Tail:
+    """Unflushed appends of one segment."""
+
+    def __init__(self) -> None:
+        self._entries: list[TailEntry] = []
+        self._head = 0  # entries before this index were flushed and await compaction
+
+    def __len__(self) -> int:
+        return len(self._entries) - self._head
+
+    def add(self, entry: TailEntry) -> None:
+        self._entries.append(entry)
+
+    def first(self) -> TailEntry | None:
+        return self._entries[self._head] if self._head < len(self._entries) else None
+
+    def drop_through(self, flushed_length: int, budget: "TailBudget") -> None:
+        """Forget entries wholly below ``flushed_length``."""
+        entries = self._entries
+        head = self._head
+        while head < len(entries) and entries[head].end <= flushed_length:
+            budget.release(entries[head])
+            head += 1
+        self._head = head
+        if head > 1024 and head * 2 > len(entries):
+            del entries[:head]
+            self._head = 0
+
+    def clear(self, budget: "TailBudget") -> None:
+        for entry in self._entries[self._head :]:
+            budget.release(entry)
+        self._entries = []
+        self._head = 0
+
+    def pieces(self, start: int, end: int) -> list[tuple[TailEntry, int, int]]:
+        """Entries overlapping [start, end) as (entry, from, to) in entry-relative bytes."""
+        entries = self._entries
+        index = bisect.bisect_right(entries, start, lo=self._head, key=lambda e: e.offset) - 1
+        index = max(index, self._head)
+        result = []
+        while index < len(entries) and entries[index].offset < end:
+            entry = entries[index]
+            lo = max(start, entry.offset) - entry.offset
+            hi = min(end, entry.end) - entry.offset
+            if hi > lo:
+                result.append((entry, lo, hi))
+            index += 1
+        return result
+
+    def oldest_append_s(self) -> float | None:
+        entry = self.first()
+        return entry.appended_s if entry else None
+
+
+class TailBudget:
+    """Bytes of tail data held in memory by all segments, evicting oldest first."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.used_bytes = 0
+        self.evicted_entries = 0
+        self._fifo: collections.deque[TailEntry] = collections.deque()
+
+    def hold(self, entry: TailEntry) -> None:
+        assert entry.data is not None
+        self.used_bytes += entry.length
+        self._fifo.append(entry)
+
+    def release(self, entry: TailEntry) -> None:
+        if entry.data is not None:
+            entry.data = None
+            self.used_bytes -= entry.length
+
+    def evict(self, written_lsn: int) -> None:
+        """Drop in-memory bytes of the oldest entries already written to the journal."""
+        fifo = self._fifo
+        while self.used_bytes > self.limit_bytes and fifo:
+            entry = fifo[0]
+            if entry.data is None:
+                fifo.popleft()
+                continue
+            if entry.end_lsn > written_lsn:
+                break  # still queued for the journal: the only copy is in memory
+            fifo.popleft()
+            self.release(entry)
+            self.evicted_entries += 1
+        while fifo and fifo[0].data is None:
+            fifo.popleft()
+
+
+def now_s() -> float:
+    return time.monotonic()
