@@ -18,6 +18,10 @@ class TierFSError(Exception):
 
     code = "internal"
 
+    def __str__(self) -> str:
+        # OSError subclasses would otherwise print "[Errno None] None: ...".
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
 
 class InvalidNameError(TierFSError, ValueError):
     """A segment or directory name was rejected; nothing was changed."""

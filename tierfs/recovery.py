@@ -52,7 +52,12 @@ def recover_journal(
     max_payload_bytes: int,
 ) -> RecoveryReport:
     """Blocking: run the steps above, filling the segments' tails."""
-    files = list_files(journal_dir)
+    files = []
+    for start, path in list_files(journal_dir):
+        if path.stat().st_size == 0:
+            path.unlink()  # holds nothing; its name would collide with the next file
+        else:
+            files.append((start, path))
     keep: list[tuple[int, Path]] = []
     for index, (start, path) in enumerate(files):
         end = files[index + 1][0] if index + 1 < len(files) else None

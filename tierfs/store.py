@@ -640,19 +640,26 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
     store = SegmentStore(config or StoreConfig())
     await store._start()
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(store.journal.run)
-            await nursery.start(store.writer.run)
-            store._nursery = nursery
-            nursery.start_soon(store._collect_garbage)
-            try:
-                yield store
-            finally:
-                with trio.CancelScope(shield=True):
-                    try:
-                        await store._shutdown()
-                    finally:
-                        nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(store.journal.run)
+                await nursery.start(store.writer.run)
+                store._nursery = nursery
+                nursery.start_soon(store._collect_garbage)
+                try:
+                    yield store
+                finally:
+                    with trio.CancelScope(shield=True):
+                        try:
+                            await store._shutdown()
+                        finally:
+                            nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The caller's block runs inside our nursery; hand its single error back
+            # unwrapped, as if no nursery were there.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         with trio.CancelScope(shield=True):
             await store.journal.close()
     finally:

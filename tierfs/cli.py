@@ -1,0 +1,221 @@
+"""The ``tierfs`` command line.
+
+Global options choose the store (``--data-dir``, ``--tier2``, ``--config``); each
+subcommand opens the engine in-process for its duration. Errors are translated to
+messages and exit codes in one place, ``run``.
+
+Exit codes: 0 success; 1 the operation failed (message on stderr); 2 bad usage;
+3 fsck found damage; 4 the data directory is in use by another process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+import trio
+
+from .config import DURABILITY_LEVELS, load_config
+from .errors import StoreInUseError, TierFSError
+from .store import DirectoryInfo, SegmentInfo, SegmentStore, open_store
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
+STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
+
+
+def _info_dict(info: SegmentInfo | DirectoryInfo) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(info)
+
+
+def _print_stat(info: SegmentInfo | DirectoryInfo, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(_info_dict(info), indent=2, sort_keys=True))
+        return
+    for key, value in _info_dict(info).items():
+        print(f"{key:16} {value}")
+
+
+def _ls_line(info: SegmentInfo | DirectoryInfo, long: bool) -> str:
+    base = info.name.rpartition("/")[2] or "/"
+    if isinstance(info, DirectoryInfo):
+        return f"d {'-':>12} {'':3} {'':2} {base}/" if long else base + "/"
+    if not long:
+        return base
+    flags = ("s" if info.sealed else "-") + ("v" if info.durability == "vd" else "p")
+    return f"- {info.length:>12} {flags:3} {info.chunk_count:>2} {base}"
+
+
+async def _cmd(args: argparse.Namespace, store: SegmentStore) -> int:
+    command = args.command
+    if command == "create":
+        info = await store.create(args.path, durability=args.durability, make_parents=args.parents)
+        print(info.name)
+    elif command == "append":
+        if args.file is not None:
+            with open(args.file, "rb") as f:
+                payload = f.read()
+            print(await store.append(args.path, payload, expected_offset=args.expected_offset))
+        elif args.data is None or args.data == "-":
+            first = None
+            expected = args.expected_offset
+            while True:
+                piece = sys.stdin.buffer.read(STDIN_PIECE_BYTES)
+                if not piece and first is not None:
+                    break
+                offset = await store.append(args.path, piece, expected_offset=expected)
+                first = offset if first is None else first
+                expected = None
+                if not piece:
+                    break
+            print(first)
+        else:
+            payload = args.data.encode()
+            print(await store.append(args.path, payload, expected_offset=args.expected_offset))
+    elif command == "cat":
+        data = await store.read(args.path, args.offset, args.length, unconfirmed=args.unconfirmed)
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    elif command == "stat":
+        _print_stat(await store.stat(args.path), args.json)
+    elif command == "ls":
+        entries = await store.list(args.path)
+        if args.json:
+            print(json.dumps([_info_dict(e) for e in entries], indent=2, sort_keys=True))
+        else:
+            for entry in entries:
+                print(_ls_line(entry, args.long))
+    elif command == "mkdir":
+        await store.mkdir(args.path, parents=args.parents, exist_ok=args.parents)
+    elif command == "rmdir":
+        await store.rmdir(args.path)
+    elif command == "seal":
+        await store.seal(args.path)
+    elif command == "unseal":
+        await store.unseal(args.path)
+    elif command == "rm":
+        await store.delete(args.path)
+    elif command == "mv":
+        await store.rename(args.source, args.target)
+    elif command == "sync":
+        print(await store.sync(args.path))
+    elif command == "flush":
+        await store.flush(args.path)
+    elif command == "fsck":
+        from .fsck import fsck
+
+        report = await fsck(store)
+        for problem in report.problems:
+            print(f"DAMAGED {problem}")
+        print(
+            f"checked {report.segments} segments, {report.chunks} chunks, "
+            f"{report.bytes_checked} bytes: "
+            + ("OK" if not report.problems else f"{len(report.problems)} problems")
+        )
+        return EXIT_DAMAGED if report.problems else EXIT_OK
+    else:  # pragma: no cover - argparse rejects unknown commands
+        raise AssertionError(command)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tierfs", description="Tiered storage for append-only segments."
+    )
+    parser.add_argument("--data-dir", help="data directory (default ~/.local/share/tierfs)")
+    parser.add_argument("--tier2", help="tier-2 chunk store URL (default <data-dir>/chunks)")
+    parser.add_argument("--config", help="TOML config file (default $TIERFS_CONFIG)")
+    parser.add_argument("--durability", choices=DURABILITY_LEVELS, help="default for new segments")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text)
+
+    p = add("create", "create an empty segment")
+    p.add_argument("path")
+    p.add_argument("--durability", dest="segment_durability", choices=DURABILITY_LEVELS)
+    p.add_argument("-p", "--parents", action="store_true", help="create missing parent directories")
+    p = add("append", "append DATA, a file or stdin as one record; prints its offset")
+    p.add_argument("path")
+    p.add_argument("data", nargs="?", help="the bytes to append (UTF-8), or - for stdin")
+    p.add_argument("--file", help="append the contents of this file")
+    p.add_argument("--expected-offset", type=int, help="append only if the length is this")
+    p = add("cat", "write a segment's bytes to stdout")
+    p.add_argument("path")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--length", type=int)
+    p.add_argument("--unconfirmed", action="store_true", help="read up to the appended length")
+    p = add("stat", "show a segment's or directory's attributes")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true")
+    p = add("ls", "list a directory")
+    p.add_argument("path", nargs="?", default="")
+    p.add_argument("-l", "--long", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p = add("mkdir", "create a directory")
+    p.add_argument("path")
+    p.add_argument("-p", "--parents", action="store_true")
+    for name, text in (("rmdir", "remove an empty directory"), ("seal", "make a segment read-only"),
+                       ("unseal", "make a sealed segment appendable again"), ("rm", "delete a segment")):
+        add(name, text).add_argument("path")
+    p = add("mv", "rename a segment or directory (metadata only)")
+    p.add_argument("source")
+    p.add_argument("target")
+    p = add("sync", "make every appended byte durable; prints the durable length")
+    p.add_argument("path", nargs="?")
+    p = add("flush", "wait until tier-2 holds every durable byte")
+    p.add_argument("path", nargs="?")
+    add("fsck", "verify every chunk's CRC32C and the metadata invariants")
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "segment_durability", None) is not None:
+        args.durability = args.segment_durability
+    elif args.command == "create":
+        args.durability = None
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = load_config(
+            {
+                "data_dir": args.data_dir,
+                "tier2_url": args.tier2,
+                "durability": getattr(args, "durability", None) if args.command != "create" else None,
+            },
+            config_file=args.config,
+        )
+
+        async def main() -> int:
+            async with open_store(config) as store:
+                return await _cmd(args, store)
+
+        return trio.run(main)
+    except StoreInUseError as e:
+        print(f"tierfs: {e}", file=sys.stderr)
+        return EXIT_IN_USE
+    except TierFSError as e:
+        print(f"tierfs: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except BrokenPipeError:
+        return EXIT_OK
+    except OSError as e:  # the data dir or a file named on the command line
+        print(f"tierfs: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+def main() -> None:
+    sys.exit(run())
+
+
