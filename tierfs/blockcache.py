@@ -13,7 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-from typing import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 
 import cachetools
 import trio

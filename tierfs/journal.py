@@ -31,8 +31,9 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import trio
 
@@ -190,7 +191,8 @@ class Journal:
         self._unsynced_fds: list[int] = []  # rolled files not yet fdatasynced
         self._directory_dirty = False
         self._first_unsynced_write_s: float | None = None
-        self._sync_wanted = trio.Event()
+        self._sync_requested = False
+        self._wakeup = trio.Event()  # a sync was requested, or the first unsynced write
         self._round_done = trio.Event()
         self._closed = False
         self._failure: BaseException | None = None
@@ -238,10 +240,12 @@ class Journal:
         self.written_lsn += len(buffer)
         if self._first_unsynced_write_s is None:
             self._first_unsynced_write_s = time.monotonic()
+            self._wakeup.set()  # start the VD interval timer
 
     def request_sync(self) -> trio.Event:
         """Ask for a sync round; returns the event set when the next round completes."""
-        self._sync_wanted.set()
+        self._sync_requested = True
+        self._wakeup.set()
         return self._round_done
 
     async def wait_durable(self, lsn: int) -> None:
@@ -284,16 +288,28 @@ class Journal:
         done.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The group-commit loop: wait, write, fdatasync, advance, wake."""
+        """The group-commit loop: wait, write, fdatasync, advance, wake.
+
+        A round runs when a PD appender or ``sync()`` asks for one, or when the oldest
+        unsynced VD write reaches ``vd_sync_interval_s``.
+        """
         task_status.started()
         while not self._closed:
-            timeout_s = float("inf")
-            if self._first_unsynced_write_s is not None:
-                deadline = self._first_unsynced_write_s + self._vd_sync_interval_s
-                timeout_s = max(0.0, deadline - time.monotonic())
-            with trio.move_on_after(timeout_s):
-                await self._sync_wanted.wait()
-            self._sync_wanted = trio.Event()
+            if not self._sync_requested:
+                timeout_s = float("inf")
+                if self._first_unsynced_write_s is not None:
+                    deadline = self._first_unsynced_write_s + self._vd_sync_interval_s
+                    timeout_s = max(0.0, deadline - time.monotonic())
+                with trio.move_on_after(timeout_s):
+                    await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                first = self._first_unsynced_write_s
+                vd_due = first is not None and (
+                    time.monotonic() >= first + self._vd_sync_interval_s
+                )
+                if not (self._sync_requested or vd_due):
+                    continue
+            self._sync_requested = False
             await self._sync_round()
 
     async def close(self) -> None:
@@ -303,7 +319,7 @@ class Journal:
         if self._failure is None:
             await self._sync_round()
         self._closed = True
-        self._sync_wanted.set()
+        self._wakeup.set()
         for fd in [*self._unsynced_fds, self._fd]:
             os.close(fd)
         self._unsynced_fds = []
@@ -322,7 +338,7 @@ class Journal:
             raise JournalCorruptionError(f"journal file {path.name} is short at LSN {lsn}")
         return data
 
-    def read_entry(self, entry: "TailEntryLike") -> bytes:
+    def read_entry(self, entry: TailEntryLike) -> bytes:
         """Blocking: re-read one tail entry's bytes from its frame, CRC-verified."""
         frame_lsn = entry.frame_lsn
         frame = self.read_at(frame_lsn, entry.end_lsn - frame_lsn)
@@ -338,8 +354,7 @@ class Journal:
     def deletable_files(self, checkpoint_lsn: int) -> list[Path]:
         """Files wholly below ``checkpoint_lsn`` (never the file being written)."""
         result = []
-        for (start, path), (next_start, _) in zip(self._files, self._files[1:]):
-            del start
+        for (_, path), (next_start, _) in zip(self._files, self._files[1:], strict=False):
             if next_start <= checkpoint_lsn and next_start <= self._file_start_lsn:
                 result.append(path)
         return result

@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from . import records
 from .errors import (
@@ -71,7 +72,7 @@ class MetadataStore:
     def close(self) -> None:
         self._db.close()
 
-    def _transaction(self) -> "_Transaction":
+    def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
 
     # ------------------------------------------------------------ store record

@@ -107,7 +107,7 @@ class Reader:
                 for i in range(len(wanted)):
                     nursery.start_soon(fetch, i)
         out = bytearray()
-        for (chunk, block), data in zip(wanted, blocks):
+        for (chunk, block), data in zip(wanted, blocks, strict=True):
             block_start = chunk.start_offset + block * BLOCK_BYTES
             lo = max(start, block_start) - block_start
             hi = min(end, block_start + len(data)) - block_start

@@ -73,15 +73,15 @@ def _build() -> dict[str, Any]:
     for message_name, fields in _SCHEMA.items():
         message = file_proto.message_type.add(name=message_name)
         for number, (field_name, type_name, repeated) in enumerate(fields, start=1):
-            field = message.field.add(
+            message.field.add(
                 name=field_name,
                 number=number,
                 type=_SCALARS[type_name],
                 label=_T.LABEL_REPEATED if repeated else _T.LABEL_OPTIONAL,
             )
-            del field  # configured in add()
     pool = descriptor_pool.DescriptorPool()
-    file_descriptor = pool.Add(file_proto)
+    pool.Add(file_proto)
+    file_descriptor = pool.FindFileByName(file_proto.name)
     return {
         name: message_factory.GetMessageClass(file_descriptor.message_types_by_name[name])
         for name in _SCHEMA

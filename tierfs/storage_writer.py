@@ -112,8 +112,12 @@ class StorageWriter:
             )
         finally:
             seg.flushing = False
+        try:
+            await self._truncate_journal()
+        except (OSError, TierFSError) as e:
+            log.warning("journal truncation failed, will retry after the next flush: %s", e)
+        finally:
             seg.notify_flushed()
-        await self._truncate_journal()
 
     async def flush_once(self, seg: SegmentState) -> None:
         store = self._store

@@ -18,12 +18,14 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import logging
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, TypeVar
 
 import trio
 
@@ -136,7 +138,6 @@ class SegmentStore:
 
     # ------------------------------------------------------------------ lifecycle
     async def _start(self) -> None:
-        config = self.config
         self._lock.acquire()
         try:
             await trio.to_thread.run_sync(self._open_blocking)
@@ -207,7 +208,7 @@ class SegmentStore:
     async def metadata_call(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._metadata_limiter)
 
-    async def queue_garbage(self, chunk_names: list[str]) -> None:
+    async def queue_garbage(self, chunk_names: builtins.list[str]) -> None:
         if chunk_names:
             await self.metadata_call(self.metadata.queue_garbage, chunk_names)
             if self._nursery is not None:
@@ -250,7 +251,7 @@ class SegmentStore:
             raise SegmentNotFoundError(parent)
         return parent
 
-    async def chunks_of(self, seg: SegmentState) -> list[Any]:
+    async def chunks_of(self, seg: SegmentState) -> builtins.list[Any]:
         """The segment's chunk records (loaded once, then kept write-through)."""
         if seg.chunks is None:
             chunks = await self.metadata_call(self.metadata.load_chunks, seg.segment_id)
@@ -489,7 +490,7 @@ class SegmentStore:
         await self.journal.sync()
         await self._flush_all(segs)
 
-    async def _flush_all(self, segs: list[SegmentState] | None = None) -> None:
+    async def _flush_all(self, segs: builtins.list[SegmentState] | None = None) -> None:
         targets = [(s, s.durable_length) for s in (segs or list(self._segments.values()))]
         for seg, target in targets:
             while not seg.deleted and seg.flushed_length < target:
@@ -573,7 +574,7 @@ class SegmentStore:
             return DirectoryInfo(canonical, self._directories[canonical].created_ns / 1e9)
         return self._segment_info(self._segment(canonical))
 
-    async def list(self, name: str = "") -> list[Info]:
+    async def list(self, name: str = "") -> builtins.list[Info]:
         """Entries directly inside a directory, sorted by name."""
         self._check_open()
         directory = names.canonical(name, allow_root=True)
@@ -582,7 +583,7 @@ class SegmentStore:
                 raise NotADirectoryError_(directory)
             raise SegmentNotFoundError(directory)
         await trio.lowlevel.checkpoint()
-        result: list[Info] = []
+        result: builtins.list[Info] = []
         for entry_name, record in self._directories.items():
             if names.parent_of(entry_name) == directory:
                 result.append(DirectoryInfo(entry_name, record.created_ns / 1e9))
@@ -592,11 +593,11 @@ class SegmentStore:
         result.sort(key=lambda info: info.name)
         return result
 
-    async def walk_segments(self) -> list[SegmentInfo]:
+    async def walk_segments(self) -> builtins.list[SegmentInfo]:
         await trio.lowlevel.checkpoint()
         return [self._segment_info(s) for s in sorted(self._segments.values(), key=lambda s: s.name)]
 
-    async def chunk_layout(self, name: str) -> list[dict[str, Any]]:
+    async def chunk_layout(self, name: str) -> builtins.list[dict[str, Any]]:
         """Chunks of a segment: name, URL, segment offset range, CRCs."""
         seg = self._segment(name)
         chunks = await self.chunks_of(seg)

@@ -49,7 +49,7 @@ class Tail:
     def first(self) -> TailEntry | None:
         return self._entries[self._head] if self._head < len(self._entries) else None
 
-    def drop_through(self, flushed_length: int, budget: "TailBudget") -> None:
+    def drop_through(self, flushed_length: int, budget: TailBudget) -> None:
         """Forget entries wholly below ``flushed_length``."""
         entries = self._entries
         head = self._head
@@ -61,7 +61,7 @@ class Tail:
             del entries[:head]
             self._head = 0
 
-    def clear(self, budget: "TailBudget") -> None:
+    def clear(self, budget: TailBudget) -> None:
         for entry in self._entries[self._head :]:
             budget.release(entry)
         self._entries = []

@@ -1,0 +1,82 @@
+"""Shared fixtures: small-threshold store configs, an open store, an S3 server.
+
+The S3-protocol server is moto in server mode, started once per session on
+127.0.0.1 with a free port; buckets are created with boto3 (s3fs's mkdir sends a
+location constraint moto rejects for us-east-1).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import small_config
+
+from tierfs import StoreConfig, open_store
+from tierfs.store import SegmentStore
+
+@pytest.fixture
+def config(tmp_path: Path) -> StoreConfig:
+    return small_config(tmp_path / "data")
+
+
+@pytest.fixture
+async def store(config: StoreConfig) -> AsyncIterator[SegmentStore]:
+    async with open_store(config) as opened:
+        yield opened
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    port = _free_port()
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("moto server did not start") from None
+            time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, object]]:
+    """A fresh bucket: returns (tier-2 URL, storage options)."""
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    bucket = f"tierfs-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(
+        Bucket=bucket
+    )
+    return f"s3://{bucket}/chunks", {"endpoint_url": s3_endpoint}

@@ -1,0 +1,119 @@
+"""Storage writer: triggers, rollover, object-store chunks, failures and backlog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from tierfs import open_store
+from tierfs.chunkstore import LocalChunkStorage
+from tierfs.errors import BacklogFullError, Tier2Error
+
+from helpers import KiB, small_config
+
+
+async def _wait(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+async def test_flushes_by_size_and_by_age(tmp_path: Path) -> None:
+    config = small_config(tmp_path / "d", flush_interval_s=0.3, flush_bytes=32 * KiB)
+    async with open_store(config) as store:
+        await store.create("size")
+        await store.append("size", b"s" * (40 * KiB))
+        await _wait(lambda: store._segments["size"].flushed_length == 40 * KiB, 0.25)
+        await store.create("age")
+        await store.append("age", b"a" * 100)
+        await trio.sleep(0.1)
+        assert store._segments["age"].flushed_length == 0
+        await _wait(lambda: store._segments["age"].flushed_length == 100, 2.0)
+
+
+async def test_rolls_over_at_max_chunk_size_and_deletes_journal_files(config) -> None:  # type: ignore[no-untyped-def]
+    async with open_store(config) as store:
+        await store.create("r")
+        payload = bytes(range(256)) * 4
+        for _ in range(1000):  # ~1 MiB
+            await store.append("r", payload)
+        await store.flush("r")
+        layout = await store.chunk_layout("r")
+        assert len(layout) >= 4
+        assert all(c["end"] - c["start"] <= config.max_chunk_bytes for c in layout)
+        assert [c["start"] for c in layout[1:]] == [c["end"] for c in layout[:-1]]
+        stats = store.statistics()
+        assert stats.journal_files_deleted > 0
+        assert stats.unflushed_bytes == 0
+        assert await store.read("r") == payload * 1000
+
+
+async def test_object_store_gets_one_object_per_flush(tmp_path: Path) -> None:
+    config = small_config(tmp_path / "d", tier2_url=f"memory://{tmp_path.name}/chunks")
+    async with open_store(config) as store:
+        assert not store.chunk_storage.supports_append
+        await store.create("m")
+        for i in range(3):
+            await store.append("m", bytes([i]) * 1000)
+            await store.flush("m")
+        layout = await store.chunk_layout("m")
+        assert len(layout) == 3
+        assert len(store.chunk_storage.list()) == 3
+        assert await store.read("m") == b"".join(bytes([i]) * 1000 for i in range(3))
+
+
+class FlakyStorage(LocalChunkStorage):
+    failing = True
+    attempts = 0
+
+    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
+        self.attempts += 1
+        if self.failing:
+            raise Tier2Error("injected tier-2 outage")
+        super().write(name, offset, data)
+
+
+async def test_tier2_failure_retries_without_blocking_appends(tmp_path: Path) -> None:
+    config = small_config(
+        tmp_path / "d", tier2_retry_initial_s=0.01, tier2_retry_max_s=0.05,
+        max_backlog_bytes=200 * KiB, max_append_bytes=64 * KiB,
+    )
+    async with open_store(config) as store:
+        flaky = FlakyStorage(tmp_path / "d" / "chunks")
+        store.chunk_storage = flaky
+        await store.create("f")
+        for _ in range(3):
+            await store.append("f", b"q" * (64 * KiB))
+        await _wait(lambda: flaky.attempts >= 3)
+        assert store.statistics().flush_failures >= 2
+        with pytest.raises(BacklogFullError) as excinfo:
+            await store.append("f", b"q" * (64 * KiB))
+        assert excinfo.value.limit_bytes == 200 * KiB
+        assert (await store.stat("f")).length == 3 * 64 * KiB  # the refused append left nothing
+        with pytest.raises(Tier2Error):
+            await store.flush("f")
+        flaky.failing = False
+        await store.flush("f")
+        assert (await store.stat("f")).flushed_length == 3 * 64 * KiB
+        await store.append("f", b"ok")
+        assert (await store.read("f"))[-2:] == b"ok"
+
+
+async def test_tail_memory_is_bounded_and_evicted_bytes_come_from_the_journal(tmp_path: Path) -> None:
+    config = small_config(
+        tmp_path / "d", tail_memory_bytes=64 * KiB, flush_bytes=1 << 30, flush_interval_s=3600
+    )
+    async with open_store(config) as store:
+        await store.create("t")
+        expected = bytearray()
+        for i in range(200):
+            record = bytes([i]) * 2000
+            await store.append("t", record)
+            expected += record
+        assert store.tail_budget.used_bytes <= 64 * KiB + 2000
+        assert store.tail_budget.evicted_entries > 0
+        assert await store.read("t") == bytes(expected)
+        await store.flush("t")
+        assert await store.read("t") == bytes(expected)

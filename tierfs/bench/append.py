@@ -1,0 +1,466 @@
+"""Append benchmark: tierfs 1 KiB appends next to the raw ceilings of the same disk.
+
+Everything runs in one process, in one run, in a fresh directory on one filesystem
+(under ``--dir``, default the current directory; RAM-backed filesystems are refused
+because fdatasync costs nothing there). Each measurement runs for ``--seconds`` after a
+short warm-up; only operations started inside that window count, and each one is timed
+with ``time.perf_counter``.
+
+tierfs (a fresh store per case; ``await store.append(segment, 1 KiB)`` is what is timed):
+
+- PD (returns after the group-commit fdatasync covering the record) and VD (returns
+  after write(2));
+- 1 writer; 32 concurrent trio tasks, each appending to its own segment; 32 tasks
+  sharing one segment. Every task keeps one append in flight (closed loop).
+
+Raw ceilings, plain ``os`` calls on one thread, on a file opened as the journal opens
+its files (``O_APPEND``, growing, not preallocated):
+
+- (a) write 1 KiB + fdatasync per record: the latency floor of one durable append;
+- (b) write 32 KiB + fdatasync: 32 records per sync, the throughput floor of group
+  commit with 32 writers (each has one record in flight, so one sync can carry at
+  most 32 of them);
+- (c) write 1 KiB, no sync: copying a record into the page cache, all a VD append has
+  to do.
+
+Why these are the right comparisons: a PD append cannot return before its bytes are
+written and synced, so (a) bounds its latency and (b) bounds what group commit of 32
+writers can reach; a VD append cannot be cheaper than the write(2) that carries it, so
+(c) bounds it. Whatever tierfs spends beyond them is engine overhead (framing, CRC,
+bookkeeping, task scheduling, the worker-thread hop of fdatasync, the background flush
+to tier-2), which is what the ratios expose. Disks differ by orders of magnitude and
+the machine is shared and noisy, so absolute figures say little; ratios to ceilings
+measured seconds apart on the same disk are what the targets (issue 2) are set on:
+
+- PD, 32 writers on their own segments: appends/s >= 50 % of (b)'s record rate;
+- PD, 1 writer: p50 latency <= 3 x (a)'s p50;
+- VD, 1 writer: appends/s >= 25 % of (c)'s rate.
+
+A missed target is reported, not an error: the exit code is 0 either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from time import perf_counter
+from typing import Any, TextIO
+
+import trio
+
+from tierfs import StoreConfig, open_store
+from tierfs.store import SegmentStore
+
+HELP = "1 KiB appends (PD/VD, 1 and 32 writers) vs raw write/fdatasync ceilings"
+
+RECORD_BYTES = 1024
+WRITERS = 32
+BATCH_RECORDS = 32  # records per fdatasync in ceiling (b): one per concurrent writer
+MAX_WARMUP_S = 0.5
+WARMUP_FRACTION = 0.2  # warm-up is this share of --seconds, at most MAX_WARMUP_S
+RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+# ----------------------------------------------------------------------- timing
+@dataclasses.dataclass
+class Window:
+    """The measured window; collects latencies of operations started inside it."""
+
+    measure_from_s: float
+    stop_at_s: float
+    latencies_s: list[float] = dataclasses.field(default_factory=list)
+    last_end_s: float = 0.0
+
+    @classmethod
+    def after_warmup(cls, warmup_s: float, duration_s: float) -> Window:
+        measure_from_s = perf_counter() + warmup_s
+        return cls(measure_from_s, measure_from_s + duration_s)
+
+    def is_open(self, now_s: float) -> bool:
+        return now_s < self.stop_at_s
+
+    def record(self, start_s: float, end_s: float) -> None:
+        if start_s >= self.measure_from_s:
+            self.latencies_s.append(end_s - start_s)
+            self.last_end_s = max(self.last_end_s, end_s)
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.last_end_s - self.measure_from_s
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    label: str
+    operations: int
+    records: int  # 1 KiB records written by those operations
+    elapsed_s: float
+    records_per_s: float
+    p50_latency_us: float  # per operation
+    p99_latency_us: float
+    records_per_sync: float | None  # None where nothing is synced per operation
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of already sorted values (nan when empty)."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def summarize(
+    label: str, window: Window, *, records_per_operation: int = 1, syncs: int | None = None
+) -> Measurement:
+    latencies_s = sorted(window.latencies_s)
+    operations = len(latencies_s)
+    records = operations * records_per_operation
+    elapsed_s = window.elapsed_s
+    return Measurement(
+        label=label,
+        operations=operations,
+        records=records,
+        elapsed_s=elapsed_s,
+        records_per_s=records / elapsed_s if elapsed_s > 0 else math.nan,
+        p50_latency_us=percentile(latencies_s, 0.50) * 1e6,
+        p99_latency_us=percentile(latencies_s, 0.99) * 1e6,
+        records_per_sync=records / syncs if syncs else None,
+    )
+
+
+# ----------------------------------------------------------------- raw ceilings
+def time_loop(operation: Callable[[], None], window: Window) -> Window:
+    start_s = perf_counter()
+    while window.is_open(start_s):
+        operation()
+        end_s = perf_counter()
+        window.record(start_s, end_s)
+        start_s = end_s
+    return window
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+@contextmanager
+def journal_like_file(path: Path) -> Iterator[int]:
+    """A new file opened the way the journal opens its files."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def measure_raw(
+    label: str,
+    path: Path,
+    *,
+    records_per_write: int,
+    sync: bool,
+    warmup_s: float,
+    duration_s: float,
+) -> Measurement:
+    """Write ``records_per_write`` 1 KiB records per write(2), fdatasync after each if
+    ``sync``; records/s counts records, latencies are per write (+ sync)."""
+    buffer = b"r" * (RECORD_BYTES * records_per_write)
+    with journal_like_file(path) as fd:
+
+        def operation() -> None:
+            write_all(fd, buffer)
+            if sync:
+                os.fdatasync(fd)
+
+        window = time_loop(operation, Window.after_warmup(warmup_s, duration_s))
+    syncs = len(window.latencies_s) if sync else None
+    return summarize(label, window, records_per_operation=records_per_write, syncs=syncs)
+
+
+# ----------------------------------------------------------------------- tierfs
+@dataclasses.dataclass(frozen=True)
+class StoreCase:
+    key: str
+    label: str
+    durability: str
+    writers: int
+    shared_segment: bool
+
+    def segment_names(self) -> list[str]:
+        if self.shared_segment:
+            return ["bench/shared"] * self.writers
+        return [f"bench/seg{index}" for index in range(self.writers)]
+
+
+STORE_CASES = tuple(
+    StoreCase(
+        key=f"tierfs_{durability}_{key}",
+        label=f"tierfs {durability.upper()} {label}",
+        durability=durability,
+        writers=writers,
+        shared_segment=shared,
+    )
+    for durability in ("pd", "vd")
+    for key, label, writers, shared in (
+        ("1_writer", "1 writer", 1, False),
+        (f"{WRITERS}_writers", f"{WRITERS} writers, own segments", WRITERS, False),
+        (f"{WRITERS}_writers_shared", f"{WRITERS} writers, 1 segment", WRITERS, True),
+    )
+)
+
+
+async def append_loop(store: SegmentStore, segment: str, payload: bytes, window: Window) -> None:
+    start_s = perf_counter()
+    while window.is_open(start_s):
+        await store.append(segment, payload)
+        end_s = perf_counter()
+        window.record(start_s, end_s)
+        start_s = end_s
+
+
+async def measure_store(
+    case: StoreCase, data_dir: Path, warmup_s: float, duration_s: float
+) -> Measurement:
+    payload = b"t" * RECORD_BYTES
+    segments = case.segment_names()
+    config = StoreConfig(data_dir=data_dir, durability=case.durability)
+    async with open_store(config) as store:
+        for segment in dict.fromkeys(segments):
+            await store.create(segment, durability=case.durability, make_parents=True)
+        window = Window.after_warmup(warmup_s, duration_s)
+        async with trio.open_nursery() as nursery:
+            for segment in segments:
+                nursery.start_soon(append_loop, store, segment, payload, window)
+            await trio.sleep(max(0.0, window.measure_from_s - perf_counter()))
+            syncs_before = store.statistics().journal_syncs
+        syncs = store.statistics().journal_syncs - syncs_before
+    return summarize(case.label, window, syncs=syncs)
+
+
+# ------------------------------------------------------------------------ run
+@dataclasses.dataclass(frozen=True)
+class Filesystem:
+    device: str
+    mount_point: str
+    fs_type: str
+
+
+def filesystem_of(path: Path) -> Filesystem:
+    """The mount holding ``path``, from /proc/self/mounts (the last, longest match)."""
+    real = os.path.realpath(path)
+    best = Filesystem("unknown", "unknown", "unknown")
+    try:
+        with open("/proc/self/mounts") as mounts:
+            lines = mounts.read().splitlines()
+    except OSError:
+        return best
+    for line in lines:
+        device, mount_point, fs_type = line.split()[:3]
+        mount_point = mount_point.replace("\\040", " ")
+        inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
+        if inside and (best.mount_point == "unknown" or len(mount_point) >= len(best.mount_point)):
+            best = Filesystem(device, mount_point, fs_type)
+    return best
+
+
+def describe_machine(directory: Path) -> dict[str, Any]:
+    return {
+        "cpus": len(os.sched_getaffinity(0)),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "trio": trio.__version__,
+        "directory": str(directory),
+        "filesystem": dataclasses.asdict(filesystem_of(directory)),
+    }
+
+
+def run_all(directory: Path, duration_s: float) -> dict[str, Measurement]:
+    """Every measurement, ceilings first, each in its own subdirectory of ``directory``."""
+    warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration_s)
+    results = {
+        "raw_write_fdatasync": measure_raw(
+            "raw (a) write 1 KiB + fdatasync",
+            directory / "raw-a",
+            records_per_write=1,
+            sync=True,
+            warmup_s=warmup_s,
+            duration_s=duration_s,
+        ),
+        "raw_batched_fdatasync": measure_raw(
+            f"raw (b) write {BATCH_RECORDS} KiB + fdatasync",
+            directory / "raw-b",
+            records_per_write=BATCH_RECORDS,
+            sync=True,
+            warmup_s=warmup_s,
+            duration_s=duration_s,
+        ),
+        "raw_write": measure_raw(
+            "raw (c) write 1 KiB, no sync",
+            directory / "raw-c",
+            records_per_write=1,
+            sync=False,
+            warmup_s=warmup_s,
+            duration_s=duration_s,
+        ),
+    }
+    for case in STORE_CASES:
+        results[case.key] = trio.run(
+            measure_store, case, directory / case.key, warmup_s, duration_s
+        )
+    return results
+
+
+# --------------------------------------------------------------------- targets
+@dataclasses.dataclass(frozen=True)
+class Target:
+    name: str
+    ratio: float
+    limit: float
+    at_least: bool  # True: ratio must be >= limit; False: <= limit
+
+    @property
+    def passed(self) -> bool:
+        return self.ratio >= self.limit if self.at_least else self.ratio <= self.limit
+
+
+def evaluate_targets(results: dict[str, Measurement]) -> list[Target]:
+    pd_many = results[f"tierfs_pd_{WRITERS}_writers"]
+    pd_one = results["tierfs_pd_1_writer"]
+    vd_one = results["tierfs_vd_1_writer"]
+    return [
+        Target(
+            f"PD {WRITERS} writers appends/s / raw (b) records/s",
+            pd_many.records_per_s / results["raw_batched_fdatasync"].records_per_s,
+            0.50,
+            at_least=True,
+        ),
+        Target(
+            "PD 1 writer p50 / raw (a) p50",
+            pd_one.p50_latency_us / results["raw_write_fdatasync"].p50_latency_us,
+            3.0,
+            at_least=False,
+        ),
+        Target(
+            "VD 1 writer appends/s / raw (c) writes/s",
+            vd_one.records_per_s / results["raw_write"].records_per_s,
+            0.25,
+            at_least=True,
+        ),
+    ]
+
+
+# ---------------------------------------------------------------------- report
+def format_table(results: dict[str, Measurement]) -> list[str]:
+    header = (
+        f"{'measurement':<38} {'records/s':>11} {'p50 us':>9} {'p99 us':>9} {'records/sync':>12}"
+    )
+    lines = [header, "-" * len(header)]
+    for measurement in results.values():
+        per_sync = measurement.records_per_sync
+        lines.append(
+            f"{measurement.label:<38} {measurement.records_per_s:>11,.0f} "
+            f"{measurement.p50_latency_us:>9,.1f} {measurement.p99_latency_us:>9,.1f} "
+            f"{'-' if per_sync is None else f'{per_sync:,.1f}':>12}"
+        )
+    return lines
+
+
+def format_targets(targets: list[Target]) -> list[str]:
+    lines = []
+    for target in targets:
+        bound = ">=" if target.at_least else "<="
+        verdict = "PASS" if target.passed else "FAIL"
+        lines.append(
+            f"{target.name:<46} {target.ratio:6.2f}  ({bound} {target.limit:.2f})  {verdict}"
+        )
+    return lines
+
+
+def print_report(
+    machine: dict[str, Any], results: dict[str, Measurement], targets: list[Target], out: TextIO
+) -> None:
+    fs = machine["filesystem"]
+    print(
+        f"append benchmark: {RECORD_BYTES}-byte records, {machine['cpus']} CPUs, "
+        f"{fs['fs_type']} on {fs['device']} ({machine['directory']})",
+        file=out,
+    )
+    print("latencies are per operation (for raw (b): per 32 KiB write + fdatasync)", file=out)
+    print(file=out)
+    for line in format_table(results):
+        print(line, file=out)
+    print(file=out)
+    for line in format_targets(targets):
+        print(line, file=out)
+
+
+def report_json(
+    machine: dict[str, Any],
+    duration_s: float,
+    results: dict[str, Measurement],
+    targets: list[Target],
+) -> dict[str, Any]:
+    return {
+        "benchmark": "append",
+        "record_bytes": RECORD_BYTES,
+        "seconds_per_measurement": duration_s,
+        "machine": machine,
+        "measurements": {key: dataclasses.asdict(m) for key, m in results.items()},
+        "targets": [{**dataclasses.asdict(t), "passed": t.passed} for t in targets],
+    }
+
+
+# ------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="duration of each measurement (default 3)"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("."),
+        help="create the scratch directory here; must be on the disk to measure "
+        "(default: the current directory)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON object of all figures on stdout (the table goes to stderr)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.seconds > 0:
+        print("--seconds must be > 0", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.dir.is_dir():
+        print(f"--dir {args.dir} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    fs_type = filesystem_of(args.dir).fs_type
+    if fs_type in RAM_FILESYSTEMS:
+        print(f"{args.dir} is on {fs_type} (RAM): choose --dir on a real disk", file=sys.stderr)
+        return EXIT_USAGE
+    directory = Path(tempfile.mkdtemp(prefix=".tierfs-bench-", dir=args.dir)).resolve()
+    try:
+        machine = describe_machine(directory)
+        results = run_all(directory, args.seconds)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    targets = evaluate_targets(results)
+    print_report(machine, results, targets, sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(report_json(machine, args.seconds, results, targets), indent=2))
+    return EXIT_OK
