@@ -219,3 +219,7 @@ def main() -> None:
     sys.exit(run())
 
 
+
+
+if __name__ == "__main__":
+    main()

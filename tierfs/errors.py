@@ -12,6 +12,9 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class TierFSError(Exception):
     """Base class of every error raised deliberately by tierfs."""
@@ -193,3 +196,25 @@ class JournalCorruptionError(TierFSError):
     """The journal holds damage recovery cannot cut off as a torn tail."""
 
     code = "journal_corrupt"
+
+
+def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+@contextlib.contextmanager
+def single_error() -> Iterator[None]:
+    """Re-raise the first error of an exception group from parallel tasks unwrapped,
+    so callers of tierfs see ``DataCorruptionError``, not a trio nursery's group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        for leaf in leaves:
+            if isinstance(leaf, Exception):
+                raise leaf from None
+        raise leaves[0] from None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .checksums import BLOCK_BYTES, crc32c
-from .errors import DataCorruptionError, JournalCorruptionError
+from .errors import DataCorruptionError, JournalCorruptionError, single_error
 from .segment_state import SegmentState
 from .tail import TailEntry
 
@@ -103,9 +103,10 @@ class Reader:
         if len(wanted) == 1:
             await fetch(0)
         else:
-            async with trio.open_nursery() as nursery:
-                for i in range(len(wanted)):
-                    nursery.start_soon(fetch, i)
+            with single_error():
+                async with trio.open_nursery() as nursery:
+                    for i in range(len(wanted)):
+                        nursery.start_soon(fetch, i)
         out = bytearray()
         for (chunk, block), data in zip(wanted, blocks, strict=True):
             block_start = chunk.start_offset + block * BLOCK_BYTES

@@ -45,6 +45,7 @@ from .errors import (
     SegmentSealedError,
     StoreClosedError,
     Tier2Error,
+    single_error,
 )
 from .journal import Journal
 from .metadata import MetadataStore, SegmentRow, now_ns
@@ -641,7 +642,9 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
     store = SegmentStore(config or StoreConfig())
     await store._start()
     try:
-        try:
+        # The caller's block runs inside our nursery; its error comes back unwrapped,
+        # as if no nursery were there.
+        with single_error():
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.journal.run)
                 await nursery.start(store.writer.run)
@@ -655,12 +658,6 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
                             await store._shutdown()
                         finally:
                             nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # The caller's block runs inside our nursery; hand its single error back
-            # unwrapped, as if no nursery were there.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
         with trio.CancelScope(shield=True):
             await store.journal.close()
     finally:
