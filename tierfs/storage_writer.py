@@ -78,6 +78,7 @@ class StorageWriter:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             task_status.started()
+            await self._truncate_journal()  # files a previous run left fully flushed
             while True:
                 with trio.move_on_after(TICK_S):
                     await self._wakeup.wait()

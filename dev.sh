@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian/Ubuntu machine (see README.md):
+#   bash dev.sh demo   install what is missing, then run the demo on embedded defaults
+#   bash dev.sh test   install what is missing, then run ruff, mypy and the test suite
+# It installs only what is missing: apt packages (as root, or through sudo), a .venv
+# with tierfs and its test dependencies. Re-running it is cheap.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+mode="${1:-}"
+case "$mode" in
+  demo|test) ;;
+  *) echo "usage: bash dev.sh demo|test" >&2; exit 2 ;;
+esac
+
+apt_missing=()
+command -v python3 >/dev/null || apt_missing+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || apt_missing+=(python3-venv)
+command -v gcc >/dev/null || apt_missing+=(build-essential)
+python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \
+  || apt_missing+=(python3-dev)
+if ((${#apt_missing[@]})); then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "dev.sh: installing ${apt_missing[*]}" >&2
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${apt_missing[@]}"
+fi
+
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+  echo "dev.sh: tierfs needs Python >= 3.11, found $(python3 --version)" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+if [ ! -f .venv/.installed ] || [ setup.py -nt .venv/.installed ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test]"
+  touch .venv/.installed
+fi
+
+case "$mode" in
+  demo)
+    exec .venv/bin/python examples/quickstart.py
+    ;;
+  test)
+    .venv/bin/ruff check tierfs fuse fsspec_impl tests examples
+    .venv/bin/mypy
+    exec .venv/bin/pytest -q tests
+    ;;
+esac
