@@ -17,11 +17,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
 from helpers import small_config
 
 from tierfs import StoreConfig, open_store
 from tierfs.store import SegmentStore
+
 
 @pytest.fixture
 def config(tmp_path: Path) -> StoreConfig:

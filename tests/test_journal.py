@@ -83,7 +83,7 @@ async def test_rolls_files_and_reads_back(tmp_path: Path) -> None:
         positions.append(journal.add_append(1, i * 50, bytes([i]) * 50))
         journal.write_queued()
     assert journal.file_count() > 3
-    for i, (frame_lsn, end_lsn) in enumerate(positions):
+    for i, (frame_lsn, _) in enumerate(positions):
         assert journal.read_at(frame_lsn + FRAME_OVERHEAD, 50) == bytes([i]) * 50
     deletable = journal.deletable_files(positions[5][0])
     assert deletable and all(p.exists() for p in deletable)

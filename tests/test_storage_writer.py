@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers import KiB, small_config
 
 from tierfs import open_store
 from tierfs.chunkstore import LocalChunkStorage
 from tierfs.errors import BacklogFullError, Tier2Error
-
-from helpers import KiB, small_config
 
 
 async def _wait(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
