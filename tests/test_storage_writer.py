@@ -20,16 +20,18 @@ async def _wait(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-u
 
 
 async def test_flushes_by_size_and_by_age(tmp_path: Path) -> None:
-    config = small_config(tmp_path / "d", flush_interval_s=0.3, flush_bytes=32 * KiB)
+    config = small_config(tmp_path / "d", flush_interval_s=1.5, flush_bytes=32 * KiB)
     async with open_store(config) as store:
         await store.create("size")
         await store.append("size", b"s" * (40 * KiB))
-        await _wait(lambda: store._segments["size"].flushed_length == 40 * KiB, 0.25)
+        start = trio.current_time()
+        await _wait(lambda: store._segments["size"].flushed_length == 40 * KiB, 1.4)
+        assert trio.current_time() - start < config.flush_interval_s  # size, not age
         await store.create("age")
         await store.append("age", b"a" * 100)
-        await trio.sleep(0.1)
+        await trio.sleep(0.3)
         assert store._segments["age"].flushed_length == 0
-        await _wait(lambda: store._segments["age"].flushed_length == 100, 2.0)
+        await _wait(lambda: store._segments["age"].flushed_length == 100, 5.0)
 
 
 async def test_rolls_over_at_max_chunk_size_and_deletes_journal_files(config) -> None:  # type: ignore[no-untyped-def]

@@ -19,6 +19,7 @@ Invariants every backend gives:
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,29 +45,32 @@ def _translate(name: str, call: Callable[[], T]) -> T:
         raise Tier2Error(f"tier-2 failed on chunk {name!r}: {type(e).__name__}: {e}") from e
 
 
-class ChunkStorage:
+class ChunkStorage(abc.ABC):
     """Interface of a tier-2 chunk store (see module docstring for guarantees)."""
 
     supports_append = False
     supports_concat = False
     url = ""
 
+    @abc.abstractmethod
     def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
-        raise NotImplementedError
+        """Create the chunk (offset 0) or write at exactly ``offset`` (append)."""
 
+    @abc.abstractmethod
     def read(self, name: str, start: int, end: int) -> bytes:
-        raise NotImplementedError
+        """Bytes ``[start, end)`` of the chunk."""
 
+    @abc.abstractmethod
     def delete(self, name: str) -> None:
         """Delete a chunk; deleting a missing chunk is not an error."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def list(self, prefix: str = "") -> list[str]:
-        raise NotImplementedError
+        """Chunk names starting with ``prefix`` (admin and fsck only, never hot paths)."""
 
+    @abc.abstractmethod
     def stat(self, name: str) -> int:
         """Size in bytes of the stored object (may exceed the committed length)."""
-        raise NotImplementedError
 
     def chunk_url(self, name: str) -> str:
         return f"{self.url.rstrip('/')}/{name}"

@@ -94,17 +94,24 @@ class TailBudget:
         self.limit_bytes = limit_bytes
         self.used_bytes = 0
         self.evicted_entries = 0
+        self._held_entries = 0
         self._fifo: collections.deque[TailEntry] = collections.deque()
 
     def hold(self, entry: TailEntry) -> None:
         assert entry.data is not None
         self.used_bytes += entry.length
+        self._held_entries += 1
         self._fifo.append(entry)
+        if len(self._fifo) > 4 * self._held_entries + 1024:
+            # Released entries pile up behind an old held one: keep the FIFO (and so
+            # memory) proportional to what is actually held.
+            self._fifo = collections.deque(e for e in self._fifo if e.data is not None)
 
     def release(self, entry: TailEntry) -> None:
         if entry.data is not None:
             entry.data = None
             self.used_bytes -= entry.length
+            self._held_entries -= 1
 
     def evict(self, written_lsn: int) -> None:
         """Drop in-memory bytes of the oldest entries already written to the journal."""
