@@ -50,12 +50,15 @@ def test_scan_drops_files_after_a_torn_one(tmp_path: Path) -> None:
     assert result.dropped_files == [later]
 
 
+def _journal(directory: Path, on_durable=lambda lsn: None, **settings: float) -> Journal:  # type: ignore[no-untyped-def]
+    values = dict(file_bytes=1 << 20, vd_sync_interval_s=1.0)
+    values.update(settings)
+    return Journal(directory, start_lsn=0, next_seq=1, on_durable=on_durable, **values)  # type: ignore[arg-type]
+
+
 async def test_group_commit_batches_concurrent_appends(tmp_path: Path) -> None:
     durable: list[int] = []
-    journal = Journal(
-        tmp_path, start_lsn=0, next_seq=1, file_bytes=1 << 20, vd_sync_interval_s=1.0,
-        on_durable=durable.append,
-    )
+    journal = _journal(tmp_path, durable.append)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
 
@@ -74,10 +77,7 @@ async def test_group_commit_batches_concurrent_appends(tmp_path: Path) -> None:
 
 
 async def test_rolls_files_and_reads_back(tmp_path: Path) -> None:
-    journal = Journal(
-        tmp_path, start_lsn=0, next_seq=1, file_bytes=100, vd_sync_interval_s=1.0,
-        on_durable=lambda lsn: None,
-    )
+    journal = _journal(tmp_path, file_bytes=100)
     positions = []
     for i in range(10):
         positions.append(journal.add_append(1, i * 50, bytes([i]) * 50))
@@ -94,10 +94,7 @@ async def test_rolls_files_and_reads_back(tmp_path: Path) -> None:
 
 async def test_vd_writes_are_synced_within_the_interval(tmp_path: Path) -> None:
     synced: list[int] = []
-    journal = Journal(
-        tmp_path, start_lsn=0, next_seq=1, file_bytes=1 << 20, vd_sync_interval_s=0.05,
-        on_durable=synced.append,
-    )
+    journal = _journal(tmp_path, synced.append, vd_sync_interval_s=0.05)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
         journal.add_append(1, 0, b"v")
