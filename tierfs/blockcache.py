@@ -8,12 +8,14 @@ Invariants:
 - The LRU is bounded by bytes (``cachetools.LRUCache`` with ``getsizeof=len``).
 - Concurrent misses on one key run the fetch once; the others wait for its result or
   its error.
+- Pinned keys (blocks a read is assembling right now) are made most-recently-used
+  before every insertion, so read-ahead filling the cache never evicts them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import cachetools
 import trio
@@ -28,6 +30,7 @@ class CacheStatistics:
     capacity_bytes: int
     gets: int
     fetched_bytes: int
+    prefetches: int
 
 
 class _CountingLRU(cachetools.LRUCache[Hashable, bytes]):
@@ -50,6 +53,8 @@ class BlockCache:
         self.capacity_bytes = capacity_bytes
         self._lru = _CountingLRU(maxsize=capacity_bytes, getsizeof=len)
         self._flights: dict[Hashable, _Flight] = {}
+        self._pins: dict[Hashable, int] = {}
+        self.prefetches = 0
         self.hits = 0
         self.misses = 0
         self.gets = 0
@@ -57,6 +62,30 @@ class BlockCache:
 
     def peek(self, key: Hashable) -> bytes | None:
         return self._lru.get(key)
+
+    def has(self, key: Hashable) -> bool:
+        """Cached or being fetched right now."""
+        return key in self._flights or key in self._lru
+
+    def pin(self, keys: Sequence[Hashable]) -> None:
+        for key in keys:
+            self._pins[key] = self._pins.get(key, 0) + 1
+
+    def unpin(self, keys: Sequence[Hashable]) -> None:
+        for key in keys:
+            count = self._pins[key] - 1
+            if count:
+                self._pins[key] = count
+            else:
+                del self._pins[key]
+
+    def _insert(self, key: Hashable, data: bytes) -> None:
+        if len(data) > self.capacity_bytes:
+            return
+        for pinned in self._pins:
+            if pinned in self._lru:
+                self._lru[pinned]  # touch: most recently used, evicted last
+        self._lru[key] = data
 
     async def get(self, key: Hashable, fetch: Callable[[], Awaitable[bytes]]) -> bytes:
         data = self._lru.get(key)
@@ -79,8 +108,7 @@ class BlockCache:
             data = await fetch()
             self.fetched_bytes += len(data)
             flight.data = data
-            if len(data) <= self.capacity_bytes:
-                self._lru[key] = data
+            self._insert(key, data)
             return data
         except Exception as e:
             flight.error = e
@@ -101,4 +129,5 @@ class BlockCache:
             capacity_bytes=self.capacity_bytes,
             gets=self.gets,
             fetched_bytes=self.fetched_bytes,
+            prefetches=self.prefetches,
         )

@@ -13,14 +13,21 @@ Invariants every backend gives:
 - ``write(name, offset, data)`` with ``offset > 0`` writes at exactly that position
   (pwrite), so a retried append after a failure never duplicates bytes.
 - Methods block; callers run them in worker threads under a limiter. Backend errors
-  are translated here, in one table: missing object -> ``ChunkMissingError``, anything
-  else -> ``Tier2Error``.
+  are translated here, in one place (``_call``): missing object -> ``ChunkMissingError``;
+  access denied or an invalid request -> ``Tier2Error`` at once; anything transient
+  (5xx, SlowDown/503, connection errors, timeouts) is retried with exponential backoff
+  and jitter, ``Tier2Error`` only after the last attempt. Retries live here and nowhere
+  else on the tier-2 path (the storage writer's own backoff starts after these).
 """
 
 from __future__ import annotations
 
 import abc
+import errno
+import logging
 import os
+import random
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,19 +37,45 @@ import fsspec
 from .errors import ChunkMissingError, InvalidArgumentError, Tier2Error
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
-def _translate(name: str, call: Callable[[], T]) -> T:
-    try:
-        return call()
-    except FileNotFoundError as e:
-        raise ChunkMissingError(f"chunk {name!r} is missing from tier-2: {e}") from e
-    except (Tier2Error, InvalidArgumentError):
-        raise
-    except PermissionError as e:
-        raise Tier2Error(f"tier-2 refused access to chunk {name!r}: {e}") from e
-    except Exception as e:  # any backend failure: network, 5xx, disk
-        raise Tier2Error(f"tier-2 failed on chunk {name!r}: {type(e).__name__}: {e}") from e
+# 5 attempts, 50 ms doubling with jitter: rides out about 0.8 s of throttling or a
+# dropped connection before the caller sees the error.
+RETRY_ATTEMPTS = 5
+RETRY_INITIAL_S = 0.05
+_PERMANENT_ERRNOS = {errno.EINVAL, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.ENOSPC}
+
+
+def _is_transient(error: Exception) -> bool:
+    if isinstance(error, (ValueError, TypeError, NotImplementedError)):
+        return False
+    if isinstance(error, OSError) and error.errno in _PERMANENT_ERRNOS:
+        return False
+    return True
+
+
+def _call(name: str, call: Callable[[], T], attempts: int = RETRY_ATTEMPTS) -> T:
+    delay_s = RETRY_INITIAL_S
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except FileNotFoundError as e:
+            raise ChunkMissingError(f"chunk {name!r} is missing from tier-2: {e}") from e
+        except (Tier2Error, InvalidArgumentError):
+            raise
+        except PermissionError as e:
+            raise Tier2Error(f"tier-2 refused access to chunk {name!r}: {e}") from e
+        except Exception as e:  # any backend failure: network, 5xx, disk
+            if not _is_transient(e) or attempt == attempts:
+                tries = f" after {attempt} attempts" if attempt > 1 else ""
+                raise Tier2Error(
+                    f"tier-2 failed on chunk {name!r}{tries}: {type(e).__name__}: {e}"
+                ) from e
+            log.info("tier-2 %s on %r, retry %d in %.2f s", type(e).__name__, name, attempt, delay_s)
+            time.sleep(delay_s * (0.5 + random.random()))
+            delay_s *= 2
+    raise AssertionError("unreachable")
 
 
 class ChunkStorage(abc.ABC):
@@ -117,14 +150,14 @@ class LocalChunkStorage(ChunkStorage):
                 finally:
                     os.close(dir_fd)
 
-        _translate(name, call)
+        _call(name, call)
 
     def read(self, name: str, start: int, end: int) -> bytes:
         def call() -> bytes:
             with open(self._path(name), "rb") as f:
                 return os.pread(f.fileno(), end - start, start)
 
-        return _translate(name, call)
+        return _call(name, call)
 
     def delete(self, name: str) -> None:
         def call() -> None:
@@ -133,7 +166,7 @@ class LocalChunkStorage(ChunkStorage):
             except FileNotFoundError:
                 pass
 
-        _translate(name, call)
+        _call(name, call)
 
     def list(self, prefix: str = "") -> list[str]:
         def call() -> list[str]:
@@ -145,10 +178,10 @@ class LocalChunkStorage(ChunkStorage):
                         names.append(rel)
             return sorted(names)
 
-        return _translate(prefix, call)
+        return _call(prefix, call)
 
     def stat(self, name: str) -> int:
-        return _translate(name, lambda: os.stat(self._path(name)).st_size)
+        return _call(name, lambda: os.stat(self._path(name)).st_size)
 
 
 class FsspecChunkStorage(ChunkStorage):
@@ -169,14 +202,14 @@ class FsspecChunkStorage(ChunkStorage):
     def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
         if offset != 0:
             raise InvalidArgumentError(f"{self.url} cannot append to an existing chunk")
-        _translate(name, lambda: self.fs.pipe_file(self._path(name), bytes(data)))
+        _call(name, lambda: self.fs.pipe_file(self._path(name), bytes(data)))
 
     def read(self, name: str, start: int, end: int) -> bytes:
         def call() -> bytes:
             data: bytes = self.fs.cat_file(self._path(name), start=start, end=end)
             return data
 
-        return _translate(name, call)
+        return _call(name, call)
 
     def delete(self, name: str) -> None:
         def call() -> None:
@@ -185,7 +218,7 @@ class FsspecChunkStorage(ChunkStorage):
             except FileNotFoundError:
                 pass
 
-        _translate(name, call)
+        _call(name, call)
 
     def list(self, prefix: str = "") -> list[str]:
         def call() -> list[str]:
@@ -196,10 +229,10 @@ class FsspecChunkStorage(ChunkStorage):
             names = [p[len(self.root) + 1 :] for p in found]
             return sorted(n for n in names if n.startswith(prefix))
 
-        return _translate(prefix, call)
+        return _call(prefix, call)
 
     def stat(self, name: str) -> int:
-        return _translate(name, lambda: int(self.fs.info(self._path(name))["size"]))
+        return _call(name, lambda: int(self.fs.info(self._path(name))["size"]))
 
 
 def open_chunk_storage(url: str, storage_options: Mapping[str, Any] | None = None) -> ChunkStorage:

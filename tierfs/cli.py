@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data-dir", help="data directory (default ~/.local/share/tierfs)")
     parser.add_argument("--tier2", help="tier-2 chunk store URL (default <data-dir>/chunks)")
+    parser.add_argument(
+        "--tier2-endpoint-url", help="S3-compatible endpoint for an s3:// tier-2 (e.g. MinIO)"
+    )
     parser.add_argument("--config", help="TOML config file (default $TIERFS_CONFIG)")
     parser.add_argument("--durability", choices=DURABILITY_LEVELS, help="default for new segments")
     parser.add_argument("-v", "--verbose", action="count", default=0)
@@ -190,6 +193,7 @@ def run(argv: list[str] | None = None) -> int:
             {
                 "data_dir": args.data_dir,
                 "tier2_url": args.tier2,
+                "tier2_endpoint_url": args.tier2_endpoint_url,
                 "durability": getattr(args, "durability", None) if args.command != "create" else None,
             },
             config_file=args.config,

@@ -38,6 +38,8 @@ class StoreConfig:
     tier2_url: str = ""
     # Storage options passed to fsspec for tier-2 (endpoint_url, key, ...).
     tier2_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # S3-compatible endpoint for an s3:// tier-2 (else AWS_ENDPOINT_URL / AWS config).
+    tier2_endpoint_url: str = ""
     durability: str = "pd"
     # VD segments are fsynced at least this often (BP-14 bounded interval).
     vd_sync_interval_s: float = 1.0
@@ -58,6 +60,8 @@ class StoreConfig:
     tier2_retry_initial_s: float = 0.2
     tier2_retry_max_s: float = 30.0
     block_cache_bytes: int = 256 * MiB
+    # Sequential readers prefetch up to this far ahead (see readahead.py).
+    readahead_max_bytes: int = 32 * MiB
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_LEVELS:
@@ -73,14 +77,22 @@ class StoreConfig:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise InvalidArgumentError(f"{name} must be > 0, not {getattr(self, name)!r}")
-        if self.tail_memory_bytes < 0:
-            raise InvalidArgumentError("tail_memory_bytes must be >= 0")
+        if self.tail_memory_bytes < 0 or self.readahead_max_bytes < 0:
+            raise InvalidArgumentError("tail_memory_bytes and readahead_max_bytes must be >= 0")
         if self.max_append_bytes > self.max_backlog_bytes:
             raise InvalidArgumentError("max_append_bytes must not exceed max_backlog_bytes")
 
     @property
     def chunk_store_url(self) -> str:
         return self.tier2_url or str(self.data_dir / "chunks")
+
+    @property
+    def chunk_store_options(self) -> dict[str, Any]:
+        """fsspec storage options for tier-2: ``tier2_options`` plus the endpoint."""
+        options = dict(self.tier2_options)
+        if self.tier2_endpoint_url:
+            options.setdefault("endpoint_url", self.tier2_endpoint_url)
+        return options
 
     def replace(self, **changes: Any) -> StoreConfig:
         return dataclasses.replace(self, **changes)

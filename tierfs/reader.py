@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .checksums import BLOCK_BYTES, crc32c
-from .errors import DataCorruptionError, JournalCorruptionError, single_error
+from .errors import DataCorruptionError, JournalCorruptionError, TierFSError, single_error
 from .segment_state import SegmentState
 from .tail import TailEntry
 
@@ -84,9 +84,9 @@ class Reader:
     async def tail_bytes(self, seg: SegmentState, start: int, end: int) -> bytes:
         return b"".join(await self.resolve_tail(self.capture_tail(seg, start, end)))
 
-    async def read_chunks(self, seg: SegmentState, start: int, end: int) -> bytes:
-        chunks = await self._store.chunks_of(seg)
-        wanted: list[tuple[Any, int]] = []  # (chunk, block index)
+    def _blocks(self, chunks: list[Any], seg: SegmentState, start: int, end: int) -> list[tuple[Any, int]]:
+        """(chunk, block index) of every block overlapping segment bytes [start, end)."""
+        wanted: list[tuple[Any, int]] = []
         index = max(seg.chunk_index_at(start), 0)
         while index < len(chunks) and chunks[index].start_offset < end:
             chunk = chunks[index]
@@ -95,18 +95,29 @@ class Reader:
             for block in range(lo // BLOCK_BYTES, (hi - 1) // BLOCK_BYTES + 1):
                 wanted.append((chunk, block))
             index += 1
+        return wanted
+
+    async def read_chunks(self, seg: SegmentState, start: int, end: int) -> bytes:
+        chunks = await self._store.chunks_of(seg)
+        wanted = self._blocks(chunks, seg, start, end)
         blocks: list[bytes] = [b""] * len(wanted)
+        cache = self._store.block_cache
+        keys = [block_key(chunk, block) for chunk, block in wanted]
 
         async def fetch(i: int) -> None:
             blocks[i] = await self.block(wanted[i][0], wanted[i][1])
 
-        if len(wanted) == 1:
-            await fetch(0)
-        else:
-            with single_error():
-                async with trio.open_nursery() as nursery:
-                    for i in range(len(wanted)):
-                        nursery.start_soon(fetch, i)
+        cache.pin(keys)
+        try:
+            if len(wanted) == 1:
+                await fetch(0)
+            else:
+                with single_error():
+                    async with trio.open_nursery() as nursery:
+                        for i in range(len(wanted)):
+                            nursery.start_soon(fetch, i)
+        finally:
+            cache.unpin(keys)
         out = bytearray()
         for (chunk, block), data in zip(wanted, blocks, strict=True):
             block_start = chunk.start_offset + block * BLOCK_BYTES
@@ -119,11 +130,33 @@ class Reader:
             )
         return bytes(out)
 
+    def prefetch(self, seg: SegmentState, start: int, end: int, nursery: trio.Nursery) -> int:
+        """Start background fetches of the flushed blocks in [start, end) that are
+        neither cached nor in flight; returns how many were started. Errors are left
+        for the read that needs the block to see."""
+        end = min(end, seg.flushed_length)
+        if seg.chunks is None or end <= start:
+            return 0
+        cache = self._store.block_cache
+        started = 0
+        for chunk, block in self._blocks(seg.chunks, seg, start, end):
+            if not cache.has(block_key(chunk, block)):
+                cache.prefetches += 1
+                nursery.start_soon(self._prefetch_block, chunk, block)
+                started += 1
+        return started
+
+    async def _prefetch_block(self, chunk: Any, block: int) -> None:
+        try:
+            await self.block(chunk, block)
+        except TierFSError:
+            pass  # the reader that needs this block will fetch it again and see the error
+
     async def block(self, chunk: Any, block: int) -> bytes:
         """One verified block of a chunk, through the shared cache."""
         block_start = block * BLOCK_BYTES
         block_end = min(block_start + BLOCK_BYTES, int(chunk.length))
-        key = (chunk.name, block, block_end - block_start)
+        key = block_key(chunk, block)
         store = self._store
 
         async def fetch() -> bytes:
@@ -145,3 +178,9 @@ class Reader:
             return data
 
         return await store.block_cache.get(key, fetch)
+
+
+def block_key(chunk: Any, block: int) -> tuple[str, int, int]:
+    """Cache key of a block: a growing chunk's last block is keyed by its length."""
+    block_start = block * BLOCK_BYTES
+    return (str(chunk.name), block, min(block_start + BLOCK_BYTES, int(chunk.length)) - block_start)

@@ -50,6 +50,7 @@ from .errors import (
 from .journal import Journal
 from .metadata import MetadataStore, SegmentRow, now_ns
 from .ownership import DataDirLock
+from .readahead import SegmentReader
 from .reader import Reader
 from .recovery import RecoveryReport, recover_journal
 from .segment_state import SegmentState
@@ -153,7 +154,7 @@ class SegmentStore:
         self.metadata = MetadataStore(data_dir / "metadata.sqlite")
         store_record = self.metadata.begin_epoch()
         self.epoch = int(store_record.epoch)
-        self.chunk_storage = open_chunk_storage(config.chunk_store_url, config.tier2_options)
+        self.chunk_storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
         self._directories = self.metadata.load_directories()
         for row in self.metadata.load_segments():
             flushed = int(row.record.flushed_length)
@@ -465,6 +466,19 @@ class SegmentStore:
             await trio.lowlevel.checkpoint()
             return b""
         return await self.reader.read(seg, offset, end)
+
+    def open_reader(self, name: str) -> SegmentReader:
+        """A reader object for one consumer: sequential reads get adaptive read-ahead."""
+        seg = self._segment(name)
+        window = min(self.config.readahead_max_bytes, self.config.block_cache_bytes // 4)
+        return SegmentReader(self, seg.name, window)
+
+    def prefetch(self, name: str, start: int, end: int) -> int:
+        """Start background fetches of flushed blocks in [start, end); returns how many."""
+        seg = self._segments.get(name)
+        if seg is None or self._nursery is None or self._closed:
+            return 0
+        return self.reader.prefetch(seg, start, end, self._nursery)
 
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> int:
         """Wait until the durable length exceeds ``offset`` or the timeout passes;

@@ -4,9 +4,12 @@ Everything runs in one process, in one run, in a fresh directory on one filesyst
 (under ``--dir``, default the current directory; RAM-backed filesystems are refused
 because fdatasync costs nothing there). Each measurement runs for ``--seconds`` after a
 short warm-up; only operations started inside that window count, and each one is timed
-with ``time.perf_counter``.
+with ``time.perf_counter``. Each ceiling runs right before the tierfs cases compared
+with it, so the two figures of a ratio are measured seconds apart.
 
-tierfs (a fresh store per case; ``await store.append(segment, 1 KiB)`` is what is timed):
+tierfs (``await store.append(segment, 1 KiB)`` is what is timed), a fresh store with the
+default configuration per case, so the background flush to tier-2 (``<data_dir>/chunks``
+on the same disk) is part of what is measured:
 
 - PD (returns after the group-commit fdatasync covering the record) and VD (returns
   after write(2));
@@ -17,11 +20,12 @@ Raw ceilings, plain ``os`` calls on one thread, on a file opened as the journal 
 its files (``O_APPEND``, growing, not preallocated):
 
 - (a) write 1 KiB + fdatasync per record: the latency floor of one durable append;
-- (b) write 32 KiB + fdatasync: 32 records per sync, the throughput floor of group
+- (b) write 32 KiB + fdatasync: 32 records per sync, the throughput ceiling of group
   commit with 32 writers (each has one record in flight, so one sync can carry at
   most 32 of them);
 - (c) write 1 KiB, no sync: copying a record into the page cache, all a VD append has
-  to do.
+  to do (its file is synced after the window, untimed, so its dirty pages do not slow
+  the next measurement).
 
 Why these are the right comparisons: a PD append cannot return before its bytes are
 written and synced, so (a) bounds its latency and (b) bounds what group commit of 32
@@ -36,7 +40,9 @@ measured seconds apart on the same disk are what the targets (issue 2) are set o
 - PD, 1 writer: p50 latency <= 3 x (a)'s p50;
 - VD, 1 writer: appends/s >= 25 % of (c)'s rate.
 
-A missed target is reported, not an error: the exit code is 0 either way.
+The report also gives records per journal sync (group-commit batch size) and the
+number of tier-2 flushes in each window. A missed target is reported, not an error:
+the exit code is 0 either way.
 """
 
 from __future__ import annotations
@@ -109,7 +115,10 @@ class Measurement:
     records_per_s: float
     p50_latency_us: float  # per operation
     p99_latency_us: float
-    records_per_sync: float | None  # None where nothing is synced per operation
+    records_per_sync: float | None  # None where nothing was synced in the window
+    # tierfs only: tier-2 flushes in the window and the backlog left at its end
+    tier2_flushes: int | None = None
+    unflushed_bytes_at_end: int | None = None
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -140,6 +149,26 @@ def summarize(
 
 
 # ----------------------------------------------------------------- raw ceilings
+@dataclasses.dataclass(frozen=True)
+class RawCase:
+    key: str
+    label: str
+    records_per_write: int
+    sync: bool  # fdatasync after every write
+
+
+RAW_CASES = (
+    RawCase("raw_write_fdatasync", "raw (a) write 1 KiB + fdatasync", 1, sync=True),
+    RawCase(
+        "raw_batched_fdatasync",
+        f"raw (b) write {BATCH_RECORDS} KiB + fdatasync",
+        BATCH_RECORDS,
+        sync=True,
+    ),
+    RawCase("raw_write", "raw (c) write 1 KiB, no sync", 1, sync=False),
+)
+
+
 def time_loop(operation: Callable[[], None], window: Window) -> Window:
     start_s = perf_counter()
     while window.is_open(start_s):
@@ -166,28 +195,21 @@ def journal_like_file(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def measure_raw(
-    label: str,
-    path: Path,
-    *,
-    records_per_write: int,
-    sync: bool,
-    warmup_s: float,
-    duration_s: float,
-) -> Measurement:
-    """Write ``records_per_write`` 1 KiB records per write(2), fdatasync after each if
-    ``sync``; records/s counts records, latencies are per write (+ sync)."""
-    buffer = b"r" * (RECORD_BYTES * records_per_write)
+def measure_raw(case: RawCase, path: Path, warmup_s: float, duration_s: float) -> Measurement:
+    """Records/s counts 1 KiB records; latencies are per write (+ fdatasync)."""
+    buffer = b"r" * (RECORD_BYTES * case.records_per_write)
     with journal_like_file(path) as fd:
 
         def operation() -> None:
             write_all(fd, buffer)
-            if sync:
+            if case.sync:
                 os.fdatasync(fd)
 
         window = time_loop(operation, Window.after_warmup(warmup_s, duration_s))
-    syncs = len(window.latencies_s) if sync else None
-    return summarize(label, window, records_per_operation=records_per_write, syncs=syncs)
+        # Untimed: write back what (c) left dirty now, not during the next measurement.
+        os.fdatasync(fd)
+    syncs = len(window.latencies_s) if case.sync else None
+    return summarize(case.label, window, records_per_operation=case.records_per_write, syncs=syncs)
 
 
 # ----------------------------------------------------------------------- tierfs
@@ -198,6 +220,7 @@ class StoreCase:
     durability: str
     writers: int
     shared_segment: bool
+    ceiling: str  # key of the RawCase this case is compared with (and run right after)
 
     def segment_names(self) -> list[str]:
         if self.shared_segment:
@@ -205,20 +228,29 @@ class StoreCase:
         return [f"bench/seg{index}" for index in range(self.writers)]
 
 
-STORE_CASES = tuple(
-    StoreCase(
-        key=f"tierfs_{durability}_{key}",
-        label=f"tierfs {durability.upper()} {label}",
+def _store_case(durability: str, writers: int, shared: bool, ceiling: str) -> StoreCase:
+    if writers == 1:
+        suffix, detail = "1_writer", "1 writer"
+    else:
+        suffix = f"{writers}_writers" + ("_shared" if shared else "")
+        detail = f"{writers} writers, " + ("1 segment" if shared else "own segments")
+    return StoreCase(
+        key=f"tierfs_{durability}_{suffix}",
+        label=f"tierfs {durability.upper()} {detail}",
         durability=durability,
         writers=writers,
         shared_segment=shared,
+        ceiling=ceiling,
     )
-    for durability in ("pd", "vd")
-    for key, label, writers, shared in (
-        ("1_writer", "1 writer", 1, False),
-        (f"{WRITERS}_writers", f"{WRITERS} writers, own segments", WRITERS, False),
-        (f"{WRITERS}_writers_shared", f"{WRITERS} writers, 1 segment", WRITERS, True),
-    )
+
+
+STORE_CASES = (
+    _store_case("pd", 1, False, ceiling="raw_write_fdatasync"),
+    _store_case("pd", WRITERS, False, ceiling="raw_batched_fdatasync"),
+    _store_case("pd", WRITERS, True, ceiling="raw_batched_fdatasync"),
+    _store_case("vd", 1, False, ceiling="raw_write"),
+    _store_case("vd", WRITERS, False, ceiling="raw_write"),
+    _store_case("vd", WRITERS, True, ceiling="raw_write"),
 )
 
 
@@ -234,6 +266,7 @@ async def append_loop(store: SegmentStore, segment: str, payload: bytes, window:
 async def measure_store(
     case: StoreCase, data_dir: Path, warmup_s: float, duration_s: float
 ) -> Measurement:
+    """A fresh store; ``case.writers`` tasks append 1 KiB records in a closed loop."""
     payload = b"t" * RECORD_BYTES
     segments = case.segment_names()
     config = StoreConfig(data_dir=data_dir, durability=case.durability)
@@ -245,9 +278,14 @@ async def measure_store(
             for segment in segments:
                 nursery.start_soon(append_loop, store, segment, payload, window)
             await trio.sleep(max(0.0, window.measure_from_s - perf_counter()))
-            syncs_before = store.statistics().journal_syncs
-        syncs = store.statistics().journal_syncs - syncs_before
-    return summarize(case.label, window, syncs=syncs)
+            before = store.statistics()
+        after = store.statistics()
+    measurement = summarize(case.label, window, syncs=after.journal_syncs - before.journal_syncs)
+    return dataclasses.replace(
+        measurement,
+        tier2_flushes=after.flushes - before.flushes,
+        unflushed_bytes_at_end=after.unflushed_bytes,
+    )
 
 
 # ------------------------------------------------------------------------ run
@@ -287,40 +325,36 @@ def describe_machine(directory: Path) -> dict[str, Any]:
     }
 
 
+def run_order() -> list[RawCase | StoreCase]:
+    """Each ceiling right before the tierfs cases compared with it, so a ratio's two
+    figures are measured seconds apart even when the disk's speed drifts."""
+    order: list[RawCase | StoreCase] = []
+    for raw_case in RAW_CASES:
+        order.append(raw_case)
+        order.extend(case for case in STORE_CASES if case.ceiling == raw_case.key)
+    return order
+
+
+def measure(
+    case: RawCase | StoreCase, path: Path, warmup_s: float, duration_s: float
+) -> Measurement:
+    if isinstance(case, RawCase):
+        return measure_raw(case, path, warmup_s, duration_s)
+    return trio.run(measure_store, case, path, warmup_s, duration_s)
+
+
 def run_all(directory: Path, duration_s: float) -> dict[str, Measurement]:
-    """Every measurement, ceilings first, each in its own subdirectory of ``directory``."""
+    """Every measurement, in ``directory``; returned ceilings first, then tierfs."""
     warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration_s)
-    results = {
-        "raw_write_fdatasync": measure_raw(
-            "raw (a) write 1 KiB + fdatasync",
-            directory / "raw-a",
-            records_per_write=1,
-            sync=True,
-            warmup_s=warmup_s,
-            duration_s=duration_s,
-        ),
-        "raw_batched_fdatasync": measure_raw(
-            f"raw (b) write {BATCH_RECORDS} KiB + fdatasync",
-            directory / "raw-b",
-            records_per_write=BATCH_RECORDS,
-            sync=True,
-            warmup_s=warmup_s,
-            duration_s=duration_s,
-        ),
-        "raw_write": measure_raw(
-            "raw (c) write 1 KiB, no sync",
-            directory / "raw-c",
-            records_per_write=1,
-            sync=False,
-            warmup_s=warmup_s,
-            duration_s=duration_s,
-        ),
-    }
-    for case in STORE_CASES:
-        results[case.key] = trio.run(
-            measure_store, case, directory / case.key, warmup_s, duration_s
-        )
-    return results
+    results: dict[str, Measurement] = {}
+    for case in run_order():
+        path = directory / case.key
+        results[case.key] = measure(case, path, warmup_s, duration_s)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return {case.key: results[case.key] for case in (*RAW_CASES, *STORE_CASES)}
 
 
 # --------------------------------------------------------------------- targets
@@ -363,17 +397,21 @@ def evaluate_targets(results: dict[str, Measurement]) -> list[Target]:
 
 
 # ---------------------------------------------------------------------- report
+def _optional(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def format_table(results: dict[str, Measurement]) -> list[str]:
     header = (
-        f"{'measurement':<38} {'records/s':>11} {'p50 us':>9} {'p99 us':>9} {'records/sync':>12}"
+        f"{'measurement':<38} {'records/s':>10} {'p50 us':>8} {'p99 us':>9} "
+        f"{'records/sync':>12} {'flushes':>7}"
     )
     lines = [header, "-" * len(header)]
-    for measurement in results.values():
-        per_sync = measurement.records_per_sync
+    for m in results.values():
         lines.append(
-            f"{measurement.label:<38} {measurement.records_per_s:>11,.0f} "
-            f"{measurement.p50_latency_us:>9,.1f} {measurement.p99_latency_us:>9,.1f} "
-            f"{'-' if per_sync is None else f'{per_sync:,.1f}':>12}"
+            f"{m.label:<38} {m.records_per_s:>10,.0f} {m.p50_latency_us:>8,.1f} "
+            f"{m.p99_latency_us:>9,.1f} {_optional(m.records_per_sync, ',.1f'):>12} "
+            f"{_optional(m.tier2_flushes, ','):>7}"
         )
     return lines
 
@@ -390,7 +428,11 @@ def format_targets(targets: list[Target]) -> list[str]:
 
 
 def print_report(
-    machine: dict[str, Any], results: dict[str, Measurement], targets: list[Target], out: TextIO
+    machine: dict[str, Any],
+    duration_s: float,
+    results: dict[str, Measurement],
+    targets: list[Target],
+    out: TextIO,
 ) -> None:
     fs = machine["filesystem"]
     print(
@@ -398,7 +440,11 @@ def print_report(
         f"{fs['fs_type']} on {fs['device']} ({machine['directory']})",
         file=out,
     )
-    print("latencies are per operation (for raw (b): per 32 KiB write + fdatasync)", file=out)
+    print(
+        f"{duration_s:g} s per measurement; latencies are per operation (raw (b): per "
+        f"{BATCH_RECORDS} KiB write + fdatasync);\nflushes: tier-2 flushes in the window",
+        file=out,
+    )
     print(file=out)
     for line in format_table(results):
         print(line, file=out)
@@ -453,14 +499,14 @@ def run(args: argparse.Namespace) -> int:
     if fs_type in RAM_FILESYSTEMS:
         print(f"{args.dir} is on {fs_type} (RAM): choose --dir on a real disk", file=sys.stderr)
         return EXIT_USAGE
-    directory = Path(tempfile.mkdtemp(prefix=".tierfs-bench-", dir=args.dir)).resolve()
+    directory = Path(tempfile.mkdtemp(prefix="tmp-tierfs-bench-", dir=args.dir)).resolve()
     try:
         machine = describe_machine(directory)
         results = run_all(directory, args.seconds)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     targets = evaluate_targets(results)
-    print_report(machine, results, targets, sys.stderr if args.json else sys.stdout)
+    print_report(machine, args.seconds, results, targets, sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(report_json(machine, args.seconds, results, targets), indent=2))
     return EXIT_OK

@@ -1,0 +1,233 @@
+"""The read path against S3 tier-2 (moto server on 127.0.0.1): block cache, single
+flight, read-ahead, tail + chunk reads, tail waits, bounded memory, CRC checks, retries."""
+
+from __future__ import annotations
+
+import errno
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import boto3
+import pytest
+import trio
+from helpers import small_config
+
+from tierfs import open_store
+from tierfs.chunkstore import ChunkStorage, FsspecChunkStorage
+from tierfs.errors import DataCorruptionError, Tier2Error
+from tierfs.store import SegmentStore
+
+MiB = 1 << 20
+
+
+class CountingStorage(ChunkStorage):
+    """Wraps the real storage: counts ranged reads, can inject transient failures."""
+
+    def __init__(self, inner: ChunkStorage) -> None:
+        self.inner = inner
+        self.supports_append = inner.supports_append
+        self.url = inner.url
+        self.reads: list[tuple[str, int, int]] = []
+        self.fail_next_reads = 0
+
+    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
+        self.inner.write(name, offset, data)
+
+    def read(self, name: str, start: int, end: int) -> bytes:
+        self.reads.append((name, start, end))
+        return self.inner.read(name, start, end)
+
+    def delete(self, name: str) -> None:
+        self.inner.delete(name)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return self.inner.list(prefix)
+
+    def stat(self, name: str) -> int:
+        return self.inner.stat(name)
+
+
+def s3_config(tmp_path: Path, s3_bucket, **overrides):  # type: ignore[no-untyped-def]
+    url, options = s3_bucket
+    values = dict(
+        tier2_url=url, tier2_options=options, max_chunk_bytes=4 * MiB, max_flush_bytes=4 * MiB,
+        flush_bytes=4 * MiB,
+    )
+    values.update(overrides)
+    return small_config(tmp_path / "data", **values)
+
+
+async def _segment_in_s3(store: SegmentStore, name: str, size: int) -> bytes:
+    payload = random.Random(size).randbytes(size)
+    await store.create(name)
+    for start in range(0, size, MiB):
+        await store.append(name, payload[start : start + MiB])
+    await store.flush(name)
+    return payload
+
+
+@pytest.fixture
+async def s3_store(tmp_path: Path, s3_bucket) -> AsyncIterator[SegmentStore]:  # type: ignore[no-untyped-def]
+    async with open_store(s3_config(tmp_path, s3_bucket, block_cache_bytes=8 * MiB)) as store:
+        store.chunk_storage = CountingStorage(store.chunk_storage)
+        yield store
+
+
+def _counter(store: SegmentStore) -> CountingStorage:
+    assert isinstance(store.chunk_storage, CountingStorage)
+    return store.chunk_storage
+
+
+async def test_reads_resolve_across_chunks_and_the_tail(s3_store: SegmentStore) -> None:
+    payload = await _segment_in_s3(s3_store, "s", 10 * MiB + 12345)
+    assert len(await s3_store.chunk_layout("s")) >= 3
+    await s3_store.append("s", b"tail-bytes")
+    expected = payload + b"tail-bytes"
+    assert await s3_store.read("s") == expected
+    for _ in range(20):
+        start = random.randrange(len(expected))
+        length = random.randrange(1, 5 * MiB)
+        assert await s3_store.read("s", start, length) == expected[start : start + length]
+
+
+async def test_cache_is_bounded_by_bytes(s3_store: SegmentStore) -> None:
+    await _segment_in_s3(s3_store, "big", 12 * MiB)
+    await s3_store.read("big")
+    stats = s3_store.block_cache.statistics()
+    assert stats.used_bytes <= 8 * MiB
+    assert stats.evictions >= 4
+    assert stats.gets == 12 and stats.fetched_bytes == 12 * MiB
+
+
+async def test_concurrent_misses_on_a_block_make_one_get(s3_store: SegmentStore) -> None:
+    await _segment_in_s3(s3_store, "sf", 3 * MiB)
+    counter = _counter(s3_store)
+    counter.reads.clear()
+    async with trio.open_nursery() as nursery:
+        for i in range(24):  # overlapping reads, like kernel read-ahead through FUSE
+            nursery.start_soon(s3_store.read, "sf", (i % 4) * 100_000, 2 * MiB)
+    assert sorted(counter.reads) == sorted(set(counter.reads))
+    assert len(counter.reads) == 3  # blocks 0, 1 and 2 of the one chunk, once each
+    assert s3_store.block_cache.statistics().hits >= 24
+
+
+async def test_readahead_grows_doubling_and_resets_on_a_seek(tmp_path: Path, s3_bucket) -> None:  # type: ignore[no-untyped-def]
+    config = s3_config(tmp_path, s3_bucket, block_cache_bytes=64 * MiB, readahead_max_bytes=8 * MiB)
+    async with open_store(config) as store:
+        await _segment_in_s3(store, "ra", 24 * MiB)
+        store.chunk_storage = counter = CountingStorage(store.chunk_storage)
+        store.block_cache = type(store.block_cache)(64 * MiB)  # cold cache
+        reader = store.open_reader("ra")
+        windows = []
+        for i in range(6):
+            await reader.read(i * 128 * 1024, 128 * 1024)
+            windows.append(reader.window_bytes)
+        assert windows == [1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 8 * MiB, 8 * MiB]
+        with trio.fail_after(10):
+            while len({(n, s) for n, s, _ in counter.reads}) < 9:  # blocks 0..8 prefetched
+                await trio.sleep(0.01)
+        gets_before = len(counter.reads)
+        data = await reader.read(6 * 128 * 1024, 128 * 1024)  # sequential, already cached
+        assert len(data) == 128 * 1024
+        await reader.read(20 * MiB, 4096)  # a seek: random
+        assert reader.window_bytes == 0
+        assert reader.statistics().sequential_reads == 7
+        await trio.sleep(0.2)
+        new_blocks = {(n, s) for n, s, _ in counter.reads[gets_before:]}
+        assert len(new_blocks) <= 3, "a random read must not trigger read-ahead"
+        stats = store.block_cache.statistics()
+        assert stats.gets == len(counter.reads)  # every GET went through the cache once
+
+
+async def test_sequential_scan_issues_one_get_per_block(tmp_path: Path, s3_bucket) -> None:  # type: ignore[no-untyped-def]
+    config = s3_config(tmp_path, s3_bucket, block_cache_bytes=64 * MiB)
+    async with open_store(config) as store:
+        payload = await _segment_in_s3(store, "scan", 16 * MiB)
+        store.chunk_storage = counter = CountingStorage(store.chunk_storage)
+        store.block_cache = type(store.block_cache)(64 * MiB)
+        reader = store.open_reader("scan")
+        out = bytearray()
+        while len(out) < len(payload):
+            out += await reader.read(len(out), 256 * 1024)
+        assert bytes(out) == payload
+        await trio.sleep(0.1)
+        assert len(counter.reads) == 16
+
+
+async def test_tail_reader_wakes_on_durable_append(s3_store: SegmentStore) -> None:
+    await s3_store.create("follow", durability="vd")
+    woke_at: list[float] = []
+
+    async def follower() -> None:
+        await s3_store.wait_for_data("follow", 0, timeout_s=10)
+        woke_at.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follower)
+        await trio.sleep(0.05)
+        await s3_store.append("follow", b"not yet durable")
+        await trio.sleep(0.02)
+        assert not woke_at, "VD bytes are not durable before the sync: no wake-up"
+        synced_at = trio.current_time()
+        await s3_store.sync("follow")
+    assert woke_at and woke_at[0] - synced_at < 0.5
+    assert await s3_store.read("follow") == b"not yet durable"
+
+
+async def test_large_unflushed_backlog_keeps_memory_bounded(tmp_path: Path, s3_bucket) -> None:  # type: ignore[no-untyped-def]
+    config = s3_config(
+        tmp_path, s3_bucket, tail_memory_bytes=2 * MiB, flush_bytes=1 << 30, flush_interval_s=3600,
+    )
+    async with open_store(config) as store:
+        await store.create("backlog")
+        for i in range(32):
+            await store.append("backlog", bytes([i]) * (512 * 1024))
+        assert store.tail_budget.used_bytes <= 2 * MiB + 512 * 1024
+        assert store.statistics().unflushed_bytes == 16 * MiB
+        assert store.tail_budget.evicted_entries >= 27
+        data = await store.read("backlog", 3 * MiB, 2 * MiB)  # re-read from the journal
+        assert data == b"".join(bytes([i]) * (512 * 1024) for i in range(6, 10))
+        await store.flush("backlog")
+        assert (await store.read("backlog", 31 * 512 * 1024)) == bytes([31]) * (512 * 1024)
+
+
+async def test_corrupted_s3_object_fails_the_read(tmp_path: Path, s3_bucket) -> None:  # type: ignore[no-untyped-def]
+    url, options = s3_bucket
+    async with open_store(s3_config(tmp_path, s3_bucket)) as store:
+        await _segment_in_s3(store, "bad", 2 * MiB)
+        (chunk, *_) = await store.chunk_layout("bad")
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    client = boto3.client("s3", endpoint_url=options["endpoint_url"], region_name="us-east-1")
+    key = f"{prefix}/{chunk['name']}"
+    body = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    body[MiB + 7] ^= 0xFF
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(body))
+    async with open_store(s3_config(tmp_path, s3_bucket)) as store:
+        assert len(await store.read("bad", 0, 1000)) == 1000
+        with pytest.raises(DataCorruptionError, match="CRC32C"):
+            await store.read("bad", MiB, 10)
+        assert store.block_cache.peek((chunk["name"], 1, MiB)) is None
+
+
+def test_transient_errors_are_retried_then_reported(s3_bucket) -> None:  # type: ignore[no-untyped-def]
+    url, options = s3_bucket
+    storage = FsspecChunkStorage(url, options)
+    storage.write("c", 0, b"0123456789")
+    real_cat = storage.fs.cat_file
+    failures = {"left": 2}
+
+    def flaky_cat(path, start=None, end=None, **kwargs):  # type: ignore[no-untyped-def]
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError(errno.EBUSY, "503 SlowDown")
+        return real_cat(path, start=start, end=end, **kwargs)
+
+    storage.fs.cat_file = flaky_cat
+    assert storage.read("c", 2, 5) == b"234"
+    failures["left"] = 100
+    with pytest.raises(Tier2Error, match="after 5 attempts"):
+        storage.read("c", 0, 1)
+    storage.fs.cat_file = lambda *a, **k: (_ for _ in ()).throw(PermissionError("AccessDenied"))
+    with pytest.raises(Tier2Error, match="refused access"):
+        storage.read("c", 0, 1)
