@@ -210,7 +210,7 @@ async def test_corrupted_s3_object_fails_the_read(tmp_path: Path, s3_bucket) -> 
         assert store.block_cache.peek((chunk["name"], 1, MiB)) is None
 
 
-def test_transient_errors_are_retried_then_reported(s3_bucket) -> None:  # type: ignore[no-untyped-def]
+def test_transient_errors_are_retried_then_reported(s3_bucket, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     url, options = s3_bucket
     storage = FsspecChunkStorage(url, options)
     storage.write("c", 0, b"0123456789")
@@ -223,11 +223,14 @@ def test_transient_errors_are_retried_then_reported(s3_bucket) -> None:  # type:
             raise OSError(errno.EBUSY, "503 SlowDown")
         return real_cat(path, start=start, end=end, **kwargs)
 
-    storage.fs.cat_file = flaky_cat
+    # fsspec caches filesystem instances: patch through monkeypatch so it is undone
+    monkeypatch.setattr(storage.fs, "cat_file", flaky_cat)
     assert storage.read("c", 2, 5) == b"234"
     failures["left"] = 100
     with pytest.raises(Tier2Error, match="after 5 attempts"):
         storage.read("c", 0, 1)
-    storage.fs.cat_file = lambda *a, **k: (_ for _ in ()).throw(PermissionError("AccessDenied"))
+    monkeypatch.setattr(
+        storage.fs, "cat_file", lambda *a, **k: (_ for _ in ()).throw(PermissionError("AccessDenied"))
+    )
     with pytest.raises(Tier2Error, match="refused access"):
         storage.read("c", 0, 1)

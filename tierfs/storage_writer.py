@@ -92,12 +92,19 @@ class StorageWriter:
                         nursery.start_soon(self._flush_task, seg)
 
     async def _flush_task(self, seg: SegmentState) -> None:
+        # Flush what was due when the task started (everything durable if a flush was
+        # requested), then keep going only while a full flush_bytes is pending: a steady
+        # trickle of appends is flushed once per flush_interval_s, not after every commit.
+        target = seg.durable_length if seg.flush_requested else seg.flushed_length + 1
+        seg.flush_requested = False
         try:
-            while not seg.deleted and seg.durable_length > seg.flushed_length:
+            while not seg.deleted and seg.durable_length > seg.flushed_length and (
+                seg.flushed_length < target
+                or seg.durable_length - seg.flushed_length >= self._config.flush_bytes
+            ):
                 await self.flush_once(seg)
             seg.backoff_s = 0.0
             seg.last_flush_error = None
-            seg.flush_requested = False
             if seg.appended_length == seg.flushed_length:
                 self.dirty.discard(seg)
         except TierFSError as e:

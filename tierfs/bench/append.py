@@ -422,7 +422,7 @@ def format_targets(targets: list[Target]) -> list[str]:
         bound = ">=" if target.at_least else "<="
         verdict = "PASS" if target.passed else "FAIL"
         lines.append(
-            f"{target.name:<46} {target.ratio:6.2f}  ({bound} {target.limit:.2f})  {verdict}"
+            f"{target.name:<46} {target.ratio:6.3f}  ({bound} {target.limit:.2f})  {verdict}"
         )
     return lines
 
