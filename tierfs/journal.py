@@ -31,7 +31,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -327,8 +327,7 @@ class Journal:
     # ----------------------------------------------------------------- reading
     def read_at(self, lsn: int, length: int) -> bytes:
         """Blocking pread of written journal bytes (call from a worker thread)."""
-        starts = [start for start, _ in self._files]
-        index = bisect.bisect_right(starts, lsn) - 1
+        index = self._file_index(lsn)
         if index < 0 or lsn + length > self.written_lsn:
             raise JournalCorruptionError(f"journal has no bytes at LSN {lsn}+{length}")
         start, path = self._files[index]
@@ -338,17 +337,39 @@ class Journal:
             raise JournalCorruptionError(f"journal file {path.name} is short at LSN {lsn}")
         return data
 
-    def read_entry(self, entry: TailEntryLike) -> bytes:
-        """Blocking: re-read one tail entry's bytes from its frame, CRC-verified."""
-        frame_lsn = entry.frame_lsn
-        frame = self.read_at(frame_lsn, entry.end_lsn - frame_lsn)
-        payload_len, crc, seq = FRAME_HEADER.unpack_from(frame)
-        payload = memoryview(frame)[FRAME_HEADER.size :]
-        if payload_len != len(payload) or crc32c(payload, crc32c(SEQ.pack(seq))) != crc:
-            raise DataCorruptionError(
-                f"journal frame at LSN {frame_lsn} failed its CRC32C check"
-            )
-        return bytes(payload[APPEND_HEADER.size + entry.frame_skip :])
+    def read_entries(self, entries: Sequence[TailEntryLike]) -> list[bytes]:
+        """Blocking: re-read tail entries from their frames, CRC-verified.
+
+        Entries whose frames follow each other in one file are read with one pread, so a
+        flush of a long evicted backlog costs one read per journal range, not per append.
+        """
+        results: list[bytes] = []
+        index = 0
+        while index < len(entries):
+            run_end = index + 1
+            while (
+                run_end < len(entries)
+                and entries[run_end].frame_lsn == entries[run_end - 1].end_lsn
+                and self._file_index(entries[run_end].frame_lsn)
+                == self._file_index(entries[index].frame_lsn)
+            ):
+                run_end += 1
+            start_lsn = entries[index].frame_lsn
+            raw = memoryview(self.read_at(start_lsn, entries[run_end - 1].end_lsn - start_lsn))
+            for entry in entries[index:run_end]:
+                frame = raw[entry.frame_lsn - start_lsn : entry.end_lsn - start_lsn]
+                payload_len, crc, seq = FRAME_HEADER.unpack_from(frame)
+                payload = frame[FRAME_HEADER.size :]
+                if payload_len != len(payload) or crc32c(payload, crc32c(SEQ.pack(seq))) != crc:
+                    raise DataCorruptionError(
+                        f"journal frame at LSN {entry.frame_lsn} failed its CRC32C check"
+                    )
+                results.append(bytes(payload[APPEND_HEADER.size + entry.frame_skip :]))
+            index = run_end
+        return results
+
+    def _file_index(self, lsn: int) -> int:
+        return bisect.bisect_right(self._files, lsn, key=lambda f: f[0]) - 1
 
     # ----------------------------------------------------------- truncation
     def deletable_files(self, checkpoint_lsn: int) -> list[Path]:

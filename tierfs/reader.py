@@ -71,14 +71,22 @@ class Reader:
         return parts
 
     async def resolve_tail(self, parts: list[TailPart]) -> list[bytes]:
+        """Turn captured tail parts into bytes; evicted entries are re-read from the
+        journal together, in one worker-thread call."""
+        evicted = [part for part in parts if not isinstance(part, bytes)]
+        if not evicted:
+            return [part for part in parts if isinstance(part, bytes)]
+        reread = await trio.to_thread.run_sync(
+            self._store.journal.read_entries, [entry for entry, _, _ in evicted]
+        )
+        by_entry = iter(reread)
         pieces = []
         for part in parts:
             if isinstance(part, bytes):
                 pieces.append(part)
             else:
-                entry, lo, hi = part
-                data = await trio.to_thread.run_sync(self._store.journal.read_entry, entry)
-                pieces.append(data[lo:hi])
+                _, lo, hi = part
+                pieces.append(next(by_entry)[lo:hi])
         return pieces
 
     async def tail_bytes(self, seg: SegmentState, start: int, end: int) -> bytes:

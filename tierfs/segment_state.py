@@ -22,7 +22,7 @@ from .tail import Tail
 
 @dataclasses.dataclass(eq=False)
 class SegmentState:
-    row: SegmentRow
+    _row: SegmentRow
     appended_length: int
     durable_length: int
     tail: Tail = dataclasses.field(default_factory=Tail)
@@ -42,6 +42,23 @@ class SegmentState:
     # tail readers wait on this; replaced each time the durable length advances
     grew_event: trio.Event = dataclasses.field(default_factory=trio.Event)
 
+    # Flags read on every append, cached from the record whenever the row is replaced.
+    is_pd: bool = True
+    _sealed_record: bool = False
+
+    def __post_init__(self) -> None:
+        self.row = self._row
+
+    @property
+    def row(self) -> SegmentRow:
+        return self._row
+
+    @row.setter
+    def row(self, row: SegmentRow) -> None:
+        self._row = row
+        self.is_pd = row.record.durability == "pd"
+        self._sealed_record = bool(row.record.sealed)
+
     @property
     def segment_id(self) -> int:
         return self.row.segment_id
@@ -60,7 +77,7 @@ class SegmentState:
 
     @property
     def sealed(self) -> bool:
-        return bool(self.row.record.sealed) or self.sealing
+        return self._sealed_record or self.sealing
 
     @property
     def durability(self) -> str:
@@ -84,8 +101,9 @@ class SegmentState:
         return bisect.bisect_right(self.chunk_starts, offset) - 1
 
     def notify_grew(self) -> None:
-        event, self.grew_event = self.grew_event, trio.Event()
-        event.set()
+        if self.grew_event.statistics().tasks_waiting:
+            event, self.grew_event = self.grew_event, trio.Event()
+            event.set()
 
     def notify_flushed(self) -> None:
         event, self.flushed_event = self.flushed_event, trio.Event()

@@ -60,7 +60,7 @@ from .tail import TailBudget, TailEntry
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-YIELD_EVERY_S = 0.0005  # a VD appender in a tight loop still lets other tasks run
+YIELD_EVERY_S = 0.0002  # a VD appender in a tight loop still lets other tasks run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +158,7 @@ class SegmentStore:
         self._directories = self.metadata.load_directories()
         for row in self.metadata.load_segments():
             flushed = int(row.record.flushed_length)
-            seg = SegmentState(row=row, appended_length=flushed, durable_length=flushed)
+            seg = SegmentState(row, appended_length=flushed, durable_length=flushed)
             self._segments[row.name] = seg
             self._segments_by_id[row.segment_id] = seg
         report = recover_journal(
@@ -237,6 +237,9 @@ class SegmentStore:
 
     def _segment(self, name: str) -> SegmentState:
         self._check_open()
+        seg = self._segments.get(name)  # keys are canonical: a hit needs no validation
+        if seg is not None:
+            return seg
         canonical = names.canonical(name)
         seg = self._segments.get(canonical)
         if seg is None:
@@ -301,7 +304,7 @@ class SegmentStore:
                 durability=level, created_ns=stamp, modified_ns=stamp, next_chunk_seq=1
             )
             row = await self.metadata_call(self.metadata.create_segment, canonical, parent, record)
-            seg = SegmentState(row=row, appended_length=0, durable_length=0)
+            seg = SegmentState(row, appended_length=0, durable_length=0)
             seg.set_chunks([])
             self._segments[canonical] = seg
             self._segments_by_id[row.segment_id] = seg
@@ -431,7 +434,7 @@ class SegmentStore:
         self._appended_bytes += size
         self._awaiting_durable.append((end_lsn, seg, offset + size))
         self.writer.dirty.add(seg)
-        if seg.row.record.durability == "pd":
+        if seg.is_pd:
             await journal.wait_durable(end_lsn)
             return offset
         journal.write_queued()
