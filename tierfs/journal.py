@@ -50,12 +50,16 @@ FRAME_OVERHEAD = FRAME_HEADER.size + APPEND_HEADER.size
 FILE_SUFFIX = ".jnl"
 
 
+_SEQ_AND_APPEND_HEADER = struct.Struct("<QBQQ")  # what the CRC covers before the data
+_FULL_HEADER = struct.Struct("<IIQBQQ")  # FRAME_HEADER + APPEND_HEADER in one pack
+
+
 def encode_append(seq: int, segment_id: int, offset: int, data: bytes) -> bytes:
-    payload_header = APPEND_HEADER.pack(KIND_APPEND, segment_id, offset)
-    crc = crc32c(data, crc32c(SEQ.pack(seq) + payload_header))
-    return b"".join(
-        (FRAME_HEADER.pack(len(payload_header) + len(data), crc, seq), payload_header, data)
+    crc = crc32c(data, crc32c(_SEQ_AND_APPEND_HEADER.pack(seq, KIND_APPEND, segment_id, offset)))
+    header = _FULL_HEADER.pack(
+        APPEND_HEADER.size + len(data), crc, seq, KIND_APPEND, segment_id, offset
     )
+    return header + data
 
 
 def file_name(start_lsn: int) -> str:
@@ -228,11 +232,12 @@ class Journal:
         buffer = self._queued[0] if len(self._queued) == 1 else b"".join(self._queued)
         self._queued = []
         self._queued_bytes = 0
-        view = memoryview(buffer)
         try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            written = os.write(self._fd, buffer)
+            if written < len(buffer):  # rare: a signal or a full pipe-like device
+                view = memoryview(buffer)[written:]
+                while view:
+                    view = view[os.write(self._fd, view) :]
         except OSError as e:
             # A journal that cannot be written cannot acknowledge anything again.
             self._failure = e

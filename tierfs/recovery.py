@@ -68,7 +68,6 @@ def recover_journal(
     result = ScanResult(end_lsn=keep[0][0] if keep else checkpoint_lsn, next_seq=1)
     frames = skipped = replayed_bytes = 0
     now_s = time.monotonic()
-    now_ns = time.time_ns()
     for frame in scan(keep, max_payload_bytes, result):
         seg = segments_by_id.get(frame.segment_id)
         frame_end = frame.offset + len(frame.data)
@@ -94,7 +93,7 @@ def recover_journal(
         seg.tail.add(entry)
         budget.hold(entry)
         seg.appended_length += len(data)
-        seg.last_append_ns = now_ns
+        seg.last_append_s = now_s
         frames += 1
         replayed_bytes += len(data)
     torn = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import time
 from typing import Any
 
 import trio
@@ -31,7 +32,7 @@ class SegmentState:
     meta_lock: trio.Lock = dataclasses.field(default_factory=trio.Lock)
     deleted: bool = False
     sealing: bool = False
-    last_append_ns: int = 0
+    last_append_s: float = 0.0  # time.monotonic() of the last append (0: none)
     # storage writer bookkeeping
     flushing: bool = False
     flush_requested: bool = False
@@ -82,6 +83,12 @@ class SegmentState:
     @property
     def durability(self) -> str:
         return str(self.row.record.durability)
+
+    def last_append_wall_s(self) -> float:
+        """Wall-clock time of the last append (monotonic on the hot path, converted here)."""
+        if not self.last_append_s:
+            return 0.0
+        return time.time() - (time.monotonic() - self.last_append_s)
 
     def set_chunks(self, chunks: list[Any]) -> None:
         self.chunks = chunks

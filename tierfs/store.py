@@ -425,8 +425,9 @@ class SegmentStore:
         journal = self.journal
         frame_lsn, end_lsn = journal.add_append(seg.segment_id, offset, payload)
         seg.appended_length = offset + size
-        seg.last_append_ns = time.time_ns()
-        entry = TailEntry(offset, size, frame_lsn, 0, end_lsn, time.monotonic(), payload)
+        now_s = time.monotonic()
+        seg.last_append_s = now_s
+        entry = TailEntry(offset, size, frame_lsn, 0, end_lsn, now_s, payload)
         seg.tail.add(entry)
         self.tail_budget.hold(entry)
         self.unflushed_bytes += size
@@ -440,7 +441,6 @@ class SegmentStore:
         journal.write_queued()
         if self.tail_budget.used_bytes > self.tail_budget.limit_bytes:
             self.tail_budget.evict(journal.written_lsn)
-        now_s = entry.appended_s
         if now_s - self._last_yield_s >= YIELD_EVERY_S:
             self._last_yield_s = now_s
             await trio.lowlevel.checkpoint()
@@ -579,7 +579,7 @@ class SegmentStore:
             durability=seg.durability,
             chunk_count=int(record.chunk_count),
             created=record.created_ns / 1e9,
-            modified=max(record.modified_ns, seg.last_append_ns) / 1e9,
+            modified=max(record.modified_ns / 1e9, seg.last_append_wall_s()),
         )
 
     async def stat(self, name: str) -> Info:
