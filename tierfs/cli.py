@@ -24,6 +24,7 @@ from .store import DirectoryInfo, SegmentInfo, SegmentStore, open_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
 STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
+CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 
 
 def _info_dict(info: SegmentInfo | DirectoryInfo) -> dict[str, Any]:
@@ -77,8 +78,16 @@ async def _cmd(args: argparse.Namespace, store: SegmentStore) -> int:
             payload = args.data.encode()
             print(await store.append(args.path, payload, expected_offset=args.expected_offset))
     elif command == "cat":
-        data = await store.read(args.path, args.offset, args.length, unconfirmed=args.unconfirmed)
-        sys.stdout.buffer.write(data)
+        reader = store.open_reader(args.path)
+        offset, remaining = args.offset, args.length
+        while remaining is None or remaining > 0:
+            piece_bytes = CAT_PIECE_BYTES if remaining is None else min(remaining, CAT_PIECE_BYTES)
+            data = await reader.read(offset, piece_bytes, unconfirmed=args.unconfirmed)
+            if not data:
+                break
+            sys.stdout.buffer.write(data)
+            offset += len(data)
+            remaining = None if remaining is None else remaining - len(data)
         sys.stdout.buffer.flush()
     elif command == "stat":
         _print_stat(await store.stat(args.path), args.json)
