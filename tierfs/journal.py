@@ -283,8 +283,11 @@ class Journal:
         self._queued_bytes += len(frame)
         return frame_lsn, frame_lsn + len(frame)
 
-    def write_queued(self) -> None:
-        """write(2) every queued frame in one call (rolling the file first if full)."""
+    def write_queued(self, *, arm_vd_timer: bool = True) -> None:
+        """write(2) every queued frame in one call (rolling the file first if full).
+
+        Written bytes not yet synced arm the VD interval timer, unless the caller is a
+        sync round that covers them anyway."""
         if not self._queued:
             return
         if self.written_lsn - self._file_start_lsn >= self._file_bytes:
@@ -304,7 +307,7 @@ class Journal:
             self._failure = e
             raise
         self.written_lsn += len(buffer)
-        if self._first_unsynced_write_s is None:
+        if arm_vd_timer and self._first_unsynced_write_s is None:
             self._first_unsynced_write_s = time.monotonic()
             self._wakeup.set()  # start the VD interval timer
 
@@ -316,9 +319,11 @@ class Journal:
         frame queued meanwhile. So the disk syncs one batch while the event loop runs
         the appenders that form the next (pipelined group commit).
         """
-        if self._round_in_flight or self._syncer is None:
+        if self._round_in_flight:
+            self._sync_requested = True  # the in-flight round's completion starts it
+        elif self._syncer is None:
             self._sync_requested = True
-            self._wakeup.set()
+            self._wakeup.set()  # run() has not started its thread yet
         else:
             self._start_round()
         return self._round_done
@@ -347,7 +352,7 @@ class Journal:
 
     def _take_round(self) -> _SyncJob | None:
         """On the loop: write the queue and describe the sync that makes it durable."""
-        self.write_queued()
+        self.write_queued(arm_vd_timer=False)
         target = self.written_lsn
         fds, self._unsynced_fds = self._unsynced_fds, []
         directory_dirty, self._directory_dirty = self._directory_dirty, False
