@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian/Ubuntu machine (see README.md):
-#   bash dev.sh demo   install what is missing, then run the demo on embedded defaults
-#   bash dev.sh test   install what is missing, then run ruff, mypy and the test suite
+#   ./dev.sh demo     install what is missing, then run the demo on embedded defaults
+#   ./dev.sh test     install what is missing, then run ruff, mypy and the test suite
 # It installs only what is missing: apt packages (as root, or through sudo), a .venv
 # with tierfs and its test dependencies. Re-running it is cheap.
 set -euo pipefail
@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 mode="${1:-}"
 case "$mode" in
   demo|test) ;;
-  *) echo "usage: bash dev.sh demo|test" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test" >&2; exit 2 ;;
 esac
 
 apt_missing=()
