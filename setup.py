@@ -21,6 +21,10 @@ setup(
         "protobuf>=4.25",
         "cachetools>=5.3",
         "crc32c>=2.4",
+        "hypercorn>=0.16",
+        "starlette>=0.37",
+        "httpx>=0.27",
+        "prometheus-client>=0.20",
     ],
     extras_require={
         "test": [

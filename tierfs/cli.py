@@ -1,8 +1,9 @@
 """The ``tierfs`` command line.
 
-Global options choose the store (``--data-dir``, ``--tier2``, ``--config``); each
-subcommand opens the engine in-process for its duration. Errors are translated to
-messages and exit codes in one place, ``run``.
+Global options choose the store (``--data-dir``, ``--tier2``, ``--config``). ``serve``
+runs the daemon. Every other subcommand talks to the daemon when one serves the data
+dir and opens the engine in-process otherwise, with the same output either way. Errors
+are translated to messages and exit codes in one place, ``run``.
 
 Exit codes: 0 success; 1 the operation failed (message on stderr); 2 bad usage;
 3 fsck found damage; 4 the data directory is in use by another process.
@@ -11,20 +12,27 @@ Exit codes: 0 success; 1 the operation failed (message on stderr); 2 bad usage;
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
+from functools import partial
 from typing import Any
 
 import trio
 
+from .client import RemoteStore, connect_if_serving
 from .config import DURABILITY_LEVELS, load_config
-from .errors import StoreInUseError, TierFSError
-from .store import DirectoryInfo, SegmentInfo, SegmentStore, open_store
+from .daemon import serve
+from .errors import IsADirectoryError_, StoreInUseError, TierFSError
+from .fsck import Problem, fsck
+from .store import DirectoryInfo, SegmentInfo, open_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
 STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
+TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
+TAIL_POLL_S = 30.0  # tail -f long-poll timeout; a new poll starts right after
 
 
 def _info_dict(info: SegmentInfo | DirectoryInfo) -> dict[str, Any]:
@@ -51,7 +59,7 @@ def _ls_line(info: SegmentInfo | DirectoryInfo, long: bool) -> str:
     return f"- {info.length:>12} {flags:3} {info.chunk_count:>2} {base}"
 
 
-async def _cmd(args: argparse.Namespace, store: SegmentStore) -> int:
+async def _cmd(args: argparse.Namespace, store: Any) -> int:
     command = args.command
     if command == "create":
         info = await store.create(args.path, durability=args.durability, make_parents=args.parents)
@@ -115,20 +123,71 @@ async def _cmd(args: argparse.Namespace, store: SegmentStore) -> int:
     elif command == "flush":
         await store.flush(args.path)
     elif command == "fsck":
-        from .fsck import fsck
-
-        report = await fsck(store)
-        for problem in report.problems:
-            print(f"DAMAGED {problem}")
+        report = await _fsck_report(store)
+        for problem in report["problems"]:
+            print(f"DAMAGED {Problem(**problem)}")
         print(
-            f"checked {report.segments} segments, {report.chunks} chunks, "
-            f"{report.bytes_checked} bytes: "
-            + ("OK" if not report.problems else f"{len(report.problems)} problems")
+            f"checked {report['segments']} segments, {report['chunks']} chunks, "
+            f"{report['bytes_checked']} bytes: "
+            + ("OK" if not report["problems"] else f"{len(report['problems'])} problems")
         )
-        return EXIT_DAMAGED if report.problems else EXIT_OK
+        return EXIT_DAMAGED if report["problems"] else EXIT_OK
+    elif command == "tail":
+        await _tail(args, store)
     else:  # pragma: no cover - argparse rejects unknown commands
         raise AssertionError(command)
     return EXIT_OK
+
+
+async def _fsck_report(store: Any) -> dict[str, Any]:
+    if isinstance(store, RemoteStore):
+        return await store.fsck_report()
+    report = await fsck(store)
+    return {
+        "segments": report.segments, "chunks": report.chunks,
+        "bytes_checked": report.bytes_checked,
+        "problems": [dataclasses.asdict(p) for p in report.problems],
+    }
+
+
+async def _tail_start(store: Any, path: str, length: int, lines: int) -> int:
+    """Offset of the first of the last ``lines`` lines (a final newline ends a line)."""
+    position = length
+    seen = 0
+    while position > 0:
+        start = max(0, position - TAIL_SCAN_BYTES)
+        piece = await store.read(path, start, position - start)
+        for index in range(len(piece) - 1, -1, -1):
+            if piece[index] == 0x0A and start + index != length - 1:
+                seen += 1
+                if seen == lines:
+                    return start + index + 1
+        position = start
+    return 0
+
+
+async def _tail(args: argparse.Namespace, store: Any) -> None:
+    info = await store.stat(args.path)
+    if not isinstance(info, SegmentInfo):
+        raise IsADirectoryError_(info.name)
+    length = info.length
+    if args.bytes is not None:
+        offset = max(0, length - args.bytes)
+    else:
+        offset = await _tail_start(store, args.path, length, args.lines) if args.lines else length
+    out = sys.stdout.buffer
+    while offset < length:
+        data = await store.read(args.path, offset, min(length - offset, CAT_PIECE_BYTES))
+        out.write(data)
+        offset += len(data)
+    out.flush()
+    while args.follow:
+        durable = await store.wait_for_data(args.path, offset, TAIL_POLL_S)
+        while offset < durable:
+            data = await store.read(args.path, offset, min(durable - offset, CAT_PIECE_BYTES))
+            out.write(data)
+            offset += len(data)
+        out.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,6 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("flush", "wait until tier-2 holds every durable byte")
     p.add_argument("path", nargs="?")
     add("fsck", "verify every chunk's CRC32C and the metadata invariants")
+    p = add("tail", "print the end of a segment; -f follows it as it grows")
+    p.add_argument("path")
+    p.add_argument("-f", "--follow", action="store_true")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-n", "--lines", type=int, default=10, help="last LINES lines (default 10)")
+    group.add_argument("-c", "--bytes", type=int, help="last BYTES bytes")
+    p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM")
+    p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
     return parser
 
 
@@ -208,7 +275,17 @@ def run(argv: list[str] | None = None) -> int:
             config_file=args.config,
         )
 
+        if args.command == "serve":
+            trio.run(partial(serve, config, listen=args.listen))
+            return EXIT_OK
+
         async def main() -> int:
+            client = await trio.to_thread.run_sync(connect_if_serving, config.data_dir)
+            if client is not None:
+                try:
+                    return await _cmd(args, RemoteStore(client))
+                finally:
+                    client.close()
             async with open_store(config) as store:
                 return await _cmd(args, store)
 

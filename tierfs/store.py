@@ -100,6 +100,7 @@ class StoreStatistics:
     journal_bytes: int
     journal_files: int
     unflushed_bytes: int
+    flush_lag_s: float  # age of the oldest append not yet in tier-2
     tail_memory_bytes: int
     flushes: int
     flushed_bytes: int
@@ -632,6 +633,12 @@ class SegmentStore:
             for c in chunks
         ]
 
+    def _flush_lag_s(self) -> float:
+        oldest = [
+            t for t in (seg.tail.oldest_append_s() for seg in self.writer.dirty) if t is not None
+        ]
+        return time.monotonic() - min(oldest) if oldest else 0.0
+
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(
             epoch=self.epoch,
@@ -643,6 +650,7 @@ class SegmentStore:
             journal_bytes=self.journal.size_bytes(),
             journal_files=self.journal.file_count(),
             unflushed_bytes=self.unflushed_bytes,
+            flush_lag_s=self._flush_lag_s(),
             tail_memory_bytes=self.tail_budget.used_bytes,
             flushes=self.writer.flushes,
             flushed_bytes=self.writer.flushed_bytes,

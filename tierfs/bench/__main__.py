@@ -18,9 +18,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand name -> module; later: read, fsspec, fuse, offload, spark.
+# Subcommand name -> module; later: fsspec, fuse, offload, spark.
 BENCHMARKS: dict[str, str] = {
     "append": "tierfs.bench.append",
+    "read": "tierfs.bench.read",
 }
 
 

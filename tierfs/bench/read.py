@@ -1,0 +1,691 @@
+"""Read benchmark: tierfs reads from an S3-protocol tier-2 next to raw s3fs ceilings.
+
+One run starts its own S3-protocol server, s3rver (npm; installed into ``bench/`` with
+``npm ci`` on first use, see ``tierfs/bench/s3server.py``), on 127.0.0.1 with its data
+in the scratch directory, so a ranged GET costs a file read plus one local HTTP
+exchange: the server is as fast as it can be, and what is left is client cost. The
+scratch directory ``tmp-tierfs-bench-*`` is made under ``--dir`` (default: the current
+directory; RAM filesystems are refused) and removed at the end, and the server stopped.
+
+Set-up: a store whose tier-2 is ``s3://tierfs-bench/chunks`` on that server gets one
+segment of ``--size-mib`` MiB (default 256) by 1 MiB PD appends, then
+``await store.flush()``; with the default configuration each flush becomes one object
+(4-16 MiB). The store is closed. Then, in this order:
+
+- (b) raw s3fs ``cat_file`` of each chunk object, whole, one after another (one GET
+  per object, default s3fs options): what a plain single-stream client gets;
+- (c) raw s3fs ``cat_ranges`` of the same bytes as 1 MiB ranges (the block ranges tierfs
+  asks for), 16 in flight (a sliding window): the server ceiling for 1 MiB GETs at
+  tierfs's default tier-2 concurrency (16);
+- (a) cold sequential read in a **child process** (fresh interpreter, fresh
+  ``open_store`` with the default configuration, so the block cache is empty and the
+  cache budget is the default 256 MiB): ``reader = store.open_reader(name)`` and
+  ``await reader.read(offset, 1 MiB)`` from 0 to the end, wall time. In the same child:
+  (f) the block cache's counters for the scan (GETs issued, bytes fetched, hits,
+  misses, prefetches) and (g) peak RSS, ``resource.getrusage(RUSAGE_SELF).ru_maxrss``
+  right after the scan (the RSS and the peak before the scan, after ``open_store``, are
+  reported too), so nothing the parent did inflates it;
+- (d) warm re-read: the store reopened with ``block_cache_bytes`` = max(300 MiB,
+  1.25 x segment); one untimed scan fills the cache and checks every byte against what
+  was appended; then the timed sequential scan (1 MiB reads through a new reader),
+  best of 3, next to the in-memory ceiling measured right before it: ``bytes()`` copies
+  of 1 MiB slices of a ``bytearray`` holding the same bytes, best of 3;
+- (e) random 4 KiB reads (4 KiB-aligned offsets, uniform over the segment, seeded) on
+  that warm cache through one reader, each timed: p50 and p99 latency;
+- (h) tail wake-up: a fresh store (default configuration, S3 tier-2), one task appends
+  1 KiB PD records every 5 ms, another loops on ``await store.wait_for_data(name,
+  offset, timeout)``; latency is from the moment ``append`` was called to the moment
+  the waiter runs again (the append's fdatasync included, since a tail reader only sees
+  durable bytes). The wake-up relative to the append's *return* is reported too (it
+  can be negative: both are woken by the same durable callback).
+
+Why these comparisons: a tierfs scan cannot beat the same GETs issued by the same
+client library with the same parallelism (c), and should not be slower than the
+simplest client that fetches whole objects one by one (b); a warm read cannot beat a
+memory copy. The ratios are what the targets (issue 3) are set on; absolute MB/s move
+with the shared machine's load:
+
+- (a) >= 1.0 x (b) and (a) >= 0.70 x (c);
+- GETs of the sequential scan within 2 % of segment bytes / 1 MiB (no block twice);
+- peak RSS of the cold scan <= cache budget (256 MiB) + 150 MiB;
+- wake-up p99 <= 20 ms.
+
+A missed target is reported, not an error: the exit code is 0 either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, TextIO
+
+import trio
+
+from tierfs import StoreConfig, open_store
+from tierfs.bench.append import RAM_FILESYSTEMS, describe_machine, filesystem_of, percentile
+from tierfs.readahead import SegmentReader
+from tierfs.store import SegmentStore
+
+if TYPE_CHECKING:
+    from tierfs.bench.s3server import S3Endpoint
+
+HELP = "cold/warm segment reads from S3 (s3rver) vs raw s3fs ceilings; RSS; tail wake-up"
+
+MiB = 1 << 20
+READ_BYTES = MiB  # one reader.read() in the sequential scans
+CEILING_IN_FLIGHT = 16  # ranged GETs in flight in ceiling (c) = default tier2_concurrency
+RANDOM_READ_BYTES = 4096
+WARM_CACHE_MIN_BYTES = 300 * MiB
+WARM_PASSES = 3
+RSS_SLACK_BYTES = 150 * MiB
+WAKE_RECORD_BYTES = 1024
+WAKE_INTERVAL_S = 0.005
+WAKE_WAIT_TIMEOUT_S = 1.0
+BUCKET = "tierfs-bench"
+SEGMENT = "bench/read"
+WAKE_SEGMENT = "bench/tail"
+SEED = 3
+EXIT_OK, EXIT_USAGE, EXIT_ERROR = 0, 2, 1
+CHILD_FLAG = "--child-cold-scan"
+
+
+# ----------------------------------------------------------------------- figures
+@dataclasses.dataclass(frozen=True)
+class Throughput:
+    label: str
+    nbytes: int
+    seconds: float
+    mb_per_s: float  # 10^6 bytes per second
+    setup_s: float = 0.0  # untimed: the first request (HEAD) that sets up the S3 client
+
+    @classmethod
+    def of(cls, label: str, nbytes: int, seconds: float, setup_s: float = 0.0) -> Throughput:
+        mb_per_s = nbytes / seconds / 1e6 if seconds > 0 else math.nan
+        return cls(label, nbytes, seconds, mb_per_s, setup_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class Latency:
+    samples: int
+    p50_us: float
+    p99_us: float
+    max_us: float
+
+    @classmethod
+    def of(cls, latencies_s: list[float]) -> Latency:
+        ordered = sorted(latencies_s)
+        return cls(
+            samples=len(ordered),
+            p50_us=percentile(ordered, 0.50) * 1e6,
+            p99_us=percentile(ordered, 0.99) * 1e6,
+            max_us=(ordered[-1] if ordered else math.nan) * 1e6,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ColdScan:
+    throughput: Throughput
+    reads: int
+    cache: dict[str, int]  # BlockCache.statistics() after the scan
+    reader: dict[str, int]  # SegmentReader.statistics() after the scan
+    cache_budget_bytes: int
+    inherited_peak_rss_bytes: int  # ru_maxrss when the child started
+    rss_before_scan_bytes: int  # VmRSS after open_store, before the first read
+    high_water_before_scan_bytes: int  # VmHWM then (imports, open_store, recovery)
+    peak_rss_bytes: int  # ru_maxrss right after the scan: the (g) figure
+    high_water_rss_bytes: int  # VmHWM right after the scan
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmResults:
+    cache_bytes: int
+    scan: Throughput
+    memory_copy: Throughput
+    misses_during_timed_scans: int
+    random_reads: Latency
+
+
+@dataclasses.dataclass(frozen=True)
+class WakeResults:
+    interval_s: float
+    from_append_start: Latency
+    from_append_return: Latency  # signed: negative when the waiter ran first
+    missed: int  # appends whose wake-up was never seen
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    size_bytes: int
+    chunk_objects: int
+    raw_cat_file: Throughput
+    raw_cat_ranges: Throughput
+    cold: ColdScan
+    warm: WarmResults
+    wake: WakeResults
+
+
+# ----------------------------------------------------------------------- set-up
+def make_payload(size: int) -> bytes:
+    """Seeded random bytes (made 1 MiB at a time: randbytes is limited to < 2 GiBit)."""
+    rng = random.Random(SEED)
+    return b"".join(rng.randbytes(min(MiB, size - offset)) for offset in range(0, size, MiB))
+
+
+async def write_segment(config: StoreConfig, payload: bytes) -> list[dict[str, Any]]:
+    """Create the segment by 1 MiB PD appends, flush it to tier-2; its chunk layout."""
+    async with open_store(config) as store:
+        await store.create(SEGMENT, make_parents=True)
+        view = memoryview(payload)
+        for offset in range(0, len(payload), MiB):
+            await store.append(SEGMENT, view[offset : offset + MiB])
+        await store.flush()
+        layout = await store.chunk_layout(SEGMENT)
+    flushed = sum(chunk["end"] - chunk["start"] for chunk in layout)
+    if flushed != len(payload):
+        raise RuntimeError(f"tier-2 holds {flushed} of {len(payload)} bytes after flush()")
+    return layout
+
+
+def new_s3fs(options: dict[str, Any], probe_url: str) -> tuple[Any, float]:
+    """A fresh s3fs instance (no instance cache) whose client is set up by one HEAD
+    of ``probe_url``, so no measurement includes creating the botocore client;
+    returns (filesystem, seconds the HEAD took)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    start_s = perf_counter()
+    fs.info(probe_url)
+    return fs, perf_counter() - start_s
+
+
+# --------------------------------------------------------------- raw ceilings
+def raw_cat_file(options: dict[str, Any], layout: list[dict[str, Any]]) -> Throughput:
+    """(b) every chunk object whole, one GET after another."""
+    fs, setup_s = new_s3fs(options, layout[0]["url"])
+    total = 0
+    start_s = perf_counter()
+    for chunk in layout:
+        total += len(fs.cat_file(chunk["url"]))
+    elapsed_s = perf_counter() - start_s
+    label = "(b) s3fs cat_file, whole objects one by one"
+    return Throughput.of(label, total, elapsed_s, setup_s)
+
+
+def block_ranges(layout: list[dict[str, Any]]) -> tuple[list[str], list[int], list[int]]:
+    """The 1 MiB ranges tierfs reads: blocks aligned to each chunk's start."""
+    paths: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    for chunk in layout:
+        length = chunk["end"] - chunk["start"]
+        for block_start in range(0, length, MiB):
+            paths.append(chunk["url"])
+            starts.append(block_start)
+            ends.append(min(block_start + MiB, length))
+    return paths, starts, ends
+
+
+def raw_cat_ranges(options: dict[str, Any], layout: list[dict[str, Any]]) -> Throughput:
+    """(c) the same bytes as 1 MiB ranged GETs, CEILING_IN_FLIGHT in flight."""
+    fs, setup_s = new_s3fs(options, layout[0]["url"])
+    paths, starts, ends = block_ranges(layout)
+    start_s = perf_counter()
+    blocks = fs.cat_ranges(paths, starts, ends, batch_size=CEILING_IN_FLIGHT, on_error="raise")
+    elapsed_s = perf_counter() - start_s
+    total = sum(len(block) for block in blocks)
+    label = f"(c) s3fs cat_ranges, 1 MiB ranges, {CEILING_IN_FLIGHT} in flight"
+    return Throughput.of(label, total, elapsed_s, setup_s)
+
+
+# ------------------------------------------------------- (a) (f) (g) cold scan
+def current_rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    """ru_maxrss: includes what the process inherited at exec (see ColdScanChild)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def high_water_rss_bytes() -> int:
+    """VmHWM: the peak RSS of this process's own address space only."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+async def sequential_scan(store: SegmentStore, size: int) -> tuple[float, SegmentReader]:
+    """Read the segment front to back through one new reader; (seconds, the reader)."""
+    reader = store.open_reader(SEGMENT)
+    offset = 0
+    start_s = perf_counter()
+    while offset < size:
+        data = await reader.read(offset, READ_BYTES)
+        if not data:
+            raise RuntimeError(f"read at {offset} of {size} returned nothing")
+        offset += len(data)
+    return perf_counter() - start_s, reader
+
+
+async def set_up_client(store: SegmentStore) -> float:
+    """Untimed, as for the ceilings: one HEAD of the first chunk through the store's
+    tier-2 (sets up the S3 client; the block cache is not touched). Loads the chunk
+    list too. Returns the seconds it took."""
+    start_s = perf_counter()
+    first = (await store.chunk_layout(SEGMENT))[0]["name"]
+    await trio.to_thread.run_sync(store.chunk_storage.stat, first)
+    return perf_counter() - start_s
+
+
+async def cold_scan(spec: dict[str, Any], inherited_peak: int) -> ColdScan:
+    config = StoreConfig(
+        data_dir=Path(spec["data_dir"]),
+        tier2_url=spec["tier2_url"],
+        tier2_options=spec["tier2_options"],
+    )
+    async with open_store(config) as store:
+        setup_s = await set_up_client(store)
+        rss_before = current_rss_bytes()
+        high_water_before = high_water_rss_bytes()
+        seconds, reader = await sequential_scan(store, spec["size"])
+        peak, high_water = peak_rss_bytes(), high_water_rss_bytes()
+        cache = dataclasses.asdict(store.block_cache.statistics())
+        reader_stats = dataclasses.asdict(reader.statistics())
+    label = f"(a) tierfs cold sequential read, {READ_BYTES // MiB} MiB reads"
+    return ColdScan(
+        throughput=Throughput.of(label, spec["size"], seconds, setup_s),
+        reads=reader_stats["reads"],
+        cache=cache,
+        reader=reader_stats,
+        cache_budget_bytes=config.block_cache_bytes,
+        inherited_peak_rss_bytes=inherited_peak,
+        rss_before_scan_bytes=rss_before,
+        high_water_before_scan_bytes=high_water_before,
+        peak_rss_bytes=peak,
+        high_water_rss_bytes=high_water,
+    )
+
+
+def child_main() -> int:
+    """The child process: wait for the scan's spec (JSON on stdin), scan, print JSON."""
+    inherited_peak = peak_rss_bytes()
+    spec = json.loads(sys.stdin.read())
+    result = trio.run(cold_scan, spec, inherited_peak)
+    print(json.dumps(dataclasses.asdict(result)))
+    return EXIT_OK
+
+
+class ColdScanChild:
+    """The process that runs (a), started before the parent allocates anything big.
+
+    Linux carries ru_maxrss across exec: a process started by ``subprocess`` (vfork +
+    exec) begins with the parent's peak RSS. Started at the very beginning, the child
+    inherits the parent's import-time peak (tens of MiB, below its own), so its
+    ru_maxrss after the scan is its own peak. It then waits for the spec on stdin.
+    """
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tierfs.bench.read", CHILD_FLAG],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, spec: dict[str, Any]) -> ColdScan:
+        out, err = self._process.communicate(json.dumps(spec))
+        if self._process.returncode != 0:
+            raise RuntimeError(f"cold-scan child failed ({self._process.returncode}):\n{err}")
+        figures = json.loads(out.strip().splitlines()[-1])
+        figures["throughput"] = Throughput(**figures["throughput"])
+        return ColdScan(**figures)
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.communicate()
+
+
+# ---------------------------------------------------------- (d) (e) warm reads
+def memory_copy(payload: bytes) -> Throughput:
+    """bytes() copies of 1 MiB slices of the same bytes held in a bytearray; best of 3."""
+    source = memoryview(bytearray(payload))
+    best_s = math.inf
+    for _ in range(WARM_PASSES):
+        start_s = perf_counter()
+        for offset in range(0, len(source), READ_BYTES):
+            bytes(source[offset : offset + READ_BYTES])
+        best_s = min(best_s, perf_counter() - start_s)
+    label = f"(d) in-memory copy, {READ_BYTES // MiB} MiB slices"
+    return Throughput.of(label, len(payload), best_s)
+
+
+async def fill_and_verify(store: SegmentStore, payload: bytes) -> None:
+    """Untimed: read everything once (fills the cache) and compare with the payload."""
+    reader = store.open_reader(SEGMENT)
+    for offset in range(0, len(payload), READ_BYTES):
+        data = await reader.read(offset, READ_BYTES)
+        if data != payload[offset : offset + READ_BYTES]:
+            raise RuntimeError(f"bytes read at {offset} differ from the bytes appended")
+
+
+async def random_reads(store: SegmentStore, size: int, count: int) -> Latency:
+    rng = random.Random(SEED)
+    slots = max(1, size // RANDOM_READ_BYTES)
+    offsets = [rng.randrange(slots) * RANDOM_READ_BYTES for _ in range(count)]
+    reader = store.open_reader(SEGMENT)
+    latencies_s = []
+    for offset in offsets:
+        start_s = perf_counter()
+        await reader.read(offset, RANDOM_READ_BYTES)
+        latencies_s.append(perf_counter() - start_s)
+    return Latency.of(latencies_s)
+
+
+def warm_cache_bytes(size: int) -> int:
+    return max(WARM_CACHE_MIN_BYTES, size + size // 4)
+
+
+async def warm_reads(config: StoreConfig, payload: bytes, random_count: int) -> WarmResults:
+    size = len(payload)
+    async with open_store(config) as store:
+        await fill_and_verify(store, payload)
+        copy = memory_copy(payload)
+        misses_before = store.block_cache.misses
+        best_s = min([(await sequential_scan(store, size))[0] for _ in range(WARM_PASSES)])
+        misses = store.block_cache.misses - misses_before
+        latency = await random_reads(store, size, random_count)
+    label = f"(d) tierfs warm sequential re-read, {READ_BYTES // MiB} MiB reads"
+    return WarmResults(
+        cache_bytes=config.block_cache_bytes,
+        scan=Throughput.of(label, size, best_s),
+        memory_copy=copy,
+        misses_during_timed_scans=misses,
+        random_reads=latency,
+    )
+
+
+# --------------------------------------------------------------- (h) wake-up
+async def tail_waiter(store: SegmentStore, woke_s: list[float]) -> None:
+    """Wait for each new durable length; stamp every record it covers."""
+    seen = 0
+    total = len(woke_s) * WAKE_RECORD_BYTES
+    while seen < total:
+        length = await store.wait_for_data(WAKE_SEGMENT, seen, WAKE_WAIT_TIMEOUT_S)
+        now_s = perf_counter()
+        for index in range(seen // WAKE_RECORD_BYTES, length // WAKE_RECORD_BYTES):
+            woke_s[index] = now_s
+        seen = max(seen, length)
+
+
+async def wake_latency(config: StoreConfig, samples: int) -> WakeResults:
+    record = b"w" * WAKE_RECORD_BYTES
+    started_s = [0.0] * samples
+    returned_s = [0.0] * samples
+    woke_s = [math.nan] * samples
+    async with open_store(config) as store:
+        await store.create(WAKE_SEGMENT, make_parents=True)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tail_waiter, store, woke_s)
+            await trio.sleep(0.05)  # the waiter is parked before the first append
+            for index in range(samples):
+                started_s[index] = perf_counter()
+                await store.append(WAKE_SEGMENT, record)
+                returned_s[index] = perf_counter()
+                await trio.sleep(WAKE_INTERVAL_S)
+            with trio.move_on_after(WAKE_WAIT_TIMEOUT_S):
+                while math.isnan(woke_s[-1]):
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    seen = [i for i in range(samples) if not math.isnan(woke_s[i])]
+    return WakeResults(
+        interval_s=WAKE_INTERVAL_S,
+        from_append_start=Latency.of([woke_s[i] - started_s[i] for i in seen]),
+        from_append_return=Latency.of([woke_s[i] - returned_s[i] for i in seen]),
+        missed=samples - len(seen),
+    )
+
+
+# ------------------------------------------------------------------------ run
+@dataclasses.dataclass(frozen=True)
+class Options:
+    size: int
+    random_reads: int
+    wake_samples: int
+
+
+def store_config(directory: Path, name: str, options: dict[str, Any]) -> StoreConfig:
+    """Default configuration, tier-2 under ``s3://BUCKET/<name>`` on the server."""
+    return StoreConfig(
+        data_dir=directory / name, tier2_url=f"s3://{BUCKET}/{name}", tier2_options=options
+    )
+
+
+def cold_scan_spec(config: StoreConfig, size: int) -> dict[str, Any]:
+    return {
+        "data_dir": str(config.data_dir),
+        "tier2_url": config.tier2_url,
+        "tier2_options": dict(config.tier2_options),
+        "size": size,
+    }
+
+
+def measure_all(
+    directory: Path, opts: Options, endpoint: S3Endpoint, child: ColdScanChild, log: TextIO
+) -> Results:
+    endpoint.create_bucket(BUCKET)
+    s3_options = endpoint.storage_options()
+    config = store_config(directory, "chunks", s3_options)
+    payload = make_payload(opts.size)
+    print(f"s3rver at {endpoint.url}; writing {opts.size // MiB} MiB ...", file=log, flush=True)
+    layout = trio.run(write_segment, config, payload)
+    print("measuring (b), (c), then (a) in a child process ...", file=log, flush=True)
+    cat_file = raw_cat_file(s3_options, layout)
+    cat_ranges = raw_cat_ranges(s3_options, layout)
+    cold = child.run(cold_scan_spec(config, opts.size))
+    print("measuring (d), (e), (h) ...", file=log, flush=True)
+    warm_config = config.replace(block_cache_bytes=warm_cache_bytes(opts.size))
+    warm = trio.run(warm_reads, warm_config, payload, opts.random_reads)
+    del payload
+    wake = trio.run(wake_latency, store_config(directory, "wake", s3_options), opts.wake_samples)
+    return Results(opts.size, len(layout), cat_file, cat_ranges, cold, warm, wake)
+
+
+def run_all(directory: Path, opts: Options, log: TextIO) -> Results:
+    """Start the cold-scan child first (see ColdScanChild), then the S3 server."""
+    from tierfs.bench.s3server import s3_server
+
+    child = ColdScanChild()
+    try:
+        with s3_server(directory / "s3rver", log) as endpoint:
+            return measure_all(directory, opts, endpoint, child, log)
+    finally:
+        child.close()
+
+
+# --------------------------------------------------------------------- targets
+@dataclasses.dataclass(frozen=True)
+class Check:
+    name: str
+    value: float
+    limit: float
+    at_least: bool  # True: value must be >= limit; False: <= limit
+    unit: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.limit if self.at_least else self.value <= self.limit
+
+
+def expected_gets(size: int) -> float:
+    return size / MiB
+
+
+def evaluate_targets(r: Results) -> list[Check]:
+    cold_mb_s = r.cold.throughput.mb_per_s
+    gets = r.cold.cache["gets"]
+    return [
+        Check("(a) / (b) cold scan vs cat_file", cold_mb_s / r.raw_cat_file.mb_per_s, 1.0, True, "x"),
+        Check("(a) / (c) cold scan vs cat_ranges", cold_mb_s / r.raw_cat_ranges.mb_per_s, 0.70, True, "x"),
+        Check(
+            "(f) |GETs / (bytes / 1 MiB) - 1|",
+            abs(gets / expected_gets(r.size_bytes) - 1.0),
+            0.02,
+            False,
+        ),
+        Check(
+            "(g) peak RSS of cold scan",
+            r.cold.peak_rss_bytes / MiB,
+            (r.cold.cache_budget_bytes + RSS_SLACK_BYTES) / MiB,
+            False,
+            "MiB",
+        ),
+        Check("(h) wake-up p99", r.wake.from_append_start.p99_us / 1000, 20.0, False, "ms"),
+    ]
+
+
+# ---------------------------------------------------------------------- report
+def format_throughputs(r: Results) -> list[str]:
+    header = f"{'measurement':<52} {'MB/s':>8} {'seconds':>8} {'set-up s':>8}"
+    lines = [header, "-" * len(header)]
+    for t in (r.cold.throughput, r.raw_cat_file, r.raw_cat_ranges, r.warm.scan, r.warm.memory_copy):
+        setup = f"{t.setup_s:.3f}" if t.setup_s else "-"
+        lines.append(f"{t.label:<52} {t.mb_per_s:>8,.1f} {t.seconds:>8.3f} {setup:>8}")
+    return lines
+
+
+def format_details(r: Results) -> list[str]:
+    cache, cold, warm, wake = r.cold.cache, r.cold, r.warm, r.wake
+    rnd, start, ret = warm.random_reads, wake.from_append_start, wake.from_append_return
+    return [
+        f"(e) random {RANDOM_READ_BYTES} B reads, warm cache ({rnd.samples:,}): "
+        f"p50 {rnd.p50_us:,.1f} us, p99 {rnd.p99_us:,.1f} us, max {rnd.max_us:,.1f} us",
+        f"(f) cold scan: {cold.reads} reads, GETs {cache['gets']} (bytes/1 MiB = "
+        f"{expected_gets(r.size_bytes):.0f}), fetched {cache['fetched_bytes'] / MiB:,.1f} MiB "
+        f"of {r.size_bytes / MiB:,.0f} MiB read, hits {cache['hits']}, misses {cache['misses']}, "
+        f"prefetches {cache['prefetches']}, evictions {cache['evictions']}",
+        f"(g) cold scan: peak RSS (ru_maxrss) {cold.peak_rss_bytes / MiB:,.1f} MiB, VmHWM "
+        f"{cold.high_water_rss_bytes / MiB:,.1f} MiB; before the scan: RSS "
+        f"{cold.rss_before_scan_bytes / MiB:,.1f} MiB, VmHWM "
+        f"{cold.high_water_before_scan_bytes / MiB:,.1f} MiB; ru_maxrss inherited at start "
+        f"{cold.inherited_peak_rss_bytes / MiB:,.1f} MiB; cache budget "
+        f"{cold.cache_budget_bytes / MiB:,.0f} MiB",
+        f"(h) wake-up from append start ({start.samples} appends, every "
+        f"{wake.interval_s * 1000:g} ms, {wake.missed} missed): p50 {start.p50_us:,.1f} us, "
+        f"p99 {start.p99_us:,.1f} us; from append return: p50 {ret.p50_us:,.1f} us, "
+        f"p99 {ret.p99_us:,.1f} us",
+        f"warm cache {warm.cache_bytes / MiB:,.0f} MiB, misses during the timed warm scans: "
+        f"{warm.misses_during_timed_scans}",
+    ]
+
+
+def format_targets(checks: list[Check]) -> list[str]:
+    lines = []
+    for check in checks:
+        bound = ">=" if check.at_least else "<="
+        verdict = "PASS" if check.passed else "FAIL"
+        lines.append(
+            f"{check.name:<36} {check.value:9.3f} {check.unit:<3} ({bound} {check.limit:g}) {verdict}"
+        )
+    return lines
+
+
+def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: TextIO) -> None:
+    fs = machine["filesystem"]
+    print(
+        f"read benchmark: {r.size_bytes / MiB:g} MiB segment in {r.chunk_objects} S3 objects "
+        f"(s3rver on 127.0.0.1), {machine['cpus']} CPUs, {fs['fs_type']} on {fs['device']}",
+        file=out,
+    )
+    print(file=out)
+    for line in [*format_throughputs(r), "", *format_details(r), "", *format_targets(checks)]:
+        print(line, file=out)
+
+
+def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dict[str, Any]:
+    return {
+        "benchmark": "read",
+        "read_bytes": READ_BYTES,
+        "ceiling_in_flight": CEILING_IN_FLIGHT,
+        "s3_server": "s3rver (npm) on 127.0.0.1",
+        "machine": machine,
+        "results": dataclasses.asdict(r),
+        "targets": [{**dataclasses.asdict(c), "passed": c.passed} for c in checks],
+    }
+
+
+# ------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--size-mib", type=int, default=256, help="segment size in MiB (default 256)"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("."),
+        help="create the scratch directory (store, S3 server data) here; must be on a "
+        "real disk (default: the current directory)",
+    )
+    parser.add_argument(
+        "--random-reads", type=int, default=20_000, help="random 4 KiB reads in (e)"
+    )
+    parser.add_argument("--wake-samples", type=int, default=400, help="appends timed in (h)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON object of all figures on stdout (the table goes to stderr)",
+    )
+
+
+def usage_error(args: argparse.Namespace) -> str | None:
+    if args.size_mib < 1 or args.random_reads < 1 or args.wake_samples < 1:
+        return "--size-mib, --random-reads and --wake-samples must be >= 1"
+    if not args.dir.is_dir():
+        return f"--dir {args.dir} is not a directory"
+    fs_type = filesystem_of(args.dir).fs_type
+    if fs_type in RAM_FILESYSTEMS:
+        return f"{args.dir} is on {fs_type} (RAM): choose --dir on a real disk"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from tierfs.bench.s3server import S3ServerError
+
+    problem = usage_error(args)
+    if problem:
+        print(problem, file=sys.stderr)
+        return EXIT_USAGE
+    opts = Options(args.size_mib * MiB, args.random_reads, args.wake_samples)
+    directory = Path(tempfile.mkdtemp(prefix="tmp-tierfs-bench-", dir=args.dir)).resolve()
+    try:
+        machine = describe_machine(directory)
+        results = run_all(directory, opts, sys.stderr)
+    except S3ServerError as e:
+        print(f"cannot run the read benchmark: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    checks = evaluate_targets(results)
+    print_report(machine, results, checks, sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(report_json(machine, results, checks), indent=2))
+    return EXIT_OK
+
+
+if __name__ == "__main__" and sys.argv[1:2] == [CHILD_FLAG]:
+    sys.exit(child_main())

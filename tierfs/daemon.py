@@ -1,0 +1,113 @@
+"""The tierfs daemon: one process owns a data dir and serves it over HTTP.
+
+``serve(config)`` opens the store, serves the API on ``<data_dir>/tierfs.sock``
+(owner-only: the socket is chmod 0600 inside a 0700 data dir) and, when asked, on a TCP
+address that requires a bearer token, until SIGTERM/SIGINT (or ``stop``); then it stops
+accepting requests, flushes and closes the store (see ``open_store``), and removes the
+socket.
+
+Invariants:
+- Only the lock holder creates the socket, so an existing socket file found at start is
+  stale (its daemon died) and is replaced.
+- The TCP token is generated once (``secrets.token_urlsafe``), stored owner-only in
+  ``<data_dir>/token``, and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+from pathlib import Path
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+
+from .config import StoreConfig
+from .http_api import BearerTokenAuth, build_app
+from .store import open_store
+
+log = logging.getLogger(__name__)
+
+SOCKET_NAME = "tierfs.sock"
+TOKEN_NAME = "token"
+
+
+def socket_path(data_dir: Path) -> Path:
+    return data_dir / SOCKET_NAME
+
+
+def load_or_create_token(data_dir: Path) -> str:
+    path = data_dir / TOKEN_NAME
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def _hypercorn_config(bind: str) -> hypercorn.config.Config:
+    config = hypercorn.config.Config()
+    config.bind = [bind]
+    config.accesslog = None  # request lines may carry names; headers carry tokens
+    config.errorlog = logging.getLogger("tierfs.http")
+    config.keep_alive_timeout = 75.0  # clients reuse connections across long polls
+    return config
+
+
+async def serve(
+    config: StoreConfig,
+    *,
+    listen: str | None = None,
+    stop: trio.Event | None = None,
+    task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set)."""
+    async with open_store(config) as store:
+        data_dir = config.data_dir
+        os.chmod(data_dir, 0o700)
+        sock = socket_path(data_dir)
+        sock.unlink(missing_ok=True)
+        app = build_app(store)
+        shutdown = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(_serve_one, app, _hypercorn_config(f"unix:{sock}"), shutdown)
+                os.chmod(sock, 0o600)
+                log.info("serving %s on %s (epoch %d)", data_dir, sock, store.epoch)
+                if listen:
+                    token = load_or_create_token(data_dir)
+                    authed = BearerTokenAuth(app, token)
+                    await nursery.start(_serve_one, authed, _hypercorn_config(listen), shutdown)
+                    log.info("also serving on tcp %s (bearer token in %s)", listen, data_dir / TOKEN_NAME)
+                task_status.started(sock)
+                await _wait_for_stop(stop)
+                log.info("shutting down: flushing and closing %s", data_dir)
+                shutdown.set()
+        finally:
+            sock.unlink(missing_ok=True)
+
+
+async def _serve_one(
+    app: object, config: hypercorn.config.Config, shutdown: trio.Event,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    await hypercorn.trio.serve(
+        app, config, shutdown_trigger=shutdown.wait, task_status=task_status  # type: ignore[arg-type]
+    )
+
+
+async def _wait_for_stop(stop: trio.Event | None) -> None:
+    if stop is not None:
+        await stop.wait()
+        return
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("received %s", signal.Signals(signum).name)
+            return
