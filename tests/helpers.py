@@ -3,6 +3,12 @@ the repository root, which holds a folder named ``fuse``, never lands on sys.pat
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from tierfs import StoreConfig
@@ -24,3 +30,51 @@ def small_config(data_dir: Path, **overrides: object) -> StoreConfig:
     )
     values.update(overrides)
     return StoreConfig(**values)  # type: ignore[arg-type]
+
+
+class Daemon:
+    """A real ``tierfs serve`` process on a data dir (started by ``start_daemon``)."""
+
+    def __init__(self, data_dir: Path, proc: "subprocess.Popen[bytes]") -> None:
+        self.data_dir = data_dir
+        self.proc = proc
+        self.socket = data_dir / "tierfs.sock"
+
+    def client(self):  # type: ignore[no-untyped-def]
+        from tierfs.client import TierClient
+
+        return TierClient(f"unix://{self.socket}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        _, stderr = self.proc.communicate(timeout=timeout_s)
+        return self.proc.returncode, stderr.decode(errors="replace")
+
+
+def start_daemon(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> Daemon:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), "-v", "serve", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})},
+    )
+    daemon = Daemon(data_dir, proc)
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited: {proc.communicate()[1].decode()[-2000:]}")
+        if daemon.socket.exists():
+            try:
+                daemon.client().health()
+                return daemon
+            except Exception:
+                pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("daemon did not start")
+        time.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

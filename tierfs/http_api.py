@@ -71,6 +71,7 @@ STATUS_BY_CODE = {
 }
 READ_PIECE_BYTES = 4 << 20  # one streamed piece of a GET: bounded memory per request
 FOLLOW_MAX_TIMEOUT_S = 300.0
+OPERATIONS = ("mkdir", "rmdir", "mv", "seal", "unseal", "sync", "flush", "set_durability", "fsck")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -261,6 +262,8 @@ def build_app(store: SegmentStore) -> Starlette:
 
     async def operation(request: Request) -> Response:
         op = request.path_params["op"]
+        if op not in OPERATIONS:
+            return error_response("not_found", f"no such operation {op!r}")
         try:
             args = json.loads(await request.body() or b"{}")
         except ValueError:
@@ -283,7 +286,7 @@ def build_app(store: SegmentStore) -> Starlette:
             await store.flush(path or None)
         elif op == "set_durability":
             result = info_json(await store.set_durability(path, str(args.get("durability", ""))))
-        elif op == "fsck":
+        else:  # fsck
             from .fsck import fsck
 
             report = await fsck(store)
@@ -292,8 +295,6 @@ def build_app(store: SegmentStore) -> Starlette:
                 "bytes_checked": report.bytes_checked,
                 "problems": [dataclasses.asdict(p) for p in report.problems],
             }
-        else:
-            return error_response("not_found", f"no such operation {op!r}")
         return JSONResponse(result if result is not None else {"ok": True})
 
     async def tierfs_error(request: Request, exc: Exception) -> Response:

@@ -63,9 +63,11 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TextIO
@@ -165,14 +167,36 @@ class WakeResults:
 
 
 @dataclasses.dataclass(frozen=True)
-class Results:
-    size_bytes: int
-    chunk_objects: int
+class Round:
+    """(b), (c) and (a), measured in this order within seconds of each other."""
+
     raw_cat_file: Throughput
     raw_cat_ranges: Throughput
     cold: ColdScan
+
+    @property
+    def versus_cat_file(self) -> float:
+        return self.cold.throughput.mb_per_s / self.raw_cat_file.mb_per_s
+
+    @property
+    def versus_cat_ranges(self) -> float:
+        return self.cold.throughput.mb_per_s / self.raw_cat_ranges.mb_per_s
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    size_bytes: int
+    chunk_objects: int
+    rounds: list[Round]
     warm: WarmResults
     wake: WakeResults
+
+    def median_mb_per_s(self, pick: Callable[[Round], Throughput]) -> float:
+        return statistics.median(pick(r).mb_per_s for r in self.rounds)
+
+    def spread_mb_per_s(self, pick: Callable[[Round], Throughput]) -> tuple[float, float]:
+        values = [pick(r).mb_per_s for r in self.rounds]
+        return min(values), max(values)
 
 
 # ----------------------------------------------------------------------- set-up
@@ -321,11 +345,12 @@ async def cold_scan(spec: dict[str, Any], inherited_peak: int) -> ColdScan:
 
 
 def child_main() -> int:
-    """The child process: wait for the scan's spec (JSON on stdin), scan, print JSON."""
+    """The child process: one cold scan per line of JSON spec on stdin, each answered
+    with one line of JSON figures on stdout; ends at end of input."""
     inherited_peak = peak_rss_bytes()
-    spec = json.loads(sys.stdin.read())
-    result = trio.run(cold_scan, spec, inherited_peak)
-    print(json.dumps(dataclasses.asdict(result)))
+    for line in sys.stdin:
+        result = trio.run(cold_scan, json.loads(line), inherited_peak)
+        print(json.dumps(dataclasses.asdict(result)), flush=True)
     return EXIT_OK
 
 
@@ -335,30 +360,43 @@ class ColdScanChild:
     Linux carries ru_maxrss across exec: a process started by ``subprocess`` (vfork +
     exec) begins with the parent's peak RSS. Started at the very beginning, the child
     inherits the parent's import-time peak (tens of MiB, below its own), so its
-    ru_maxrss after the scan is its own peak. It then waits for the spec on stdin.
+    ru_maxrss after a scan is its own peak. Each scan opens a fresh store (empty block
+    cache); its stderr goes to ``log_path``.
     """
 
-    def __init__(self) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "tierfs.bench.read", CHILD_FLAG],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    def __init__(self, log_path: Path) -> None:
+        self._log_path = log_path
+        with open(log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "tierfs.bench.read", CHILD_FLAG],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
 
     def run(self, spec: dict[str, Any]) -> ColdScan:
-        out, err = self._process.communicate(json.dumps(spec))
-        if self._process.returncode != 0:
-            raise RuntimeError(f"cold-scan child failed ({self._process.returncode}):\n{err}")
-        figures = json.loads(out.strip().splitlines()[-1])
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(json.dumps(spec) + "\n")
+        self._process.stdin.flush()
+        line = self._process.stdout.readline()
+        if not line:
+            log = self._log_path.read_text(errors="replace")
+            raise RuntimeError(f"the cold-scan child process failed:\n{log[-4000:]}")
+        figures = json.loads(line)
         figures["throughput"] = Throughput(**figures["throughput"])
         return ColdScan(**figures)
 
     def close(self) -> None:
-        if self._process.poll() is None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             self._process.kill()
-            self._process.communicate()
+            self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
 
 
 # ---------------------------------------------------------- (d) (e) warm reads
@@ -371,7 +409,7 @@ def memory_copy(payload: bytes) -> Throughput:
         for offset in range(0, len(source), READ_BYTES):
             bytes(source[offset : offset + READ_BYTES])
         best_s = min(best_s, perf_counter() - start_s)
-    label = f"(d) in-memory copy, {READ_BYTES // MiB} MiB slices"
+    label = f"(d) in-memory copy, {READ_BYTES // MiB} MiB slices, best of {WARM_PASSES}"
     return Throughput.of(label, len(payload), best_s)
 
 
@@ -410,7 +448,7 @@ async def warm_reads(config: StoreConfig, payload: bytes, random_count: int) -> 
         best_s = min([(await sequential_scan(store, size))[0] for _ in range(WARM_PASSES)])
         misses = store.block_cache.misses - misses_before
         latency = await random_reads(store, size, random_count)
-    label = f"(d) tierfs warm sequential re-read, {READ_BYTES // MiB} MiB reads"
+    label = f"(d) tierfs warm re-read, {READ_BYTES // MiB} MiB reads, best of {WARM_PASSES}"
     return WarmResults(
         cache_bytes=config.block_cache_bytes,
         scan=Throughput.of(label, size, best_s),
@@ -465,6 +503,7 @@ async def wake_latency(config: StoreConfig, samples: int) -> WakeResults:
 @dataclasses.dataclass(frozen=True)
 class Options:
     size: int
+    rounds: int
     random_reads: int
     wake_samples: int
 
@@ -485,6 +524,15 @@ def cold_scan_spec(config: StoreConfig, size: int) -> dict[str, Any]:
     }
 
 
+def measure_round(
+    s3_options: dict[str, Any], layout: list[dict[str, Any]], spec: dict[str, Any],
+    child: ColdScanChild,
+) -> Round:
+    cat_file = raw_cat_file(s3_options, layout)
+    cat_ranges = raw_cat_ranges(s3_options, layout)
+    return Round(cat_file, cat_ranges, child.run(spec))
+
+
 def measure_all(
     directory: Path, opts: Options, endpoint: S3Endpoint, child: ColdScanChild, log: TextIO
 ) -> Results:
@@ -494,23 +542,24 @@ def measure_all(
     payload = make_payload(opts.size)
     print(f"s3rver at {endpoint.url}; writing {opts.size // MiB} MiB ...", file=log, flush=True)
     layout = trio.run(write_segment, config, payload)
-    print("measuring (b), (c), then (a) in a child process ...", file=log, flush=True)
-    cat_file = raw_cat_file(s3_options, layout)
-    cat_ranges = raw_cat_ranges(s3_options, layout)
-    cold = child.run(cold_scan_spec(config, opts.size))
+    rounds = []
+    for index in range(opts.rounds):
+        print(f"round {index + 1}/{opts.rounds}: (b), (c), (a) ...", file=log, flush=True)
+        spec = cold_scan_spec(config, opts.size)
+        rounds.append(measure_round(s3_options, layout, spec, child))
     print("measuring (d), (e), (h) ...", file=log, flush=True)
     warm_config = config.replace(block_cache_bytes=warm_cache_bytes(opts.size))
     warm = trio.run(warm_reads, warm_config, payload, opts.random_reads)
     del payload
     wake = trio.run(wake_latency, store_config(directory, "wake", s3_options), opts.wake_samples)
-    return Results(opts.size, len(layout), cat_file, cat_ranges, cold, warm, wake)
+    return Results(opts.size, len(layout), rounds, warm, wake)
 
 
 def run_all(directory: Path, opts: Options, log: TextIO) -> Results:
     """Start the cold-scan child first (see ColdScanChild), then the S3 server."""
     from tierfs.bench.s3server import s3_server
 
-    child = ColdScanChild()
+    child = ColdScanChild(directory / "cold-scan-child.log")
     try:
         with s3_server(directory / "s3rver", log) as endpoint:
             return measure_all(directory, opts, endpoint, child, log)
@@ -536,22 +585,29 @@ def expected_gets(size: int) -> float:
     return size / MiB
 
 
+def gets_deviation(r: Results) -> float:
+    """The worst round's |GETs / (segment bytes / 1 MiB) - 1|."""
+    expected = expected_gets(r.size_bytes)
+    return max(abs(rnd.cold.cache["gets"] / expected - 1.0) for rnd in r.rounds)
+
+
 def evaluate_targets(r: Results) -> list[Check]:
-    cold_mb_s = r.cold.throughput.mb_per_s
-    gets = r.cold.cache["gets"]
+    """Throughput ratios: the median over rounds of each round's own ratio."""
+    budget = r.rounds[0].cold.cache_budget_bytes
     return [
-        Check("(a) / (b) cold scan vs cat_file", cold_mb_s / r.raw_cat_file.mb_per_s, 1.0, True, "x"),
-        Check("(a) / (c) cold scan vs cat_ranges", cold_mb_s / r.raw_cat_ranges.mb_per_s, 0.70, True, "x"),
         Check(
-            "(f) |GETs / (bytes / 1 MiB) - 1|",
-            abs(gets / expected_gets(r.size_bytes) - 1.0),
-            0.02,
-            False,
+            "(a) / (b) cold scan vs cat_file",
+            statistics.median(rnd.versus_cat_file for rnd in r.rounds), 1.0, True, "x",
         ),
         Check(
+            "(a) / (c) cold scan vs cat_ranges",
+            statistics.median(rnd.versus_cat_ranges for rnd in r.rounds), 0.70, True, "x",
+        ),
+        Check("(f) |GETs / (bytes / 1 MiB) - 1|", gets_deviation(r), 0.02, False),
+        Check(
             "(g) peak RSS of cold scan",
-            r.cold.peak_rss_bytes / MiB,
-            (r.cold.cache_budget_bytes + RSS_SLACK_BYTES) / MiB,
+            max(rnd.cold.peak_rss_bytes for rnd in r.rounds) / MiB,
+            (budget + RSS_SLACK_BYTES) / MiB,
             False,
             "MiB",
         ),
@@ -560,37 +616,73 @@ def evaluate_targets(r: Results) -> list[Check]:
 
 
 # ---------------------------------------------------------------------- report
+SCAN_ROWS: tuple[tuple[str, Callable[[Round], Throughput]], ...] = (
+    ("(a) tierfs cold sequential read, 1 MiB reads", lambda rnd: rnd.cold.throughput),
+    ("(b) s3fs cat_file, whole objects one by one", lambda rnd: rnd.raw_cat_file),
+    (f"(c) s3fs cat_ranges, 1 MiB, {CEILING_IN_FLIGHT} in flight", lambda rnd: rnd.raw_cat_ranges),
+)
+
+
 def format_throughputs(r: Results) -> list[str]:
-    header = f"{'measurement':<52} {'MB/s':>8} {'seconds':>8} {'set-up s':>8}"
+    header = f"{'measurement':<48} {'MB/s':>8} {'min':>8} {'max':>8}"
     lines = [header, "-" * len(header)]
-    for t in (r.cold.throughput, r.raw_cat_file, r.raw_cat_ranges, r.warm.scan, r.warm.memory_copy):
-        setup = f"{t.setup_s:.3f}" if t.setup_s else "-"
-        lines.append(f"{t.label:<52} {t.mb_per_s:>8,.1f} {t.seconds:>8.3f} {setup:>8}")
+    for label, pick in SCAN_ROWS:
+        low, high = r.spread_mb_per_s(pick)
+        lines.append(f"{label:<48} {r.median_mb_per_s(pick):>8,.1f} {low:>8,.1f} {high:>8,.1f}")
+    for t in (r.warm.scan, r.warm.memory_copy):
+        lines.append(f"{t.label:<48} {t.mb_per_s:>8,.1f} {'-':>8} {'-':>8}")
     return lines
 
 
+def format_rounds(r: Results) -> list[str]:
+    lines = []
+    for index, rnd in enumerate(r.rounds, 1):
+        setups = "/".join(
+            f"{t.setup_s * 1000:.0f}"
+            for t in (rnd.cold.throughput, rnd.raw_cat_file, rnd.raw_cat_ranges)
+        )
+        lines.append(
+            f"round {index}: (a) {rnd.cold.throughput.mb_per_s:,.1f}  (b) "
+            f"{rnd.raw_cat_file.mb_per_s:,.1f}  (c) {rnd.raw_cat_ranges.mb_per_s:,.1f} MB/s; "
+            f"(a)/(b) {rnd.versus_cat_file:.3f}, (a)/(c) {rnd.versus_cat_ranges:.3f}; "
+            f"untimed client set-up a/b/c {setups} ms"
+        )
+    return lines
+
+
+def format_cold_details(r: Results) -> list[str]:
+    last = r.rounds[-1].cold
+    cache = last.cache
+    gets = ", ".join(str(rnd.cold.cache["gets"]) for rnd in r.rounds)
+    return [
+        f"(f) cold scan GETs per round: {gets} (bytes / 1 MiB = "
+        f"{expected_gets(r.size_bytes):.0f}); last round: {last.reads} reads, fetched "
+        f"{cache['fetched_bytes'] / MiB:,.1f} MiB of {r.size_bytes / MiB:,.0f} MiB read, "
+        f"hits {cache['hits']}, misses {cache['misses']}, prefetches {cache['prefetches']}, "
+        f"evictions {cache['evictions']}",
+        f"(g) cold scan peak RSS (ru_maxrss) {last.peak_rss_bytes / MiB:,.1f} MiB, VmHWM "
+        f"{last.high_water_rss_bytes / MiB:,.1f} MiB; before the scan: RSS "
+        f"{last.rss_before_scan_bytes / MiB:,.1f} MiB, VmHWM "
+        f"{last.high_water_before_scan_bytes / MiB:,.1f} MiB; ru_maxrss inherited at start "
+        f"{last.inherited_peak_rss_bytes / MiB:,.1f} MiB; cache budget "
+        f"{last.cache_budget_bytes / MiB:,.0f} MiB",
+    ]
+
+
 def format_details(r: Results) -> list[str]:
-    cache, cold, warm, wake = r.cold.cache, r.cold, r.warm, r.wake
+    warm, wake = r.warm, r.wake
     rnd, start, ret = warm.random_reads, wake.from_append_start, wake.from_append_return
     return [
+        f"(d) warm cache {warm.cache_bytes / MiB:,.0f} MiB; misses during the timed warm "
+        f"scans: {warm.misses_during_timed_scans}; tierfs / memory copy "
+        f"{warm.scan.mb_per_s / warm.memory_copy.mb_per_s:.3f}",
         f"(e) random {RANDOM_READ_BYTES} B reads, warm cache ({rnd.samples:,}): "
         f"p50 {rnd.p50_us:,.1f} us, p99 {rnd.p99_us:,.1f} us, max {rnd.max_us:,.1f} us",
-        f"(f) cold scan: {cold.reads} reads, GETs {cache['gets']} (bytes/1 MiB = "
-        f"{expected_gets(r.size_bytes):.0f}), fetched {cache['fetched_bytes'] / MiB:,.1f} MiB "
-        f"of {r.size_bytes / MiB:,.0f} MiB read, hits {cache['hits']}, misses {cache['misses']}, "
-        f"prefetches {cache['prefetches']}, evictions {cache['evictions']}",
-        f"(g) cold scan: peak RSS (ru_maxrss) {cold.peak_rss_bytes / MiB:,.1f} MiB, VmHWM "
-        f"{cold.high_water_rss_bytes / MiB:,.1f} MiB; before the scan: RSS "
-        f"{cold.rss_before_scan_bytes / MiB:,.1f} MiB, VmHWM "
-        f"{cold.high_water_before_scan_bytes / MiB:,.1f} MiB; ru_maxrss inherited at start "
-        f"{cold.inherited_peak_rss_bytes / MiB:,.1f} MiB; cache budget "
-        f"{cold.cache_budget_bytes / MiB:,.0f} MiB",
-        f"(h) wake-up from append start ({start.samples} appends, every "
-        f"{wake.interval_s * 1000:g} ms, {wake.missed} missed): p50 {start.p50_us:,.1f} us, "
-        f"p99 {start.p99_us:,.1f} us; from append return: p50 {ret.p50_us:,.1f} us, "
-        f"p99 {ret.p99_us:,.1f} us",
-        f"warm cache {warm.cache_bytes / MiB:,.0f} MiB, misses during the timed warm scans: "
-        f"{warm.misses_during_timed_scans}",
+        *format_cold_details(r),
+        f"(h) wake-up from append start ({start.samples} PD appends of "
+        f"{WAKE_RECORD_BYTES} B, every {wake.interval_s * 1000:g} ms, {wake.missed} missed): "
+        f"p50 {start.p50_us:,.1f} us, p99 {start.p99_us:,.1f} us, max {start.max_us:,.1f} us; "
+        f"from append return: p50 {ret.p50_us:,.1f} us, p99 {ret.p99_us:,.1f} us",
     ]
 
 
@@ -612,9 +704,13 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
         f"(s3rver on 127.0.0.1), {machine['cpus']} CPUs, {fs['fs_type']} on {fs['device']}",
         file=out,
     )
+    print(f"(a), (b), (c): median of {len(r.rounds)} rounds", file=out)
     print(file=out)
-    for line in [*format_throughputs(r), "", *format_details(r), "", *format_targets(checks)]:
-        print(line, file=out)
+    sections = [format_throughputs(r), format_rounds(r), format_details(r), format_targets(checks)]
+    for section in sections:
+        for line in section:
+            print(line, file=out)
+        print(file=out)
 
 
 def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dict[str, Any]:
@@ -624,6 +720,7 @@ def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dic
         "ceiling_in_flight": CEILING_IN_FLIGHT,
         "s3_server": "s3rver (npm) on 127.0.0.1",
         "machine": machine,
+        "medians_mb_per_s": {label: r.median_mb_per_s(pick) for label, pick in SCAN_ROWS},
         "results": dataclasses.asdict(r),
         "targets": [{**dataclasses.asdict(c), "passed": c.passed} for c in checks],
     }
@@ -642,6 +739,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "real disk (default: the current directory)",
     )
     parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of (b), (c), (a) (default 3; medians)"
+    )
+    parser.add_argument(
         "--random-reads", type=int, default=20_000, help="random 4 KiB reads in (e)"
     )
     parser.add_argument("--wake-samples", type=int, default=400, help="appends timed in (h)")
@@ -653,8 +753,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def usage_error(args: argparse.Namespace) -> str | None:
-    if args.size_mib < 1 or args.random_reads < 1 or args.wake_samples < 1:
-        return "--size-mib, --random-reads and --wake-samples must be >= 1"
+    counts = (args.size_mib, args.rounds, args.random_reads, args.wake_samples)
+    if min(counts) < 1:
+        return "--size-mib, --rounds, --random-reads and --wake-samples must be >= 1"
     if not args.dir.is_dir():
         return f"--dir {args.dir} is not a directory"
     fs_type = filesystem_of(args.dir).fs_type
@@ -670,7 +771,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return EXIT_USAGE
-    opts = Options(args.size_mib * MiB, args.random_reads, args.wake_samples)
+    opts = Options(args.size_mib * MiB, args.rounds, args.random_reads, args.wake_samples)
     directory = Path(tempfile.mkdtemp(prefix="tmp-tierfs-bench-", dir=args.dir)).resolve()
     try:
         machine = describe_machine(directory)
