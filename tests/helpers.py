@@ -35,7 +35,7 @@ def small_config(data_dir: Path, **overrides: object) -> StoreConfig:
 class Daemon:
     """A real ``tierfs serve`` process on a data dir (started by ``start_daemon``)."""
 
-    def __init__(self, data_dir: Path, proc: "subprocess.Popen[bytes]") -> None:
+    def __init__(self, data_dir: Path, proc: subprocess.Popen[bytes]) -> None:
         self.data_dir = data_dir
         self.proc = proc
         self.socket = data_dir / "tierfs.sock"
