@@ -38,5 +38,8 @@ setup(
             "types-cachetools",
         ],
     },
-    entry_points={"console_scripts": ["tierfs = tierfs.cli:main"]},
+    entry_points={
+        "console_scripts": ["tierfs = tierfs.cli:main"],
+        "fsspec.specs": ["tierfs = tierfs.fsspec_impl.filesystem:TierFileSystem"],
+    },
 )

@@ -1,0 +1,269 @@
+"""``TierFileSystem``: the fsspec plugin, protocol ``tierfs://``, talking to the daemon.
+
+``fsspec.open("tierfs://logs/app.log")`` finds the local daemon with no configuration:
+storage options ``url`` / ``data_dir`` / ``token`` override ``TIERFS_URL`` /
+``TIERFS_DATA_DIR`` / ``TIERFS_TOKEN``, which override the default data dir's socket.
+
+Semantics (append-only):
+- ``rb``: reads through a 1 MiB block cache (fsspec's ``blockcache``), not the 5 MiB
+  read-ahead over-fetch of fsspec's default; the daemon adds its own read-ahead.
+- ``ab``: appends; every ``flush()`` (and every full 8 MiB buffer) is one atomic append,
+  so concurrent writers never interleave inside a flush.
+- ``wb`` / ``xb``: a new segment; over an existing non-empty segment both are an error
+  (``FileExistsError``): segments are never overwritten. ``pipe_file`` likewise.
+- Sizes come from the daemon on every call: the listings cache is off, so a growing
+  segment's size is never stale.
+- Instances pickle by their constructor arguments (fsspec rebuilds them), so Spark
+  workers get a working client in their own process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+from tierfs.client import TierClient, discover_url
+from tierfs.errors import SegmentExistsError, SegmentNotFoundError
+from tierfs.store import DirectoryInfo, Info, SegmentInfo
+
+READ_BLOCK_BYTES = 1 << 20  # one block-cache block = one daemon block = one ranged GET
+WRITE_BUFFER_BYTES = 8 << 20  # an append is sent at the latest when this much is buffered
+
+
+class TierFileSystem(AbstractFileSystem):
+    protocol = "tierfs"
+    root_marker = ""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        data_dir: str | None = None,
+        token: str | None = None,
+        **storage_options: Any,
+    ) -> None:
+        storage_options.setdefault("use_listings_cache", False)
+        super().__init__(url=url, data_dir=data_dir, token=token, **storage_options)
+        self.client = TierClient(url or discover_url(data_dir), token)
+        self.bytes_fetched = 0  # bytes read from the daemon by this instance
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = str(path)
+        if path.startswith("tierfs://"):
+            path = path[len("tierfs://"):]
+        return path.strip("/")
+
+    def unstrip_protocol(self, name: str) -> str:
+        return f"tierfs://{name}"
+
+    # ------------------------------------------------------------------ metadata
+    @staticmethod
+    def _entry(info: Info) -> dict[str, Any]:
+        if isinstance(info, DirectoryInfo):
+            return {"name": info.name, "size": 0, "type": "directory", "created": info.created}
+        assert isinstance(info, SegmentInfo)
+        return {
+            "name": info.name,
+            "size": info.length,
+            "type": "file",
+            "durable_length": info.durable_length,
+            "appended_length": info.appended_length,
+            "flushed_length": info.flushed_length,
+            "sealed": info.sealed,
+            "durability": info.durability,
+            "chunk_count": info.chunk_count,
+            "created": info.created,
+            "mtime": info.modified,
+        }
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        return self._entry(self.client.stat(self._strip_protocol(path)))
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        name = self._strip_protocol(path)
+        info = self.client.stat(name)
+        entries = [info] if isinstance(info, SegmentInfo) else self.client.ls(name)
+        details = [self._entry(e) for e in entries]
+        return details if detail else [d["name"] for d in details]
+
+    def created(self, path: str) -> datetime.datetime:
+        return datetime.datetime.fromtimestamp(self.info(path)["created"], datetime.UTC)
+
+    def modified(self, path: str) -> datetime.datetime:
+        info = self.info(path)
+        if info["type"] != "file":
+            raise IsADirectoryError(path)
+        return datetime.datetime.fromtimestamp(info["mtime"], datetime.UTC)
+
+    def chunk_layout(self, path: str) -> list[dict[str, Any]]:
+        return self.client.layout(self._strip_protocol(path))
+
+    # ------------------------------------------------------------------ data
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        name = self._strip_protocol(path)
+        if (start is not None and start < 0) or (end is not None and end < 0):
+            size = self.info(name)["size"]
+            start = size + start if start is not None and start < 0 else start
+            end = size + end if end is not None and end < 0 else end
+        data = self.client.read(name, max(0, start or 0), end)
+        self.bytes_fetched += len(data)
+        return data
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "create", **kwargs: Any) -> None:
+        """Create a segment holding ``value``; a non-empty existing one is an error."""
+        name = self._strip_protocol(path)
+        self._create_for_write(name, exclusive=False)
+        if value:
+            self.client.append(name, bytes(value), expected_offset=0)
+
+    def append(self, path: str, data: bytes, expected_offset: int | None = None) -> int:
+        """One atomic append; returns its offset (create the segment first)."""
+        return self.client.append(self._strip_protocol(path), bytes(data), expected_offset)
+
+    def follow(self, path: str, offset: int = 0, poll_timeout_s: float = 30.0) -> Iterator[bytes]:
+        """Yield new durable bytes as the segment grows (like ``tail -f``), forever."""
+        return self.client.follow(self._strip_protocol(path), offset, poll_timeout_s)
+
+    def _create_for_write(self, name: str, exclusive: bool) -> None:
+        try:
+            self.client.create(name, parents=True)
+        except SegmentExistsError:
+            info = self.client.stat(name)
+            if exclusive or not isinstance(info, SegmentInfo) or info.appended_length > 0:
+                raise FileExistsError(
+                    f"tierfs://{name} exists; segments are append-only and never overwritten "
+                    "(open with 'ab' to append)"
+                ) from None
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> TierFile:
+        name = self._strip_protocol(path)
+        if mode in ("wb", "xb"):
+            self._create_for_write(name, exclusive=mode == "xb")
+        elif mode == "ab":
+            try:
+                self.client.create(name, parents=True)
+            except SegmentExistsError:
+                pass
+        elif mode != "rb":
+            raise ValueError(f"tierfs supports modes rb, ab, wb, xb, not {mode!r}")
+        return TierFile(
+            self, name, mode,
+            block_size=block_size or (READ_BLOCK_BYTES if mode == "rb" else WRITE_BUFFER_BYTES),
+            cache_type=kwargs.pop("cache_type", "blockcache"),
+            cache_options=cache_options,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ namespace
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        name = self._strip_protocol(path)
+        if self.exists(name):
+            raise FileExistsError(f"tierfs://{name} exists")
+        self.client.op("mkdir", path=name, parents=create_parents)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        name = self._strip_protocol(path)
+        if self.exists(name):
+            if exist_ok and self.isdir(name):
+                return
+            raise FileExistsError(f"tierfs://{name} exists")
+        self.client.op("mkdir", path=name, parents=True)
+
+    def rmdir(self, path: str) -> None:
+        self.client.op("rmdir", path=self._strip_protocol(path))
+
+    def rm_file(self, path: str) -> None:
+        self.client.delete(self._strip_protocol(path))
+
+    def _rm(self, path: str) -> None:
+        name = self._strip_protocol(path)
+        if self.isdir(name):
+            self.rmdir(name)
+        else:
+            self.rm_file(name)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        for name in sorted(paths, key=lambda p: (-p.count("/"), p)):  # children first
+            self._rm(name)
+
+    def mv(self, path1: str, path2: str, recursive: bool = False, maxdepth: int | None = None, **kwargs: Any) -> None:
+        """Rename (metadata only, directories with everything below them)."""
+        source, target = self._strip_protocol(path1), self._strip_protocol(path2)
+        if self.isdir(target):
+            target = f"{target}/{source.rpartition('/')[2]}"
+        self.client.op("mv", source=source, target=target)
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        source, target = self._strip_protocol(path1), self._strip_protocol(path2)
+        if self.isdir(source):
+            self.makedirs(target, exist_ok=True)
+            return
+        self._create_for_write(target, exclusive=False)
+        offset = 0
+        while True:
+            data = self.client.read(source, offset, offset + WRITE_BUFFER_BYTES)
+            if not data:
+                break
+            self.client.append(target, data, expected_offset=offset)
+            offset += len(data)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        name = self._strip_protocol(path)
+        try:
+            info = self.client.stat(name)
+        except SegmentNotFoundError:
+            self.client.create(name, parents=True)
+            return
+        if truncate and isinstance(info, SegmentInfo) and info.appended_length:
+            raise PermissionError(f"tierfs://{name} is append-only: it cannot be truncated")
+
+    def ukey(self, path: str) -> str:
+        info = self.info(path)
+        return f"{info['name']}:{info['size']}:{info.get('mtime')}"
+
+
+class TierFile(AbstractBufferedFile):
+    """A tierfs segment opened through fsspec (see the module docstring for modes)."""
+
+    fs: TierFileSystem
+    offset: int | None
+    buffer: io.BytesIO
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        return self.fs.cat_file(self.path, start, end)
+
+    def _initiate_upload(self) -> None:
+        """Nothing to do: ``_open`` created the segment."""
+
+    def _upload_chunk(self, final: bool = False) -> bool:
+        data = self.buffer.getvalue()
+        if data:
+            self.fs.client.append(self.path, data)
+        return True
+
+    def flush(self, force: bool = False) -> None:
+        """Send everything written since the last flush as one atomic append."""
+        if self.closed:
+            raise ValueError("flush on a closed file")
+        if self.mode == "rb" or (self.buffer.tell() == 0 and not force):
+            return
+        if self.offset is None:
+            self.offset = 0
+        self._upload_chunk(final=force)
+        self.offset += self.buffer.seek(0, 2)
+        self.buffer = io.BytesIO()
