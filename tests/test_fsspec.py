@@ -9,14 +9,18 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import fsspec
 import pytest
-from fsspec.tests.abstract import AbstractCopyTests, AbstractFixtures, AbstractGetTests
-from fsspec.tests.abstract import AbstractOpenTests, AbstractPipeTests, AbstractPutTests
+from fsspec.tests.abstract import (
+    AbstractCopyTests,
+    AbstractFixtures,
+    AbstractGetTests,
+    AbstractOpenTests,
+    AbstractPipeTests,
+    AbstractPutTests,
+)
 from helpers import Daemon, start_daemon
-
 from tierfs.fsspec_impl import TierFileSystem
 
 
