@@ -36,6 +36,8 @@ setup(
             "mypy",
             "types-protobuf",
             "types-cachetools",
+            "pandas",
+            "pyarrow",
         ],
     },
     entry_points={

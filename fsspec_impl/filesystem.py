@@ -119,8 +119,10 @@ class TierFileSystem(AbstractFileSystem):
         """Create a segment holding ``value``; a non-empty existing one is an error."""
         name = self._strip_protocol(path)
         self._create_for_write(name, exclusive=False)
-        if value:
-            self.client.append(name, bytes(value), expected_offset=0)
+        data = memoryview(bytes(value))
+        for offset in range(0, len(data), WRITE_BUFFER_BYTES):
+            piece = bytes(data[offset : offset + WRITE_BUFFER_BYTES])
+            self.client.append(name, piece, expected_offset=offset)
 
     def append(self, path: str, data: bytes, expected_offset: int | None = None) -> int:
         """One atomic append; returns its offset (create the segment first)."""

@@ -17,9 +17,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import small_config
+import fsspec
+from helpers import Daemon, small_config, start_daemon
 
 from tierfs import StoreConfig, open_store
+from tierfs.fsspec_impl import TierFileSystem
 from tierfs.store import SegmentStore
 
 
@@ -80,3 +82,23 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, d
         Bucket=bucket
     )
     return f"s3://{bucket}/chunks", {"endpoint_url": s3_endpoint}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A real daemon shared by the tests of one module."""
+    running = start_daemon(tmp_path_factory.mktemp("daemon") / "data")
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def tfs(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> TierFileSystem:
+    """``fsspec.filesystem("tierfs")`` finding the module's daemon through TIERFS_DATA_DIR."""
+    monkeypatch.setenv("TIERFS_DATA_DIR", str(daemon.data_dir))
+    monkeypatch.delenv("TIERFS_URL", raising=False)
+    # fsspec caches instances by constructor arguments; the daemon changes per module
+    TierFileSystem.clear_instance_cache()
+    fs = fsspec.filesystem("tierfs")
+    assert isinstance(fs, TierFileSystem)
+    return fs

@@ -27,6 +27,7 @@ from tierfs.errors import (
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """A fresh daemon per test (these tests look at the whole namespace)."""
     running = start_daemon(tmp_path / "data")
     yield running
     running.stop()

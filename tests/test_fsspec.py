@@ -20,24 +20,8 @@ from fsspec.tests.abstract import (
     AbstractPipeTests,
     AbstractPutTests,
 )
-from helpers import Daemon, start_daemon
+from helpers import Daemon
 from tierfs.fsspec_impl import TierFileSystem
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    running = start_daemon(tmp_path_factory.mktemp("fsspec") / "data")
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def tfs(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> TierFileSystem:
-    monkeypatch.setenv("TIERFS_DATA_DIR", str(daemon.data_dir))
-    monkeypatch.delenv("TIERFS_URL", raising=False)
-    fs = fsspec.filesystem("tierfs")
-    assert isinstance(fs, TierFileSystem)
-    return fs
 
 
 def test_open_read_append_and_info(tfs: TierFileSystem) -> None:

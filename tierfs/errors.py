@@ -43,6 +43,17 @@ class InvalidArgumentError(TierFSError, ValueError):
     code = "invalid_argument"
 
 
+class AppendTooLargeError(InvalidArgumentError):
+    """One append larger than ``max_append_bytes``; nothing was written."""
+
+    code = "too_large"
+
+    def __init__(self, size: int, limit_bytes: int) -> None:
+        super().__init__(f"append of {size} bytes exceeds max_append_bytes ({limit_bytes})")
+        self.length = size
+        self.limit_bytes = limit_bytes
+
+
 class SegmentNotFoundError(TierFSError, FileNotFoundError):
     """No segment or directory exists under this name."""
 

@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import InvalidArgumentError, TierFSError, error_details
+from .errors import AppendTooLargeError, InvalidArgumentError, TierFSError, error_details
 from .store import SegmentInfo, SegmentStore
 
 log = logging.getLogger(__name__)
@@ -192,12 +192,12 @@ def build_app(store: SegmentStore) -> Starlette:
         limit = store.config.max_append_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            return error_response("too_large", f"append of {declared} bytes exceeds {limit}")
+            raise AppendTooLargeError(int(declared), limit)
         body = bytearray()
         async for piece in request.stream():
             body += piece
             if len(body) > limit:
-                return error_response("too_large", f"append body exceeds {limit} bytes")
+                raise AppendTooLargeError(len(body), limit)
         offset = await store.append(
             request.path_params["path"], bytes(body),
             expected_offset=_query_int(request, "expected_offset"),

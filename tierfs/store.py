@@ -34,6 +34,7 @@ from .blockcache import BlockCache, CacheStatistics
 from .chunkstore import ChunkStorage, open_chunk_storage
 from .config import DURABILITY_LEVELS, StoreConfig
 from .errors import (
+    AppendTooLargeError,
     BacklogFullError,
     BadOffsetError,
     InvalidArgumentError,
@@ -406,9 +407,7 @@ class SegmentStore:
         payload = bytes(data)
         size = len(payload)
         if size > self.config.max_append_bytes:
-            raise InvalidArgumentError(
-                f"append of {size} bytes exceeds max_append_bytes ({self.config.max_append_bytes})"
-            )
+            raise AppendTooLargeError(size, self.config.max_append_bytes)
         if expected_offset is not None and (
             not isinstance(expected_offset, int) or expected_offset < 0
         ):
