@@ -120,6 +120,9 @@ class BlockCache:
             del self._flights[key]
             flight.done.set()
 
+    def clear(self) -> None:
+        self._lru.clear()
+
     def statistics(self) -> CacheStatistics:
         return CacheStatistics(
             hits=self.hits,

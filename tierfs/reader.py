@@ -35,6 +35,7 @@ MAX_TAIL_RETRIES = 3  # a flush can race a journal read-back at most a few times
 class Reader:
     def __init__(self, store: SegmentStore) -> None:
         self._store = store
+        self._prefetching: set[tuple[str, int, int]] = set()
 
     async def read(self, seg: SegmentState, start: int, end: int) -> bytes:
         for attempt in range(MAX_TAIL_RETRIES):
@@ -126,17 +127,18 @@ class Reader:
                             nursery.start_soon(fetch, i)
         finally:
             cache.unpin(keys)
-        out = bytearray()
+        views = []
         for (chunk, block), data in zip(wanted, blocks, strict=True):
             block_start = chunk.start_offset + block * BLOCK_BYTES
             lo = max(start, block_start) - block_start
             hi = min(end, block_start + len(data)) - block_start
-            out += data[lo:hi]
+            views.append(memoryview(data)[lo:hi])
+        out = b"".join(views)  # the one copy of the bytes
         if len(out) != end - start:
             raise DataCorruptionError(
                 f"chunks of {seg.name!r} cover only {len(out)} of bytes {start}..{end}"
             )
-        return bytes(out)
+        return out
 
     def prefetch(self, seg: SegmentState, start: int, end: int, nursery: trio.Nursery) -> int:
         """Start background fetches of the flushed blocks in [start, end) that are
@@ -148,17 +150,21 @@ class Reader:
         cache = self._store.block_cache
         started = 0
         for chunk, block in self._blocks(seg.chunks, seg, start, end):
-            if not cache.has(block_key(chunk, block)):
+            key = block_key(chunk, block)
+            if key not in self._prefetching and not cache.has(key):
+                self._prefetching.add(key)  # before the task runs: no duplicate tasks
                 cache.prefetches += 1
-                nursery.start_soon(self._prefetch_block, chunk, block)
+                nursery.start_soon(self._prefetch_block, chunk, block, key)
                 started += 1
         return started
 
-    async def _prefetch_block(self, chunk: Any, block: int) -> None:
+    async def _prefetch_block(self, chunk: Any, block: int, key: tuple[str, int, int]) -> None:
         try:
             await self.block(chunk, block)
         except TierFSError:
             pass  # the reader that needs this block will fetch it again and see the error
+        finally:
+            self._prefetching.discard(key)
 
     async def block(self, chunk: Any, block: int) -> bytes:
         """One verified block of a chunk, through the shared cache."""
@@ -167,11 +173,9 @@ class Reader:
         key = block_key(chunk, block)
         store = self._store
 
-        async def fetch() -> bytes:
-            data = await trio.to_thread.run_sync(
-                store.chunk_storage.read, chunk.name, block_start, block_end,
-                limiter=store.tier2_limiter,
-            )
+        def fetch_and_verify() -> bytes:
+            """In the worker thread: the GET and the CRC, off the event loop."""
+            data = store.chunk_storage.read(chunk.name, block_start, block_end)
             if len(data) != block_end - block_start:
                 raise DataCorruptionError(
                     f"chunk {chunk.name} block {block}: expected {block_end - block_start} "
@@ -184,6 +188,9 @@ class Reader:
                     f"failed its CRC32C check; refusing to return it"
                 )
             return data
+
+        async def fetch() -> bytes:
+            return await trio.to_thread.run_sync(fetch_and_verify, limiter=store.tier2_limiter)
 
         return await store.block_cache.get(key, fetch)
 

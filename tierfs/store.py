@@ -468,7 +468,9 @@ class SegmentStore:
         if end == offset:
             await trio.lowlevel.checkpoint()
             return b""
-        return await self.reader.read(seg, offset, end)
+        data = await self.reader.read(seg, offset, end)
+        await trio.lowlevel.checkpoint()  # a read served from memory yields too
+        return data
 
     def open_reader(self, name: str) -> SegmentReader:
         """A reader object for one consumer: sequential reads get adaptive read-ahead."""
@@ -687,3 +689,4 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
     finally:
         store._closed = True
         store._close_files()
+        store.block_cache.clear()  # memory goes back now, not at the next gc cycle
