@@ -16,12 +16,12 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import pytest
 import fsspec
+import pytest
 from helpers import Daemon, small_config, start_daemon
+from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import StoreConfig, open_store
-from tierfs.fsspec_impl import TierFileSystem
 from tierfs.store import SegmentStore
 
 

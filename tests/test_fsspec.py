@@ -8,7 +8,6 @@ import pickle
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 
 import fsspec
 import pytest
