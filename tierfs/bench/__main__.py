@@ -18,10 +18,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand name -> module; later: fsspec, fuse, offload, spark.
+# Subcommand name -> module; later: fuse, offload, spark.
 BENCHMARKS: dict[str, str] = {
     "append": "tierfs.bench.append",
     "read": "tierfs.bench.read",
+    "fsspec": "tierfs.bench.fsspec_api",
 }
 
 

@@ -52,10 +52,8 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,6 +63,14 @@ from typing import Any, TextIO
 import trio
 
 from tierfs import StoreConfig, open_store
+from tierfs.bench.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    describe_machine,
+    make_scratch_directory,
+    percentile,
+    scratch_parent_problem,
+)
 from tierfs.store import SegmentStore
 
 HELP = "1 KiB appends (PD/VD, 1 and 32 writers) vs raw write/fdatasync ceilings"
@@ -74,8 +80,6 @@ WRITERS = 32
 BATCH_RECORDS = 32  # records per fdatasync in ceiling (b): one per concurrent writer
 MAX_WARMUP_S = 0.5
 WARMUP_FRACTION = 0.2  # warm-up is this share of --seconds, at most MAX_WARMUP_S
-RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 # ----------------------------------------------------------------------- timing
@@ -119,14 +123,6 @@ class Measurement:
     # tierfs only: tier-2 flushes in the window and the backlog left at its end
     tier2_flushes: int | None = None
     unflushed_bytes_at_end: int | None = None
-
-
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile of already sorted values (nan when empty)."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(fraction * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def summarize(
@@ -289,42 +285,6 @@ async def measure_store(
 
 
 # ------------------------------------------------------------------------ run
-@dataclasses.dataclass(frozen=True)
-class Filesystem:
-    device: str
-    mount_point: str
-    fs_type: str
-
-
-def filesystem_of(path: Path) -> Filesystem:
-    """The mount holding ``path``, from /proc/self/mounts (the last, longest match)."""
-    real = os.path.realpath(path)
-    best = Filesystem("unknown", "unknown", "unknown")
-    try:
-        with open("/proc/self/mounts") as mounts:
-            lines = mounts.read().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        device, mount_point, fs_type = line.split()[:3]
-        mount_point = mount_point.replace("\\040", " ")
-        inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
-        if inside and (best.mount_point == "unknown" or len(mount_point) >= len(best.mount_point)):
-            best = Filesystem(device, mount_point, fs_type)
-    return best
-
-
-def describe_machine(directory: Path) -> dict[str, Any]:
-    return {
-        "cpus": len(os.sched_getaffinity(0)),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "trio": trio.__version__,
-        "directory": str(directory),
-        "filesystem": dataclasses.asdict(filesystem_of(directory)),
-    }
-
-
 def run_order() -> list[RawCase | StoreCase]:
     """Each ceiling right before the tierfs cases compared with it, so a ratio's two
     figures are measured seconds apart even when the disk's speed drifts."""
@@ -492,14 +452,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.seconds > 0:
         print("--seconds must be > 0", file=sys.stderr)
         return EXIT_USAGE
-    if not args.dir.is_dir():
-        print(f"--dir {args.dir} is not a directory", file=sys.stderr)
+    problem = scratch_parent_problem(args.dir)
+    if problem:
+        print(problem, file=sys.stderr)
         return EXIT_USAGE
-    fs_type = filesystem_of(args.dir).fs_type
-    if fs_type in RAM_FILESYSTEMS:
-        print(f"{args.dir} is on {fs_type} (RAM): choose --dir on a real disk", file=sys.stderr)
-        return EXIT_USAGE
-    directory = Path(tempfile.mkdtemp(prefix="tmp-tierfs-bench-", dir=args.dir)).resolve()
+    directory = make_scratch_directory(args.dir)
     try:
         machine = describe_machine(directory)
         results = run_all(directory, args.seconds)

@@ -76,7 +76,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
@@ -85,7 +84,21 @@ from typing import TYPE_CHECKING, Any, TextIO
 import trio
 
 from tierfs import StoreConfig, open_store
-from tierfs.bench.append import RAM_FILESYSTEMS, describe_machine, filesystem_of, percentile
+from tierfs.bench.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    Check,
+    Latency,
+    MiB,
+    Throughput,
+    describe_machine,
+    format_checks,
+    make_payload,
+    make_scratch_directory,
+    scratch_parent_problem,
+    warm_cache_bytes,
+)
 from tierfs.readahead import SegmentReader
 from tierfs.store import SegmentStore
 
@@ -94,11 +107,9 @@ if TYPE_CHECKING:
 
 HELP = "cold/warm segment reads from S3 (s3rver) vs raw s3fs ceilings; RSS; tail wake-up"
 
-MiB = 1 << 20
 READ_BYTES = MiB  # one reader.read() in the sequential scans
 CEILING_IN_FLIGHT = 16  # ranged GETs in flight in ceiling (c) = default tier2_concurrency
 RANDOM_READ_BYTES = 4096
-WARM_CACHE_MIN_BYTES = 300 * MiB
 WARM_PASSES = 3
 RSS_SLACK_BYTES = 150 * MiB
 WAKE_RECORD_BYTES = 1024
@@ -108,43 +119,10 @@ BUCKET = "tierfs-bench"
 SEGMENT = "bench/read"
 WAKE_SEGMENT = "bench/tail"
 SEED = 3
-EXIT_OK, EXIT_USAGE, EXIT_ERROR = 0, 2, 1
 CHILD_FLAG = "--child-cold-scan"
 
 
 # ----------------------------------------------------------------------- figures
-@dataclasses.dataclass(frozen=True)
-class Throughput:
-    label: str
-    nbytes: int
-    seconds: float
-    mb_per_s: float  # 10^6 bytes per second
-    setup_s: float = 0.0  # untimed: the first request (HEAD) that sets up the S3 client
-
-    @classmethod
-    def of(cls, label: str, nbytes: int, seconds: float, setup_s: float = 0.0) -> Throughput:
-        mb_per_s = nbytes / seconds / 1e6 if seconds > 0 else math.nan
-        return cls(label, nbytes, seconds, mb_per_s, setup_s)
-
-
-@dataclasses.dataclass(frozen=True)
-class Latency:
-    samples: int
-    p50_us: float
-    p99_us: float
-    max_us: float
-
-    @classmethod
-    def of(cls, latencies_s: list[float]) -> Latency:
-        ordered = sorted(latencies_s)
-        return cls(
-            samples=len(ordered),
-            p50_us=percentile(ordered, 0.50) * 1e6,
-            p99_us=percentile(ordered, 0.99) * 1e6,
-            max_us=(ordered[-1] if ordered else math.nan) * 1e6,
-        )
-
-
 @dataclasses.dataclass(frozen=True)
 class ColdScan:
     throughput: Throughput
@@ -215,12 +193,6 @@ class Results:
 
 
 # ----------------------------------------------------------------------- set-up
-def make_payload(size: int) -> bytes:
-    """Seeded random bytes (made 1 MiB at a time: randbytes is limited to < 2 GiBit)."""
-    rng = random.Random(SEED)
-    return b"".join(rng.randbytes(min(MiB, size - offset)) for offset in range(0, size, MiB))
-
-
 async def write_segment(config: StoreConfig, payload: bytes) -> list[dict[str, Any]]:
     """Create the segment by 1 MiB PD appends, flush it to tier-2; its chunk layout."""
     async with open_store(config) as store:
@@ -453,10 +425,6 @@ async def random_reads(store: SegmentStore, size: int, count: int) -> Latency:
     return Latency.of(latencies_s)
 
 
-def warm_cache_bytes(size: int) -> int:
-    return max(WARM_CACHE_MIN_BYTES, size + size // 4)
-
-
 async def warm_reads(config: StoreConfig, payload: bytes, random_count: int) -> WarmResults:
     size = len(payload)
     async with open_store(config) as store:
@@ -563,7 +531,7 @@ def measure_all(
     endpoint.create_bucket(BUCKET)
     s3_options = endpoint.storage_options()
     config = store_config(directory, "chunks", s3_options)
-    payload = make_payload(opts.size)
+    payload = make_payload(opts.size, SEED)
     print(f"s3rver at {endpoint.url}; writing {opts.size // MiB} MiB ...", file=log, flush=True)
     layout = trio.run(write_segment, config, payload)
     rounds = []
@@ -595,19 +563,6 @@ def run_all(directory: Path, opts: Options, log: TextIO) -> Results:
 
 
 # --------------------------------------------------------------------- targets
-@dataclasses.dataclass(frozen=True)
-class Check:
-    name: str
-    value: float
-    limit: float
-    at_least: bool  # True: value must be >= limit; False: <= limit
-    unit: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.value >= self.limit if self.at_least else self.value <= self.limit
-
-
 def expected_gets(size: int) -> float:
     return size / MiB
 
@@ -715,17 +670,6 @@ def format_details(r: Results) -> list[str]:
     ]
 
 
-def format_targets(checks: list[Check]) -> list[str]:
-    lines = []
-    for check in checks:
-        bound = ">=" if check.at_least else "<="
-        verdict = "PASS" if check.passed else "FAIL"
-        lines.append(
-            f"{check.name:<36} {check.value:9.3f} {check.unit:<3} ({bound} {check.limit:g}) {verdict}"
-        )
-    return lines
-
-
 def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: TextIO) -> None:
     fs = machine["filesystem"]
     print(
@@ -735,7 +679,7 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
     )
     print(f"(a), (b), (c): median of {len(r.rounds)} rounds", file=out)
     print(file=out)
-    sections = [format_throughputs(r), format_rounds(r), format_details(r), format_targets(checks)]
+    sections = [format_throughputs(r), format_rounds(r), format_details(r), format_checks(checks)]
     for section in sections:
         for line in section:
             print(line, file=out)
@@ -793,12 +737,7 @@ def usage_error(args: argparse.Namespace) -> str | None:
     counts = (args.size_mib, args.rounds, args.random_reads, args.wake_samples)
     if min(counts) < 1:
         return "--size-mib, --rounds, --random-reads and --wake-samples must be >= 1"
-    if not args.dir.is_dir():
-        return f"--dir {args.dir} is not a directory"
-    fs_type = filesystem_of(args.dir).fs_type
-    if fs_type in RAM_FILESYSTEMS:
-        return f"{args.dir} is on {fs_type} (RAM): choose --dir on a real disk"
-    return None
+    return scratch_parent_problem(args.dir)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -809,7 +748,7 @@ def run(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
         return EXIT_USAGE
     opts = Options(args.size_mib * MiB, args.rounds, args.random_reads, args.wake_samples)
-    directory = Path(tempfile.mkdtemp(prefix="tmp-tierfs-bench-", dir=args.dir)).resolve()
+    directory = make_scratch_directory(args.dir)
     try:
         machine = describe_machine(directory)
         results = run_all(directory, opts, sys.stderr)

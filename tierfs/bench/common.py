@@ -1,0 +1,159 @@
+"""Helpers shared by the benchmarks: the scratch directory on a real disk, the machine
+description, percentiles, throughput and latency figures, seeded payloads, target checks.
+
+Everything here is cheap to import (``python -m tierfs.bench --help`` imports every
+benchmark module, and each imports this one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import trio
+
+MiB = 1 << 20
+RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
+SCRATCH_PREFIX = "tmp-tierfs-bench-"
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+WARM_CACHE_MIN_BYTES = 300 * MiB
+
+
+# ------------------------------------------------------------ disk and machine
+@dataclasses.dataclass(frozen=True)
+class Filesystem:
+    device: str
+    mount_point: str
+    fs_type: str
+
+
+def filesystem_of(path: Path) -> Filesystem:
+    """The mount holding ``path``, from /proc/self/mounts (the last, longest match)."""
+    real = os.path.realpath(path)
+    best = Filesystem("unknown", "unknown", "unknown")
+    try:
+        with open("/proc/self/mounts") as mounts:
+            lines = mounts.read().splitlines()
+    except OSError:
+        return best
+    for line in lines:
+        device, mount_point, fs_type = line.split()[:3]
+        mount_point = mount_point.replace("\\040", " ")
+        inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
+        if inside and (best.mount_point == "unknown" or len(mount_point) >= len(best.mount_point)):
+            best = Filesystem(device, mount_point, fs_type)
+    return best
+
+
+def describe_machine(directory: Path) -> dict[str, Any]:
+    return {
+        "cpus": len(os.sched_getaffinity(0)),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "trio": trio.__version__,
+        "directory": str(directory),
+        "filesystem": dataclasses.asdict(filesystem_of(directory)),
+    }
+
+
+def scratch_parent_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot hold a benchmark's scratch directory (None if it can):
+    it must exist and be on a real disk (fdatasync and the page cache of a RAM
+    filesystem cost nothing, so its figures would say nothing about a disk)."""
+    if not directory.is_dir():
+        return f"--dir {directory} is not a directory"
+    fs_type = filesystem_of(directory).fs_type
+    if fs_type in RAM_FILESYSTEMS:
+        return f"{directory} is on {fs_type} (RAM): choose --dir on a real disk"
+    return None
+
+
+def make_scratch_directory(parent: Path) -> Path:
+    """A new ``tmp-tierfs-bench-*`` directory under ``parent`` (the caller removes it)."""
+    return Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent)).resolve()
+
+
+# --------------------------------------------------------------------- figures
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of already sorted values (nan when empty)."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Throughput:
+    label: str
+    nbytes: int
+    seconds: float
+    mb_per_s: float  # 10^6 bytes per second
+    setup_s: float = 0.0  # untimed: the first request (HEAD) that sets up the S3 client
+
+    @classmethod
+    def of(cls, label: str, nbytes: int, seconds: float, setup_s: float = 0.0) -> Throughput:
+        mb_per_s = nbytes / seconds / 1e6 if seconds > 0 else math.nan
+        return cls(label, nbytes, seconds, mb_per_s, setup_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class Latency:
+    samples: int
+    p50_us: float
+    p99_us: float
+    max_us: float
+
+    @classmethod
+    def of(cls, latencies_s: list[float]) -> Latency:
+        ordered = sorted(latencies_s)
+        return cls(
+            samples=len(ordered),
+            p50_us=percentile(ordered, 0.50) * 1e6,
+            p99_us=percentile(ordered, 0.99) * 1e6,
+            max_us=(ordered[-1] if ordered else math.nan) * 1e6,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One target: ``value`` against ``limit``."""
+
+    name: str
+    value: float
+    limit: float
+    at_least: bool  # True: value must be >= limit; False: <= limit
+    unit: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.limit if self.at_least else self.value <= self.limit
+
+
+def format_checks(checks: list[Check], name_width: int = 36) -> list[str]:
+    lines = []
+    for check in checks:
+        bound = ">=" if check.at_least else "<="
+        verdict = "PASS" if check.passed else "FAIL"
+        lines.append(
+            f"{check.name:<{name_width}} {check.value:9.3f} {check.unit:<3} "
+            f"({bound} {check.limit:g}) {verdict}"
+        )
+    return lines
+
+
+# --------------------------------------------------------------------- data
+def make_payload(size: int, seed: int) -> bytes:
+    """Seeded random bytes (made 1 MiB at a time: randbytes is limited to < 2 GiBit)."""
+    rng = random.Random(seed)
+    return b"".join(rng.randbytes(min(MiB, size - offset)) for offset in range(0, size, MiB))
+
+
+def warm_cache_bytes(size: int) -> int:
+    """A block-cache budget that holds a whole ``size``-byte segment with room to spare."""
+    return max(WARM_CACHE_MIN_BYTES, size + size // 4)

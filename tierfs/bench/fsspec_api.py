@@ -1,0 +1,840 @@
+"""fsspec benchmark: reads and appends through the daemon's HTTP API next to the engine.
+
+One run, in a fresh scratch directory ``tmp-tierfs-bench-*`` under ``--dir`` (default:
+the current directory; RAM filesystems are refused), removed at the end:
+
+Set-up. A real daemon, ``python -m tierfs.cli --data-dir <scratch>/daemon --config
+<scratch>/daemon.toml serve``, started as a subprocess (``TIERFS_*`` variables removed
+from its environment, so only the TOML file and the defaults apply); the benchmark waits
+for ``<scratch>/daemon/tierfs.sock`` to answer ``/v1/health``. The TOML file sets
+``block_cache_bytes`` = max(300 MiB, 1.25 x segment), so the daemon's block cache holds
+the whole segment (the default 256 MiB would be just too small for a 256 MiB segment).
+A segment of ``--size-mib`` MiB (default 256) of seeded random bytes is appended through
+the API (``TierClient.append``, 4 MiB pieces, PD), flushed to tier-2
+(``client.op("flush")``), then read once through the API (4 MiB ranges, compared with the
+bytes appended), so the daemon's block cache holds every block. The same bytes go into a
+second store opened in this process, ``open_store(StoreConfig(data_dir=<scratch>/engine,
+block_cache_bytes=<same>))``, by ``await store.append`` in 4 MiB pieces, ``await
+store.flush()`` and one verifying read: the engine's figures are measured on an
+equivalent warm segment (the daemon owns its data dir, so the engine cannot open it).
+
+Reads (``--rounds`` rounds, default 5; each row is the median of the rounds and each
+ratio the median of the rounds' own ratios). The fsspec side runs in a **child
+process** (``python -m tierfs.bench.fsspec_api --child``, with ``TIERFS_DATA_DIR`` set to
+the daemon's data dir and no ``TIERFS_URL``): it imports fsspec, creates its
+``TierFileSystem`` and reads the whole segment once, hashing it (untimed; the hash is
+compared with the payload's) before the rounds. Only the reading is timed, never the
+import, the connection or the open. Per round, in this order:
+
+- (c) context: a raw Unix-socket stream between this process and the child, 1 MiB
+  ``sendall`` / ``recv_into`` a new 1 MiB ``bytearray``: what any protocol that moves
+  the bytes through a socket between two Python processes can reach at best;
+- (a) fsspec: ``f = fsspec.open("tierfs://<segment>", "rb").open()`` (untimed; it stats
+  the segment), then ``f.read(1 MiB)`` until EOF (the plugin's 1 MiB block cache: one
+  ranged GET per 1 MiB block);
+- (a') engine: ``reader = store.open_reader(name)``, ``await reader.read(offset, 1 MiB)``
+  from 0 to the end (this process, warm cache);
+- (b) fsspec: ``fs.cat_file(path, start, start + 4 MiB)`` over the segment (one ranged
+  GET per call, no block cache);
+- (b') engine: as (a') with 4 MiB reads.
+
+For (a) and (b) the CPU time of the daemon (``/proc/<pid>/stat``) and of the child
+(``os.times``) during the scan is reported: their sum close to the wall time means the
+two processes take turns rather than overlap. The daemon's ``/metrics`` counters before
+and after the rounds show whether any read missed its block cache (it should not).
+
+Then, once: 4 KiB reads at 2,000 seeded random 4 KiB-aligned offsets, each timed, through
+``fs.cat_file`` in the child and through ``reader.read`` in this process: the fixed cost
+of one request.
+
+Appends: ``--appends`` (default 2,000) sequential 1 KiB appends, each timed, after 100
+untimed ones, by ``TierClient.append`` from this process to a PD segment and to a VD
+segment of the daemon (one keep-alive connection), and by ``await store.append`` to a PD
+and a VD segment of the in-process store; in the order API PD, engine PD, API VD, engine
+VD. Reported: p50, p99, max, the API / engine ratios and the difference in µs.
+
+Finally the daemon is stopped with SIGTERM (its exit code is reported) and the child
+and the scratch directory are removed.
+
+Target (issue 4): (a) / (a') >= 0.60 and (b) / (b') >= 0.60. There is no target on
+append latency; its ratio is reported. A missed target is reported, not an error: the
+exit code is 0 either way (1 only if the daemon or the child cannot run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from time import perf_counter
+from typing import Any, TextIO
+
+import trio
+
+from tierfs import StoreConfig, open_store
+from tierfs.bench.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    Check,
+    Latency,
+    MiB,
+    Throughput,
+    describe_machine,
+    format_checks,
+    make_payload,
+    make_scratch_directory,
+    scratch_parent_problem,
+    warm_cache_bytes,
+)
+from tierfs.store import SegmentInfo, SegmentStore
+
+HELP = "warm sequential reads via fsspec in another process and 1 KiB appends via the HTTP API vs the engine in-process"
+
+SEGMENT = "bench/read"
+PD_SEGMENT = "bench/append-pd"
+VD_SEGMENT = "bench/append-vd"
+WRITE_PIECE_BYTES = 4 * MiB  # appends that build the segment; also the warm-up reads
+OPEN_READ_BYTES = MiB  # f.read() size on the fsspec file, (a) and (a')
+CAT_RANGE_BYTES = 4 * MiB  # fs.cat_file range, (b) and (b')
+SOCKET_PIECE_BYTES = MiB  # (c)
+SMALL_READ_BYTES = 4096
+SMALL_READS = 2000
+APPEND_BYTES = 1024
+APPEND_WARMUP = 100
+TARGET_RATIO = 0.60
+SEED = 4
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 60.0
+CHILD_FLAG = "--child"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ----------------------------------------------------------------------- figures
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """One timed sequential read of the whole segment."""
+
+    throughput: Throughput
+    daemon_cpu_s: float | None = None  # CPU the daemon used meanwhile (fsspec scans)
+    client_cpu_s: float | None = None  # CPU the reading child used meanwhile
+    fetched_bytes: int | None = None  # bytes the fsspec instance fetched from the daemon
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    socket_ceiling: Throughput  # (c)
+    fsspec_open: Scan  # (a)
+    engine_open: Scan  # (a')
+    fsspec_cat: Scan  # (b)
+    engine_cat: Scan  # (b')
+
+    @property
+    def open_ratio(self) -> float:
+        return self.fsspec_open.throughput.mb_per_s / self.engine_open.throughput.mb_per_s
+
+    @property
+    def cat_ratio(self) -> float:
+        return self.fsspec_cat.throughput.mb_per_s / self.engine_cat.throughput.mb_per_s
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendCase:
+    label: str
+    via: str  # "api" or "engine"
+    durability: str
+    latency: Latency
+    appends_per_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    size_bytes: int
+    cache_bytes: int
+    rounds: list[Round]
+    daemon_cache_misses_during_rounds: int
+    daemon_cache_bytes: int
+    engine_cache_misses_during_rounds: int
+    small_reads_api: Latency
+    small_reads_engine: Latency
+    appends: dict[str, AppendCase]  # key: "<via>_<durability>"
+    daemon_exit_code: int | None = None
+
+    def median(self, pick: Callable[[Round], Throughput]) -> float:
+        return statistics.median(pick(r).mb_per_s for r in self.rounds)
+
+    def spread(self, pick: Callable[[Round], Throughput]) -> tuple[float, float]:
+        values = [pick(r).mb_per_s for r in self.rounds]
+        return min(values), max(values)
+
+
+# ----------------------------------------------------------------------- daemon
+def clean_environment(**extra: str) -> dict[str, str]:
+    """This process's environment without ``TIERFS_*`` variables (plus ``extra``)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TIERFS_")}
+    env.update(extra)
+    return env
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class Daemon:
+    """``python -m tierfs.cli --data-dir D --config F serve`` as a subprocess."""
+
+    def __init__(self, data_dir: Path, config_file: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.socket = data_dir / "tierfs.sock"
+        self.url = f"unix://{self.socket}"
+        self._log_path = log_path
+        data_dir.mkdir()
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir),
+                 "--config", str(config_file), "serve"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                env=clean_environment(),
+            )
+
+    def log_tail(self) -> str:
+        return self._log_path.read_text(errors="replace")[-3000:]
+
+    def wait_until_serving(self) -> None:
+        from tierfs.client import TierClient
+
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the daemon exited ({self.process.returncode}):\n{self.log_tail()}")
+            if self.socket.exists():
+                client = TierClient(self.url)
+                try:
+                    client.health()
+                    return
+                except Exception:
+                    pass
+                finally:
+                    client.close()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the daemon did not serve within {START_TIMEOUT_S:g} s")
+            time.sleep(0.05)
+
+    def metrics(self) -> dict[str, float]:
+        """The daemon's /metrics (Prometheus text) as {name: value}."""
+        import httpx
+
+        transport = httpx.HTTPTransport(uds=str(self.socket))
+        with httpx.Client(transport=transport, base_url="http://tierfs") as http:
+            text = http.get("/metrics").raise_for_status().text
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
+    def stop(self) -> int | None:
+        """SIGTERM, then wait (the daemon flushes and closes its store); the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return None
+
+
+# ------------------------------------------------------------ the child process
+def child_scan_open(state: dict[str, Any], read_bytes: int) -> dict[str, Any]:
+    import fsspec
+
+    fs = state["fs"]
+    fetched_before = fs.bytes_fetched
+    f = fsspec.open(state["url"], "rb").open()  # untimed: stats the segment
+    try:
+        nbytes = 0
+        cpu_before = sum(os.times()[:2])
+        start_s = perf_counter()
+        while data := f.read(read_bytes):
+            nbytes += len(data)
+        seconds = perf_counter() - start_s
+        cpu_s = sum(os.times()[:2]) - cpu_before
+    finally:
+        f.close()
+    # fsspec.open reuses the cached TierFileSystem instance (same arguments), so its
+    # counter includes this scan's fetches.
+    return {"seconds": seconds, "nbytes": nbytes, "cpu_s": cpu_s,
+            "fetched_bytes": fs.bytes_fetched - fetched_before}
+
+
+def child_scan_cat(state: dict[str, Any], range_bytes: int, size: int) -> dict[str, Any]:
+    fs, path = state["fs"], state["path"]
+    fetched_before = fs.bytes_fetched
+    nbytes = 0
+    cpu_before = sum(os.times()[:2])
+    start_s = perf_counter()
+    for offset in range(0, size, range_bytes):
+        nbytes += len(fs.cat_file(path, offset, min(size, offset + range_bytes)))
+    seconds = perf_counter() - start_s
+    cpu_s = sum(os.times()[:2]) - cpu_before
+    return {"seconds": seconds, "nbytes": nbytes, "cpu_s": cpu_s,
+            "fetched_bytes": fs.bytes_fetched - fetched_before}
+
+
+def child_hash(state: dict[str, Any]) -> dict[str, Any]:
+    import fsspec
+
+    digest = hashlib.sha256()
+    nbytes = 0
+    with fsspec.open(state["url"], "rb") as f:
+        while data := f.read(OPEN_READ_BYTES):
+            digest.update(data)
+            nbytes += len(data)
+    return {"sha256": digest.hexdigest(), "nbytes": nbytes}
+
+
+def child_small_reads(state: dict[str, Any], offsets: list[int], length: int) -> dict[str, Any]:
+    fs, path = state["fs"], state["path"]
+    latencies_s = []
+    for offset in offsets:
+        start_s = perf_counter()
+        fs.cat_file(path, offset, offset + length)
+        latencies_s.append(perf_counter() - start_s)
+    return dataclasses.asdict(Latency.of(latencies_s))
+
+
+def child_socket_sink(path: str, size: int, piece: int) -> dict[str, Any]:
+    """Receive ``size`` bytes from the Unix socket at ``path``, each ``piece`` into a new
+    bytearray (what a read returns)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+        nbytes = 0
+        start_s = perf_counter()
+        while nbytes < size:
+            buffer = bytearray(min(piece, size - nbytes))
+            view = memoryview(buffer)
+            got = 0
+            while got < len(buffer):
+                received = sock.recv_into(view[got:])
+                if not received:
+                    raise RuntimeError("the socket closed early")
+                got += received
+            nbytes += got
+        seconds = perf_counter() - start_s
+    return {"seconds": seconds, "nbytes": nbytes}
+
+
+def child_main() -> int:
+    """Answer one JSON command per stdin line with one JSON line on stdout."""
+    import fsspec
+
+    state: dict[str, Any] = {"path": SEGMENT, "url": f"tierfs://{SEGMENT}"}
+    state["fs"] = fsspec.filesystem("tierfs")  # finds the daemon through TIERFS_DATA_DIR
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        command = json.loads(line)
+        op = command.pop("op")
+        if op == "hash":
+            result = child_hash(state)
+        elif op == "scan_open":
+            result = child_scan_open(state, **command)
+        elif op == "scan_cat":
+            result = child_scan_cat(state, **command)
+        elif op == "small_reads":
+            result = child_small_reads(state, **command)
+        elif op == "socket_sink":
+            result = child_socket_sink(**command)
+        else:
+            raise ValueError(f"unknown command {op!r}")
+        print(json.dumps(result), flush=True)
+    return EXIT_OK
+
+
+class Child:
+    """The fsspec reader process (see ``child_main``); its stderr goes to ``log_path``."""
+
+    def __init__(self, daemon_data_dir: Path, log_path: Path) -> None:
+        self._log_path = log_path
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tierfs.bench.fsspec_api", CHILD_FLAG],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                env=clean_environment(TIERFS_DATA_DIR=str(daemon_data_dir)),
+            )
+        self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            log = self._log_path.read_text(errors="replace")
+            raise RuntimeError(f"the fsspec child process failed:\n{log[-3000:]}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+# ----------------------------------------------------------------- measurements
+def write_through_api(daemon: Daemon, payload: bytes) -> None:
+    """The segment by 4 MiB appends, flushed, then read once (fills the daemon's cache)
+    and compared with the payload."""
+    from tierfs.client import TierClient
+
+    client = TierClient(daemon.url)
+    try:
+        client.create(SEGMENT, parents=True)
+        view = memoryview(payload)
+        for offset in range(0, len(payload), WRITE_PIECE_BYTES):
+            client.append(SEGMENT, bytes(view[offset : offset + WRITE_PIECE_BYTES]), offset)
+        client.op("flush", path=SEGMENT)
+        info = client.stat(SEGMENT)
+        assert isinstance(info, SegmentInfo)
+        if info.flushed_length != len(payload):
+            raise RuntimeError(f"the daemon flushed {info.flushed_length} of {len(payload)} bytes")
+        for offset in range(0, len(payload), WRITE_PIECE_BYTES):
+            end = min(len(payload), offset + WRITE_PIECE_BYTES)
+            if client.read(SEGMENT, offset, end) != view[offset:end]:
+                raise RuntimeError(f"the daemon returned other bytes at {offset}")
+    finally:
+        client.close()
+
+
+async def write_in_process(store: SegmentStore, payload: bytes) -> None:
+    """The same segment in the in-process store, flushed, read once and compared."""
+    await store.create(SEGMENT, make_parents=True)
+    view = memoryview(payload)
+    for offset in range(0, len(payload), WRITE_PIECE_BYTES):
+        await store.append(SEGMENT, view[offset : offset + WRITE_PIECE_BYTES])
+    await store.flush(SEGMENT)
+    info = await store.stat(SEGMENT)
+    assert isinstance(info, SegmentInfo)
+    if info.flushed_length != len(payload):
+        raise RuntimeError(f"the store flushed {info.flushed_length} of {len(payload)} bytes")
+    reader = store.open_reader(SEGMENT)
+    for offset in range(0, len(payload), WRITE_PIECE_BYTES):
+        data = await reader.read(offset, WRITE_PIECE_BYTES)
+        if data != view[offset : offset + len(data)] or not data:
+            raise RuntimeError(f"the store returned other bytes at {offset}")
+
+
+async def engine_scan(store: SegmentStore, size: int, read_bytes: int, label: str) -> Scan:
+    reader = store.open_reader(SEGMENT)
+    offset = 0
+    start_s = perf_counter()
+    while offset < size:
+        data = await reader.read(offset, read_bytes)
+        if not data:
+            raise RuntimeError(f"read at {offset} of {size} returned nothing")
+        offset += len(data)
+    return Scan(Throughput.of(label, offset, perf_counter() - start_s))
+
+
+async def fsspec_scan(child: Child, daemon: Daemon, op: str, label: str, **args: Any) -> Scan:
+    daemon_before = process_cpu_s(daemon.process.pid)
+    figures = await trio.to_thread.run_sync(lambda: child.call(op, **args))
+    daemon_cpu_s = process_cpu_s(daemon.process.pid) - daemon_before
+    return Scan(
+        Throughput.of(label, figures["nbytes"], figures["seconds"]),
+        daemon_cpu_s=daemon_cpu_s,
+        client_cpu_s=figures["cpu_s"],
+        fetched_bytes=figures["fetched_bytes"],
+    )
+
+
+def socket_ceiling(child: Child, directory: Path, payload: bytes) -> Throughput:
+    """(c): this process sends the payload over a Unix socket; the child receives it."""
+    path = directory / "ceiling.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(1)
+        errors: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                connection, _ = listener.accept()
+                with connection:
+                    view = memoryview(payload)
+                    for offset in range(0, len(view), SOCKET_PIECE_BYTES):
+                        connection.sendall(view[offset : offset + SOCKET_PIECE_BYTES])
+            except BaseException as e:  # reported after the join
+                errors.append(e)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        figures = child.call("socket_sink", path=str(path), size=len(payload), piece=SOCKET_PIECE_BYTES)
+        sender.join()
+    path.unlink()
+    if errors:
+        raise errors[0]
+    label = f"(c) raw Unix socket, 2 processes, {SOCKET_PIECE_BYTES // MiB} MiB pieces"
+    return Throughput.of(label, figures["nbytes"], figures["seconds"])
+
+
+LABELS = {
+    "a": f"(a) fsspec.open rb, f.read({OPEN_READ_BYTES // MiB} MiB), via daemon",
+    "a'": f"(a') engine in-process, reader.read({OPEN_READ_BYTES // MiB} MiB)",
+    "b": f"(b) fs.cat_file, {CAT_RANGE_BYTES // MiB} MiB ranges, via daemon",
+    "b'": f"(b') engine in-process, reader.read({CAT_RANGE_BYTES // MiB} MiB)",
+}
+
+
+async def measure_round(
+    store: SegmentStore, child: Child, daemon: Daemon, directory: Path, payload: bytes
+) -> Round:
+    size = len(payload)
+    ceiling = await trio.to_thread.run_sync(socket_ceiling, child, directory, payload)
+    fsspec_open = await fsspec_scan(child, daemon, "scan_open", LABELS["a"], read_bytes=OPEN_READ_BYTES)
+    engine_open = await engine_scan(store, size, OPEN_READ_BYTES, LABELS["a'"])
+    fsspec_cat = await fsspec_scan(
+        child, daemon, "scan_cat", LABELS["b"], range_bytes=CAT_RANGE_BYTES, size=size
+    )
+    engine_cat = await engine_scan(store, size, CAT_RANGE_BYTES, LABELS["b'"])
+    return Round(ceiling, fsspec_open, engine_open, fsspec_cat, engine_cat)
+
+
+def small_read_offsets(size: int) -> list[int]:
+    rng = random.Random(SEED)
+    slots = max(1, size // SMALL_READ_BYTES)
+    return [rng.randrange(slots) * SMALL_READ_BYTES for _ in range(SMALL_READS)]
+
+
+async def engine_small_reads(store: SegmentStore, offsets: list[int]) -> Latency:
+    reader = store.open_reader(SEGMENT)
+    latencies_s = []
+    for offset in offsets:
+        start_s = perf_counter()
+        await reader.read(offset, SMALL_READ_BYTES)
+        latencies_s.append(perf_counter() - start_s)
+    return Latency.of(latencies_s)
+
+
+def api_appends(url: str, segment: str, durability: str, count: int) -> AppendCase:
+    """``count`` timed 1 KiB appends by ``TierClient.append`` (blocking, this thread)."""
+    from tierfs.client import TierClient
+
+    record = b"a" * APPEND_BYTES
+    client = TierClient(url)
+    try:
+        client.create(segment, durability=durability, parents=True)
+        for _ in range(APPEND_WARMUP):
+            client.append(segment, record)
+        latencies_s = []
+        start_all_s = perf_counter()
+        for _ in range(count):
+            start_s = perf_counter()
+            client.append(segment, record)
+            latencies_s.append(perf_counter() - start_s)
+        elapsed_s = perf_counter() - start_all_s
+    finally:
+        client.close()
+    label = f"API  {durability.upper()} TierClient.append"
+    return AppendCase(label, "api", durability, Latency.of(latencies_s), count / elapsed_s)
+
+
+async def engine_appends(store: SegmentStore, segment: str, durability: str, count: int) -> AppendCase:
+    record = b"a" * APPEND_BYTES
+    await store.create(segment, durability=durability, make_parents=True)
+    for _ in range(APPEND_WARMUP):
+        await store.append(segment, record)
+    latencies_s = []
+    start_all_s = perf_counter()
+    for _ in range(count):
+        start_s = perf_counter()
+        await store.append(segment, record)
+        latencies_s.append(perf_counter() - start_s)
+    elapsed_s = perf_counter() - start_all_s
+    label = f"engine {durability.upper()} await store.append"
+    return AppendCase(label, "engine", durability, Latency.of(latencies_s), count / elapsed_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    size: int
+    rounds: int
+    appends: int
+
+
+async def measure_in_process(
+    directory: Path, opts: Options, payload: bytes, daemon: Daemon, child: Child, log: TextIO
+) -> Results:
+    cache_bytes = warm_cache_bytes(opts.size)
+    config = StoreConfig(data_dir=directory / "engine", block_cache_bytes=cache_bytes)
+    async with open_store(config) as store:
+        print("writing the same bytes in-process ...", file=log, flush=True)
+        await write_in_process(store, payload)
+        daemon_before = await trio.to_thread.run_sync(daemon.metrics)
+        engine_misses_before = store.block_cache.misses
+        rounds = []
+        for index in range(opts.rounds):
+            print(f"round {index + 1}/{opts.rounds}: (c), (a), (a'), (b), (b') ...", file=log, flush=True)
+            rounds.append(await measure_round(store, child, daemon, directory, payload))
+        offsets = small_read_offsets(opts.size)
+        print("4 KiB reads ...", file=log, flush=True)
+        small_api = Latency(**await trio.to_thread.run_sync(
+            lambda: child.call("small_reads", offsets=offsets, length=SMALL_READ_BYTES)
+        ))
+        small_engine = await engine_small_reads(store, offsets)
+        daemon_after = await trio.to_thread.run_sync(daemon.metrics)
+        engine_misses = store.block_cache.misses - engine_misses_before
+        print(f"appends: {opts.appends} x {APPEND_BYTES} B per case ...", file=log, flush=True)
+        appends: dict[str, AppendCase] = {}
+        for durability, segment in (("pd", PD_SEGMENT), ("vd", VD_SEGMENT)):
+            appends[f"api_{durability}"] = await trio.to_thread.run_sync(
+                api_appends, daemon.url, segment, durability, opts.appends
+            )
+            appends[f"engine_{durability}"] = await engine_appends(
+                store, segment, durability, opts.appends
+            )
+    misses = "tierfs_cache_misses_total"
+    return Results(
+        size_bytes=opts.size,
+        cache_bytes=cache_bytes,
+        rounds=rounds,
+        daemon_cache_misses_during_rounds=int(daemon_after[misses] - daemon_before[misses]),
+        daemon_cache_bytes=int(daemon_after["tierfs_cache_bytes"]),
+        engine_cache_misses_during_rounds=engine_misses,
+        small_reads_api=small_api,
+        small_reads_engine=small_engine,
+        appends=appends,
+    )
+
+
+def run_all(directory: Path, opts: Options, log: TextIO) -> Results:
+    payload = make_payload(opts.size, SEED)
+    config_file = directory / "daemon.toml"
+    config_file.write_text(f"block_cache_bytes = {warm_cache_bytes(opts.size)}\n")
+    with contextlib.ExitStack() as stack:
+        daemon = Daemon(directory / "daemon", config_file, directory / "daemon.log")
+        daemon_stopped: list[int | None] = []
+
+        def stop_daemon() -> None:
+            if not daemon_stopped:
+                daemon_stopped.append(daemon.stop())
+
+        stack.callback(stop_daemon)
+        daemon.wait_until_serving()
+        print(f"daemon serving {daemon.socket}; writing {opts.size // MiB} MiB through the API ...",
+              file=log, flush=True)
+        write_through_api(daemon, payload)
+        child = Child(daemon.data_dir, directory / "child.log")
+        stack.callback(child.close)
+        print("the fsspec child reads the segment once (sha256) ...", file=log, flush=True)
+        check = child.call("hash")
+        if check["sha256"] != hashlib.sha256(payload).hexdigest() or check["nbytes"] != opts.size:
+            raise RuntimeError("fsspec read other bytes than were appended")
+        results = trio.run(measure_in_process, directory, opts, payload, daemon, child, log)
+        child.close()
+        stop_daemon()
+        if daemon_stopped[0] != 0:
+            print(f"the daemon exited with {daemon_stopped[0]}:\n{daemon.log_tail()}", file=log)
+        if daemon.socket.exists():
+            print("the daemon left its socket behind", file=log)
+    return dataclasses.replace(results, daemon_exit_code=daemon_stopped[0])
+
+
+# ---------------------------------------------------------------------- targets
+def evaluate_targets(r: Results) -> list[Check]:
+    return [
+        Check("(a) / (a') fsspec.open vs engine", statistics.median(x.open_ratio for x in r.rounds),
+              TARGET_RATIO, True, "x"),
+        Check("(b) / (b') cat_file vs engine", statistics.median(x.cat_ratio for x in r.rounds),
+              TARGET_RATIO, True, "x"),
+    ]
+
+
+# ---------------------------------------------------------------------- report
+ROWS: tuple[tuple[str, Callable[[Round], Throughput]], ...] = (
+    (LABELS["a"], lambda x: x.fsspec_open.throughput),
+    (LABELS["a'"], lambda x: x.engine_open.throughput),
+    (LABELS["b"], lambda x: x.fsspec_cat.throughput),
+    (LABELS["b'"], lambda x: x.engine_cat.throughput),
+    (f"(c) raw Unix socket, 2 processes, {SOCKET_PIECE_BYTES // MiB} MiB pieces",
+     lambda x: x.socket_ceiling),
+)
+
+
+def format_reads(r: Results) -> list[str]:
+    header = f"{'measurement':<50} {'MB/s':>9} {'min':>9} {'max':>9}"
+    lines = [header, "-" * len(header)]
+    for label, pick in ROWS:
+        low, high = r.spread(pick)
+        lines.append(f"{label:<50} {r.median(pick):>9,.1f} {low:>9,.1f} {high:>9,.1f}")
+    return lines
+
+
+def _cpu(scan: Scan) -> str:
+    wall = scan.throughput.seconds
+    return (f"wall {wall:.3f} s, CPU daemon {scan.daemon_cpu_s:.2f} + child "
+            f"{scan.client_cpu_s:.2f} s")
+
+
+def format_rounds(r: Results) -> list[str]:
+    lines = []
+    for index, x in enumerate(r.rounds, 1):
+        lines.append(
+            f"round {index}: (a) {x.fsspec_open.throughput.mb_per_s:,.1f} (a') "
+            f"{x.engine_open.throughput.mb_per_s:,.1f} -> {x.open_ratio:.3f}; (b) "
+            f"{x.fsspec_cat.throughput.mb_per_s:,.1f} (b') {x.engine_cat.throughput.mb_per_s:,.1f}"
+            f" -> {x.cat_ratio:.3f}; (c) {x.socket_ceiling.mb_per_s:,.1f} MB/s"
+        )
+        lines.append(f"         (a) {_cpu(x.fsspec_open)}; (b) {_cpu(x.fsspec_cat)}")
+    return lines
+
+
+def format_details(r: Results) -> list[str]:
+    last = r.rounds[-1]
+    fetched_a = (last.fsspec_open.fetched_bytes or 0) / r.size_bytes
+    fetched_b = (last.fsspec_cat.fetched_bytes or 0) / r.size_bytes
+    api, engine = r.small_reads_api, r.small_reads_engine
+    return [
+        f"block cache {r.cache_bytes / MiB:,.0f} MiB (daemon and engine); daemon cache holds "
+        f"{r.daemon_cache_bytes / MiB:,.1f} MiB; misses during the rounds: daemon "
+        f"{r.daemon_cache_misses_during_rounds}, engine {r.engine_cache_misses_during_rounds}",
+        f"bytes fetched from the daemon / segment size (last round): (a) {fetched_a:.3f}, "
+        f"(b) {fetched_b:.3f}; median (c) / (a') {r.median(lambda x: x.socket_ceiling) / r.median(lambda x: x.engine_open.throughput):.3f}",
+        f"{SMALL_READ_BYTES} B reads at {api.samples:,} random offsets: fs.cat_file via daemon "
+        f"p50 {api.p50_us:,.1f} us, p99 {api.p99_us:,.1f} us; engine reader.read p50 "
+        f"{engine.p50_us:,.1f} us, p99 {engine.p99_us:,.1f} us",
+    ]
+
+
+def format_appends(r: Results) -> list[str]:
+    header = f"{'append ' + str(APPEND_BYTES) + ' B, sequential':<36} {'p50 us':>9} {'p99 us':>9} {'max us':>9} {'appends/s':>10}"
+    lines = [header, "-" * len(header)]
+    for case in r.appends.values():
+        lat = case.latency
+        lines.append(
+            f"{case.label:<36} {lat.p50_us:>9,.1f} {lat.p99_us:>9,.1f} {lat.max_us:>9,.1f} "
+            f"{case.appends_per_s:>10,.0f}"
+        )
+    for durability in ("pd", "vd"):
+        api, engine = r.appends[f"api_{durability}"].latency, r.appends[f"engine_{durability}"].latency
+        lines.append(
+            f"{durability.upper()} API / engine: p50 {api.p50_us / engine.p50_us:.2f} x "
+            f"(+{api.p50_us - engine.p50_us:,.1f} us), p99 {api.p99_us / engine.p99_us:.2f} x "
+            f"(+{api.p99_us - engine.p99_us:,.1f} us)"
+        )
+    return lines
+
+
+def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: TextIO) -> None:
+    fs = machine["filesystem"]
+    print(
+        f"fsspec benchmark: {r.size_bytes / MiB:g} MiB warm segment; daemon over its Unix "
+        f"socket; {machine['cpus']} CPUs, {fs['fs_type']} on {fs['device']}",
+        file=out,
+    )
+    print(
+        f"reads: median of {len(r.rounds)} rounds; (a), (b) in a child process through "
+        "fsspec, (a'), (b') in this process through the engine",
+        file=out,
+    )
+    print(file=out)
+    sections = [format_reads(r), format_rounds(r), format_details(r), format_appends(r),
+                format_checks(checks)]
+    for section in sections:
+        for line in section:
+            print(line, file=out)
+        print(file=out)
+    if r.daemon_exit_code != 0:
+        print(f"note: the daemon exited with {r.daemon_exit_code} after SIGTERM", file=out)
+
+
+def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dict[str, Any]:
+    return {
+        "benchmark": "fsspec",
+        "open_read_bytes": OPEN_READ_BYTES,
+        "cat_range_bytes": CAT_RANGE_BYTES,
+        "append_bytes": APPEND_BYTES,
+        "machine": machine,
+        "medians_mb_per_s": {label: r.median(pick) for label, pick in ROWS},
+        "round_ratios": [{"a_over_a_prime": x.open_ratio, "b_over_b_prime": x.cat_ratio}
+                         for x in r.rounds],
+        "results": dataclasses.asdict(r),
+        "targets": [{**dataclasses.asdict(c), "passed": c.passed} for c in checks],
+    }
+
+
+# ------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size-mib", type=int, default=256, help="segment size in MiB (default 256)")
+    parser.add_argument("--rounds", type=int, default=5, help="read rounds (default 5; medians)")
+    parser.add_argument(
+        "--appends", type=int, default=2000, help="timed 1 KiB appends per case (default 2000)"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("."),
+        help="create the scratch directory (daemon and engine data dirs) here; must be on "
+        "a real disk (default: the current directory)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON object of all figures on stdout (the table goes to stderr)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if min(args.size_mib, args.rounds, args.appends) < 1:
+        print("--size-mib, --rounds and --appends must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    problem = scratch_parent_problem(args.dir)
+    if problem:
+        print(problem, file=sys.stderr)
+        return EXIT_USAGE
+    opts = Options(args.size_mib * MiB, args.rounds, args.appends)
+    directory = make_scratch_directory(args.dir)
+    try:
+        machine = describe_machine(directory)
+        results = run_all(directory, opts, sys.stderr)
+    except RuntimeError as e:
+        print(f"cannot run the fsspec benchmark: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    checks = evaluate_targets(results)
+    print_report(machine, results, checks, sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(report_json(machine, results, checks), indent=2))
+    return EXIT_OK
+
+
+if __name__ == "__main__" and sys.argv[1:2] == [CHILD_FLAG]:
+    sys.exit(child_main())
