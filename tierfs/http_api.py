@@ -127,7 +127,7 @@ class Metrics:
 
     def collect(self) -> Iterator[Any]:
         stats = self._store.statistics()
-        counters = {
+        counters: dict[str, tuple[str, float]] = {
             "tierfs_appends": ("appends acknowledged", stats.appends),
             "tierfs_appended_bytes": ("bytes appended", stats.appended_bytes),
             "tierfs_journal_syncs": ("journal fdatasync rounds", stats.journal_syncs),
@@ -140,10 +140,6 @@ class Metrics:
             "tierfs_tier2_gets": ("ranged GETs issued to tier-2", stats.cache.gets),
             "tierfs_tier2_fetched_bytes": ("bytes fetched from tier-2", stats.cache.fetched_bytes),
         }
-        for name, (text, value) in counters.items():
-            family = CounterMetricFamily(name, text)
-            family.add_metric([], value)
-            yield family
         gauges: dict[str, tuple[str, float]] = {
             "tierfs_segments": ("segments", stats.segments),
             "tierfs_journal_bytes": ("bytes in journal files", stats.journal_bytes),
@@ -154,10 +150,11 @@ class Metrics:
             "tierfs_cache_bytes": ("bytes in the block cache", stats.cache.used_bytes),
             "tierfs_epoch": ("owner epoch of the data directory", stats.epoch),
         }
-        for gauge_name, (gauge_text, gauge_value) in gauges.items():
-            gauge = GaugeMetricFamily(gauge_name, gauge_text)
-            gauge.add_metric([], gauge_value)
-            yield gauge
+        for family_type, table in ((CounterMetricFamily, counters), (GaugeMetricFamily, gauges)):
+            for name, (text, value) in table.items():
+                family = family_type(name, text)
+                family.add_metric([], value)
+                yield family
 
 
 def build_app(store: SegmentStore) -> Starlette:
