@@ -720,16 +720,30 @@ def format_details(r: Results) -> list[str]:
     last = r.rounds[-1]
     fetched_a = (last.fsspec_open.fetched_bytes or 0) / r.size_bytes
     fetched_b = (last.fsspec_cat.fetched_bytes or 0) / r.size_bytes
+    ms_per_request = {
+        key: statistics.median(pick(x).seconds for x in r.rounds) * 1000 / (r.size_bytes / piece)
+        for key, pick, piece in (
+            ("a", lambda x: x.fsspec_open.throughput, OPEN_READ_BYTES),
+            ("b", lambda x: x.fsspec_cat.throughput, CAT_RANGE_BYTES),
+        )
+    }
+    ceiling_ratio = r.median(lambda x: x.socket_ceiling) / r.median(
+        lambda x: x.engine_open.throughput
+    )
     api, engine = r.small_reads_api, r.small_reads_engine
     return [
         f"block cache {r.cache_bytes / MiB:,.0f} MiB (daemon and engine); daemon cache holds "
         f"{r.daemon_cache_bytes / MiB:,.1f} MiB; misses during the rounds: daemon "
         f"{r.daemon_cache_misses_during_rounds}, engine {r.engine_cache_misses_during_rounds}",
         f"bytes fetched from the daemon / segment size (last round): (a) {fetched_a:.3f}, "
-        f"(b) {fetched_b:.3f}; median (c) / (a') {r.median(lambda x: x.socket_ceiling) / r.median(lambda x: x.engine_open.throughput):.3f}",
+        f"(b) {fetched_b:.3f}; time per GET (median): (a) {ms_per_request['a']:.2f} ms per "
+        f"{OPEN_READ_BYTES // MiB} MiB, (b) {ms_per_request['b']:.2f} ms per "
+        f"{CAT_RANGE_BYTES // MiB} MiB",
+        f"median (c) / (a'): {ceiling_ratio:.3f} (the socket ceiling against the engine)",
         f"{SMALL_READ_BYTES} B reads at {api.samples:,} random offsets: fs.cat_file via daemon "
         f"p50 {api.p50_us:,.1f} us, p99 {api.p99_us:,.1f} us; engine reader.read p50 "
         f"{engine.p50_us:,.1f} us, p99 {engine.p99_us:,.1f} us",
+        f"daemon stopped by SIGTERM: exit code {r.daemon_exit_code}",
     ]
 
 
@@ -771,8 +785,6 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
         for line in section:
             print(line, file=out)
         print(file=out)
-    if r.daemon_exit_code != 0:
-        print(f"note: the daemon exited with {r.daemon_exit_code} after SIGTERM", file=out)
 
 
 def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dict[str, Any]:
