@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -64,12 +63,9 @@ import trio
 
 from tierfs import StoreConfig, open_store
 from tierfs.bench.common import (
-    EXIT_OK,
     EXIT_USAGE,
-    describe_machine,
-    make_scratch_directory,
     percentile,
-    scratch_parent_problem,
+    run_in_scratch,
 )
 from tierfs.store import SegmentStore
 
@@ -452,18 +448,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.seconds > 0:
         print("--seconds must be > 0", file=sys.stderr)
         return EXIT_USAGE
-    problem = scratch_parent_problem(args.dir)
-    if problem:
-        print(problem, file=sys.stderr)
-        return EXIT_USAGE
-    directory = make_scratch_directory(args.dir)
-    try:
-        machine = describe_machine(directory)
-        results = run_all(directory, args.seconds)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    targets = evaluate_targets(results)
-    print_report(machine, args.seconds, results, targets, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(report_json(machine, args.seconds, results, targets), indent=2))
-    return EXIT_OK
+    seconds = args.seconds
+    return run_in_scratch(
+        "append", args.dir, args.json,
+        lambda directory: run_all(directory, seconds),
+        evaluate_targets,
+        lambda machine, results, targets, out: print_report(machine, seconds, results, targets, out),
+        lambda machine, results, targets: report_json(machine, seconds, results, targets),
+    )

@@ -8,11 +8,15 @@ benchmark module, and each imports this one).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import platform
 import random
+import shutil
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +161,36 @@ def make_payload(size: int, seed: int) -> bytes:
 def warm_cache_bytes(size: int) -> int:
     """A block-cache budget that holds a whole ``size``-byte segment with room to spare."""
     return max(WARM_CACHE_MIN_BYTES, size + size // 4)
+
+
+def run_in_scratch(
+    name: str,
+    parent: Path,
+    as_json: bool,
+    measure: Callable[[Path], Any],
+    evaluate: Callable[[Any], Any],
+    report: Callable[[dict[str, Any], Any, Any, Any], None],
+    to_json: Callable[[dict[str, Any], Any, Any], dict[str, Any]],
+    errors: tuple[type[Exception], ...] = (),
+) -> int:
+    """The common shape of a benchmark run: check the scratch parent, measure in a fresh
+    scratch directory (always removed), evaluate the targets, print the table (to stderr
+    with ``--json``) and the JSON. A target that fails still exits 0: it is reported."""
+    problem = scratch_parent_problem(parent)
+    if problem:
+        print(problem, file=sys.stderr)
+        return EXIT_USAGE
+    directory = make_scratch_directory(parent)
+    try:
+        machine = describe_machine(directory)
+        results = measure(directory)
+    except errors as e:
+        print(f"cannot run the {name} benchmark: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    checks = evaluate(results)
+    report(machine, results, checks, sys.stderr if as_json else sys.stdout)
+    if as_json:
+        print(json.dumps(to_json(machine, results, checks), indent=2))
+    return EXIT_OK

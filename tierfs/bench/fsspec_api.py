@@ -70,7 +70,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import statistics
@@ -87,18 +86,15 @@ import trio
 
 from tierfs import StoreConfig, open_store
 from tierfs.bench.common import (
-    EXIT_ERROR,
     EXIT_OK,
     EXIT_USAGE,
     Check,
     Latency,
     MiB,
     Throughput,
-    describe_machine,
     format_checks,
     make_payload,
-    make_scratch_directory,
-    scratch_parent_problem,
+    run_in_scratch,
     warm_cache_bytes,
 )
 from tierfs.store import SegmentInfo, SegmentStore
@@ -827,25 +823,12 @@ def run(args: argparse.Namespace) -> int:
     if min(args.size_mib, args.rounds, args.appends) < 1:
         print("--size-mib, --rounds and --appends must be >= 1", file=sys.stderr)
         return EXIT_USAGE
-    problem = scratch_parent_problem(args.dir)
-    if problem:
-        print(problem, file=sys.stderr)
-        return EXIT_USAGE
     opts = Options(args.size_mib * MiB, args.rounds, args.appends)
-    directory = make_scratch_directory(args.dir)
-    try:
-        machine = describe_machine(directory)
-        results = run_all(directory, opts, sys.stderr)
-    except RuntimeError as e:
-        print(f"cannot run the fsspec benchmark: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    checks = evaluate_targets(results)
-    print_report(machine, results, checks, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(report_json(machine, results, checks), indent=2))
-    return EXIT_OK
+    return run_in_scratch(
+        "fsspec", args.dir, args.json,
+        lambda directory: run_all(directory, opts, sys.stderr),
+        evaluate_targets, print_report, report_json, errors=(RuntimeError,),
+    )
 
 
 if __name__ == "__main__" and sys.argv[1:2] == [CHILD_FLAG]:

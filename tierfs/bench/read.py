@@ -72,7 +72,6 @@ import math
 import os
 import random
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -85,17 +84,15 @@ import trio
 
 from tierfs import StoreConfig, open_store
 from tierfs.bench.common import (
-    EXIT_ERROR,
     EXIT_OK,
     EXIT_USAGE,
     Check,
     Latency,
     MiB,
     Throughput,
-    describe_machine,
     format_checks,
     make_payload,
-    make_scratch_directory,
+    run_in_scratch,
     scratch_parent_problem,
     warm_cache_bytes,
 )
@@ -748,20 +745,11 @@ def run(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
         return EXIT_USAGE
     opts = Options(args.size_mib * MiB, args.rounds, args.random_reads, args.wake_samples)
-    directory = make_scratch_directory(args.dir)
-    try:
-        machine = describe_machine(directory)
-        results = run_all(directory, opts, sys.stderr)
-    except S3ServerError as e:
-        print(f"cannot run the read benchmark: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    checks = evaluate_targets(results)
-    print_report(machine, results, checks, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(report_json(machine, results, checks), indent=2))
-    return EXIT_OK
+    return run_in_scratch(
+        "read", args.dir, args.json,
+        lambda directory: run_all(directory, opts, sys.stderr),
+        evaluate_targets, print_report, report_json, errors=(S3ServerError,),
+    )
 
 
 if __name__ == "__main__" and sys.argv[1:2] == [CHILD_FLAG]:
