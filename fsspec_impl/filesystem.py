@@ -13,6 +13,14 @@ Semantics (append-only):
   (``FileExistsError``): segments are never overwritten. ``pipe_file`` likewise.
 - Sizes come from the daemon on every call: the listings cache is off, so a growing
   segment's size is never stale.
+- Flushed bytes are read straight from the chunk objects (``tierfs.direct_read``: the
+  daemon's chunk layout, then ``pread`` of local chunk files, or ranged reads of remote
+  ones when ``chunk_storage_options`` are given), each 1 MiB block verified against its
+  CRC32C; only the unflushed tail, and chunks that cannot be read directly, come through
+  the daemon. ``direct_reads=False`` sends everything through the daemon.
+- An open ``rb`` file reads the segment it opened: if the name comes to mean another
+  segment (deleted and re-created, or renamed over), its reads fail rather than return
+  the other segment's bytes. ``cat_file`` resolves the name on every call.
 - Instances pickle by their constructor arguments (fsspec rebuilds them), so Spark
   workers get a working client in their own process.
 """
@@ -21,17 +29,26 @@ from __future__ import annotations
 
 import datetime
 import io
+import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 from tierfs.client import TierClient, discover_url
+from tierfs.direct_read import ChunkUnavailable, DirectChunkReader, SegmentLayout
 from tierfs.errors import SegmentExistsError, SegmentNotFoundError
 from tierfs.store import DirectoryInfo, Info, SegmentInfo
 
 READ_BLOCK_BYTES = 1 << 20  # one block-cache block = one daemon block = one ranged GET
+# Blocks an open file keeps. Few: a block fetched again costs a pread and a CRC check,
+# while more blocks alive made sequential scans up to 35 % slower (memory traffic).
+READ_CACHE_BLOCKS = 4
 WRITE_BUFFER_BYTES = 8 << 20  # an append is sent at the latest when this much is buffered
+LAYOUT_REFRESH_S = 1.0  # an open file asks for newly flushed chunks at most this often
+
+log = logging.getLogger(__name__)
 
 
 class TierFileSystem(AbstractFileSystem):
@@ -43,12 +60,28 @@ class TierFileSystem(AbstractFileSystem):
         url: str | None = None,
         data_dir: str | None = None,
         token: str | None = None,
+        direct_reads: bool = True,
+        chunk_storage_options: dict[str, Any] | None = None,
         **storage_options: Any,
     ) -> None:
         storage_options.setdefault("use_listings_cache", False)
-        super().__init__(url=url, data_dir=data_dir, token=token, **storage_options)
+        super().__init__(
+            url=url, data_dir=data_dir, token=token, direct_reads=direct_reads,
+            chunk_storage_options=chunk_storage_options, **storage_options,
+        )
         self.client = TierClient(url or discover_url(data_dir), token)
-        self.bytes_fetched = 0  # bytes read from the daemon by this instance
+        self.direct = DirectChunkReader(chunk_storage_options) if direct_reads else None
+        self.bytes_fetched_daemon = 0  # bytes this instance read through the daemon
+
+    @property
+    def bytes_fetched_direct(self) -> int:
+        """Bytes this instance read from chunk objects (whole verified blocks)."""
+        return self.direct.bytes_read if self.direct else 0
+
+    @property
+    def bytes_fetched(self) -> int:
+        """Bytes this instance fetched, through the daemon and from chunk objects."""
+        return self.bytes_fetched_daemon + self.bytes_fetched_direct
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -78,6 +111,7 @@ class TierFileSystem(AbstractFileSystem):
             "sealed": info.sealed,
             "durability": info.durability,
             "chunk_count": info.chunk_count,
+            "segment_id": info.segment_id,
             "created": info.created,
             "mtime": info.modified,
         }
@@ -111,9 +145,33 @@ class TierFileSystem(AbstractFileSystem):
             size = self.info(name)["size"]
             start = size + start if start is not None and start < 0 else start
             end = size + end if end is not None and end < 0 else end
-        data = self.client.read(name, max(0, start or 0), end)
-        self.bytes_fetched += len(data)
+        start = max(0, start or 0)
+        if self.direct is None:
+            return self._read_daemon(name, start, end)
+        return self._read_with_layout(name, self.segment_layout(name), start, end)
+
+    def segment_layout(self, name: str) -> SegmentLayout:
+        return SegmentLayout.from_json(self.client.layout(self._strip_protocol(name)))
+
+    def _read_daemon(self, name: str, start: int, end: int | None) -> bytes:
+        data = self.client.read(name, start, end)
+        self.bytes_fetched_daemon += len(data)
         return data
+
+    def _read_with_layout(self, name: str, layout: SegmentLayout, start: int, end: int | None) -> bytes:
+        """Bytes [start, end): the part the chunks hold directly, the rest via the daemon."""
+        assert self.direct is not None
+        pieces = []
+        direct_end = layout.flushed_end if end is None else min(end, layout.flushed_end)
+        if direct_end > start:
+            try:
+                pieces.append(self.direct.read(layout, start, direct_end))
+                start = direct_end
+            except ChunkUnavailable as e:
+                log.debug("reading tierfs://%s through the daemon: %s", name, e)
+        if end is None or end > start:
+            pieces.append(self._read_daemon(name, start, end))
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "create", **kwargs: Any) -> None:
         """Create a segment holding ``value``; a non-empty existing one is an error."""
@@ -162,10 +220,13 @@ class TierFileSystem(AbstractFileSystem):
                 pass
         elif mode != "rb":
             raise ValueError(f"tierfs supports modes rb, ab, wb, xb, not {mode!r}")
+        cache_type = kwargs.pop("cache_type", "blockcache")
+        if cache_type == "blockcache":
+            cache_options = {"maxblocks": READ_CACHE_BLOCKS, **(cache_options or {})}
         return TierFile(
             self, name, mode,
             block_size=block_size or (READ_BLOCK_BYTES if mode == "rb" else WRITE_BUFFER_BYTES),
-            cache_type=kwargs.pop("cache_type", "blockcache"),
+            cache_type=cache_type,
             cache_options=cache_options,
             **kwargs,
         )
@@ -218,7 +279,7 @@ class TierFileSystem(AbstractFileSystem):
         self._create_for_write(target, exclusive=False)
         offset = 0
         while True:
-            data = self.client.read(source, offset, offset + WRITE_BUFFER_BYTES)
+            data = self.cat_file(source, offset, offset + WRITE_BUFFER_BYTES)
             if not data:
                 break
             self.client.append(target, data, expected_offset=offset)
@@ -246,8 +307,28 @@ class TierFile(AbstractBufferedFile):
     offset: int | None
     buffer: io.BytesIO
 
+    _layout: SegmentLayout | None = None
+    _layout_time_s = 0.0
+
     def _fetch_range(self, start: int, end: int) -> bytes:
-        return self.fs.cat_file(self.path, start, end)
+        fs = self.fs
+        if fs.direct is None:
+            return fs._read_daemon(self.path, start, end)
+        layout = self._layout
+        stale = layout is None or (
+            end > layout.flushed_end and layout.flushed_end < self.size
+            and time.monotonic() - self._layout_time_s >= LAYOUT_REFRESH_S
+        )
+        if stale:
+            layout = fs.segment_layout(self.path)
+            opened_id = self.details.get("segment_id")
+            if layout.segment_id is not None and layout.segment_id != opened_id:
+                raise FileNotFoundError(
+                    f"tierfs://{self.path} was deleted or replaced since it was opened"
+                )
+            self._layout, self._layout_time_s = layout, time.monotonic()
+        assert layout is not None
+        return fs._read_with_layout(self.path, layout, start, end)
 
     def _initiate_upload(self) -> None:
         """Nothing to do: ``_open`` created the segment."""

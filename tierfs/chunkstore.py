@@ -115,7 +115,7 @@ class LocalChunkStorage(ChunkStorage):
     supports_append = True
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # chunk URLs must mean the same in other processes
         self.root.mkdir(parents=True, exist_ok=True)
         self.url = f"file://{self.root}"
 

@@ -58,6 +58,9 @@ def _hypercorn_config(bind: str) -> hypercorn.config.Config:
     config.accesslog = None  # request lines may carry names; headers carry tokens
     config.errorlog = logging.getLogger("tierfs.http")
     config.keep_alive_timeout = 75.0  # clients reuse connections across long polls
+    # hypercorn closes a keep-alive connection after 1,000 requests by default; an
+    # appender would reconnect every 1,000 appends for nothing.
+    config.keep_alive_max_requests = 1 << 30
     return config
 
 

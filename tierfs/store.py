@@ -630,6 +630,7 @@ class SegmentStore:
                 "crc32c": int(c.crc32c),
                 "block_crc32c": [int(x) for x in c.block_crc32c],
                 "epoch": int(c.epoch),
+                "segment_id": int(seg.segment_id),
             }
             for c in chunks
         ]
