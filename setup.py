@@ -25,6 +25,7 @@ setup(
         "starlette>=0.37",
         "httpx>=0.27",
         "prometheus-client>=0.20",
+        "pyfuse3>=3.3",  # needs libfuse3-dev and pkg-config to build (dev.sh installs them)
     ],
     extras_require={
         "test": [

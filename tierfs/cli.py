@@ -1,7 +1,7 @@
 """The ``tierfs`` command line.
 
 Global options choose the store (``--data-dir``, ``--tier2``, ``--config``). ``serve``
-runs the daemon. Every other subcommand talks to the daemon when one serves the data
+runs the daemon; ``mount`` runs it with a FUSE mount, ``umount`` ends that. Every other subcommand talks to the daemon when one serves the data
 dir and opens the engine in-process otherwise, with the same output either way. Errors
 are translated to messages and exit codes in one place, ``run``.
 
@@ -22,7 +22,7 @@ from typing import Any
 import trio
 
 from .client import RemoteStore, connect_if_serving
-from .config import DURABILITY_LEVELS, load_config
+from .config import DURABILITY_LEVELS, StoreConfig, load_config
 from .daemon import serve
 from .errors import IsADirectoryError_, StoreInUseError, TierFSError
 from .fsck import Problem, fsck
@@ -250,6 +250,17 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("-c", "--bytes", type=int, help="last BYTES bytes")
     p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM")
     p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
+    p = add("mount", "run the daemon with the store mounted at MOUNTPOINT (FUSE); the API keeps serving")
+    p.add_argument("mountpoint")
+    p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground (logs to stderr)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
+    p.add_argument("--direct-io", action="store_true",
+                   help="bypass the kernel page cache for reads and writes (see docs/PERFORMANCE.md)")
+    p.add_argument("--attr-timeout", type=float, default=1.0, metavar="SECONDS",
+                   help="how long the kernel may cache attributes (default 1; growth is "
+                        "notified at once anyway)")
+    p = add("umount", "unmount a tierfs mount; its daemon flushes, closes and exits")
+    p.add_argument("mountpoint")
     return parser
 
 
@@ -278,6 +289,8 @@ def run(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             trio.run(partial(serve, config, listen=args.listen))
             return EXIT_OK
+        if args.command in ("mount", "umount"):
+            return _mount_commands(args, config)
 
         async def main() -> int:
             client = await trio.to_thread.run_sync(connect_if_serving, config.data_dir)
@@ -303,6 +316,23 @@ def run(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+
+
+def _mount_commands(args: argparse.Namespace, config: StoreConfig) -> int:
+    """``mount`` / ``umount``: imported here, so the rest of the CLI works without FUSE."""
+    from pathlib import Path
+
+    from .fuse.mount import MountError, mount_command, unmount_command
+
+    if args.command == "umount":
+        return unmount_command(Path(args.mountpoint))
+    try:
+        return mount_command(config, Path(args.mountpoint), listen=args.listen,
+                             foreground=args.foreground, direct_io=args.direct_io,
+                             attr_timeout_s=args.attr_timeout)
+    except MountError as e:
+        print(f"tierfs: {e}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def main() -> None:

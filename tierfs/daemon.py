@@ -19,6 +19,7 @@ import logging
 import os
 import secrets
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import hypercorn.config
@@ -64,14 +65,22 @@ def _hypercorn_config(bind: str) -> hypercorn.config.Config:
     return config
 
 
+# A service run beside the API on the same store and event loop (the FUSE mount):
+# started with ``nursery.start(service, store, stopping)``; it reports started once it
+# serves, returns soon after ``stopping`` is set, and sets ``stopping`` itself when it
+# ends on its own (the mount was unmounted), which stops the daemon.
+Service = Callable[..., Awaitable[None]]
+
+
 async def serve(
     config: StoreConfig,
     *,
     listen: str | None = None,
     stop: trio.Event | None = None,
+    service: Service | None = None,
     task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set)."""
+    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set, or ``service`` ends)."""
     async with open_store(config) as store:
         data_dir = config.data_dir
         os.chmod(data_dir, 0o700)
@@ -89,8 +98,14 @@ async def serve(
                     authed = BearerTokenAuth(app, token)
                     await nursery.start(_serve_one, authed, _hypercorn_config(listen), shutdown)
                     log.info("also serving on tcp %s (bearer token in %s)", listen, data_dir / TOKEN_NAME)
+                stopping = trio.Event()
+                if service is not None:
+                    await nursery.start(service, store, stopping)
                 task_status.started(sock)
-                await _wait_for_stop(stop)
+                async with trio.open_nursery() as watchers:
+                    watchers.start_soon(_wait_for_stop, stop, stopping)
+                    await stopping.wait()
+                    watchers.cancel_scope.cancel()
                 log.info("shutting down: flushing and closing %s", data_dir)
                 shutdown.set()
         finally:
@@ -106,11 +121,13 @@ async def _serve_one(
     )
 
 
-async def _wait_for_stop(stop: trio.Event | None) -> None:
+async def _wait_for_stop(stop: trio.Event | None, stopping: trio.Event) -> None:
+    """Set ``stopping`` when ``stop`` is set or, without one, on SIGTERM/SIGINT."""
     if stop is not None:
         await stop.wait()
-        return
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("received %s", signal.Signals(signum).name)
-            return
+    else:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                break
+    stopping.set()

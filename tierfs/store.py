@@ -132,6 +132,9 @@ class SegmentStore:
         self._segments_by_id: dict[int, SegmentState] = {}
         self._directories: dict[str, Any] = {}
         self._awaiting_durable: deque[tuple[int, SegmentState, int]] = deque()
+        # called (in the event loop, must not block) with each segment whose durable
+        # length advanced; the FUSE mount tells the kernel its size changed
+        self.growth_listeners: builtins.list[Callable[[SegmentState], None]] = []
         self.unflushed_bytes = 0
         self._appends = 0
         self._appended_bytes = 0
@@ -278,6 +281,8 @@ class SegmentStore:
                 grown.add(seg)
         for seg in grown:
             seg.notify_grew()
+            for listener in self.growth_listeners:
+                listener(seg)
             if seg.durable_length - seg.flushed_length >= self.config.flush_bytes:
                 self.writer.wake()
         self.tail_budget.evict(self.journal.written_lsn)
@@ -631,6 +636,7 @@ class SegmentStore:
                 "block_crc32c": [int(x) for x in c.block_crc32c],
                 "epoch": int(c.epoch),
                 "segment_id": int(seg.segment_id),
+                "offloaded": bool(c.location),  # "" = in the chunk store
             }
             for c in chunks
         ]

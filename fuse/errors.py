@@ -1,0 +1,82 @@
+"""The one place where errors become errno values for the kernel.
+
+Invariants:
+- Every FUSE handler of ``TierOperations`` is wrapped by ``fuse_errors``, so a handler
+  raises nothing but ``pyfuse3.FUSEError``: a tierfs error becomes the errno of its
+  ``code`` (``ERRNO_BY_CODE``), an OSError keeps its errno, and anything unexpected
+  becomes EIO plus one log line with the traceback; the mount keeps serving.
+- Cancellation (``trio.Cancelled``, KeyboardInterrupt: BaseExceptions) is never swallowed.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+import pyfuse3
+
+from tierfs.errors import TierFSError
+
+log = logging.getLogger("tierfs.fuse")
+
+ERRNO_BY_CODE: dict[str, int] = {
+    "invalid_name": errno.EINVAL,
+    "invalid_argument": errno.EINVAL,
+    "too_large": errno.EFBIG,
+    "not_found": errno.ENOENT,
+    "exists": errno.EEXIST,
+    "not_a_directory": errno.ENOTDIR,
+    "is_a_directory": errno.EISDIR,
+    "not_empty": errno.ENOTEMPTY,
+    "bad_offset": errno.EPERM,  # a write anywhere but at the end: append-only
+    "sealed": errno.EPERM,
+    "out_of_range": errno.EINVAL,
+    "corrupt": errno.EIO,
+    "backlog_full": errno.ENOSPC,  # the unflushed backlog is at its bound
+    "in_use": errno.EBUSY,
+    "closed": errno.ESHUTDOWN,
+    "tier2": errno.EIO,
+    "chunk_missing": errno.EIO,
+    "conflict": errno.EAGAIN,
+    "journal_corrupt": errno.EIO,
+    "internal": errno.EIO,
+}
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def errno_of(error: BaseException) -> int:
+    """The errno the kernel gets for ``error``."""
+    if isinstance(error, pyfuse3.FUSEError):
+        return error.errno
+    if isinstance(error, TierFSError):
+        return ERRNO_BY_CODE.get(error.code, errno.EIO)
+    if isinstance(error, OSError) and error.errno:
+        return error.errno
+    return errno.EIO
+
+
+def fuse_errors(handler: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Wrap a FUSE handler so it raises only ``FUSEError`` (see the module docstring)."""
+
+    @functools.wraps(handler)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await handler(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as caught:
+            error: BaseException = caught
+            while isinstance(error, BaseExceptionGroup) and error.exceptions:
+                error = error.exceptions[0]  # parallel tasks: report the first failure
+            if isinstance(error, (TierFSError, OSError)):
+                log.debug("%s: %s", handler.__name__, error)
+            else:
+                log.exception("%s failed unexpectedly; answering EIO", handler.__name__)
+            raise pyfuse3.FUSEError(errno_of(error)) from None
+
+    return wrapper

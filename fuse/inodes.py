@@ -1,0 +1,98 @@
+"""Inode numbers for store names, with the kernel's lookup counts.
+
+Invariants:
+- The root directory (name ``""``) is ``pyfuse3.ROOT_INODE`` and is never forgotten.
+- A name maps to at most one inode and an inode to at most one name; a rename moves
+  the names of the entry and of everything below it, keeping their inodes.
+- An inode stays known while the kernel holds a lookup on it or a file handle uses
+  it; afterwards it is dropped, so the table's size follows the kernel's, not the
+  number of names ever seen. Inode numbers are never reused within a mount.
+- A removed name's inode stays valid for open handles but answers ENOENT by name.
+"""
+
+from __future__ import annotations
+
+import pyfuse3
+
+from tierfs.errors import SegmentNotFoundError
+
+ROOT_INODE = int(pyfuse3.ROOT_INODE)
+
+
+class InodeTable:
+    def __init__(self) -> None:
+        self._name_by_inode: dict[int, str | None] = {ROOT_INODE: ""}
+        self._inode_by_name: dict[str, int] = {"": ROOT_INODE}
+        self._lookups: dict[int, int] = {}
+        self._open_handles: dict[int, int] = {}
+        self._next_inode = ROOT_INODE + 1
+
+    def __len__(self) -> int:
+        return len(self._name_by_inode)
+
+    def name_of(self, inode: int) -> str:
+        """The current name of an inode (ENOENT if it was removed or is unknown)."""
+        name = self._name_by_inode.get(inode)
+        if name is None:
+            raise SegmentNotFoundError(f"inode {inode}")
+        return name
+
+    def known_inode(self, name: str) -> int | None:
+        return self._inode_by_name.get(name)
+
+    def looked_up(self, name: str) -> int:
+        """The inode for ``name`` (allocated if new), its lookup count raised by one."""
+        inode = self._inode_by_name.get(name)
+        if inode is None:
+            inode = self._next_inode
+            self._next_inode += 1
+            self._inode_by_name[name] = inode
+            self._name_by_inode[inode] = name
+        if inode != ROOT_INODE:
+            self._lookups[inode] = self._lookups.get(inode, 0) + 1
+        return inode
+
+    def forget(self, inode: int, count: int) -> None:
+        remaining = self._lookups.get(inode, 0) - count
+        if remaining > 0:
+            self._lookups[inode] = remaining
+            return
+        self._lookups.pop(inode, None)
+        self._drop_if_unused(inode)
+
+    def opened(self, inode: int) -> None:
+        self._open_handles[inode] = self._open_handles.get(inode, 0) + 1
+
+    def closed(self, inode: int) -> None:
+        remaining = self._open_handles.get(inode, 0) - 1
+        if remaining > 0:
+            self._open_handles[inode] = remaining
+            return
+        self._open_handles.pop(inode, None)
+        self._drop_if_unused(inode)
+
+    def removed(self, name: str) -> None:
+        """``name`` no longer exists: its inode (if any) loses the name."""
+        inode = self._inode_by_name.pop(name, None)
+        if inode is not None:
+            self._name_by_inode[inode] = None
+            self._drop_if_unused(inode)
+
+    def renamed(self, old: str, new: str) -> None:
+        """``old`` (and everything below it) is now called ``new``."""
+        self.removed(new)  # a stale inode of the target name loses it
+        prefix = old + "/"
+        moves = [(n, i) for n, i in self._inode_by_name.items() if n == old or n.startswith(prefix)]
+        for name, _ in moves:
+            del self._inode_by_name[name]
+        for name, inode in moves:
+            moved = new + name[len(old):]
+            self._inode_by_name[moved] = inode
+            self._name_by_inode[inode] = moved
+
+    def _drop_if_unused(self, inode: int) -> None:
+        if inode == ROOT_INODE or inode in self._lookups or inode in self._open_handles:
+            return
+        name = self._name_by_inode.pop(inode, None)
+        if name is not None and self._inode_by_name.get(name) == inode:
+            del self._inode_by_name[name]

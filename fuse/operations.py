@@ -1,0 +1,379 @@
+"""``TierOperations``: the FUSE request handlers, mapping POSIX calls onto the store.
+
+Directories are namespaces, files are segments. Semantics (append-only):
+- a write at offset == the segment's appended length appends; O_APPEND writes always
+  append; a write anywhere else fails with EPERM and changes nothing;
+- O_TRUNC / truncate of a non-empty segment fails with EPERM; truncate to the current
+  length is a no-op;
+- ``chmod a-w`` seals, ``chmod u+w`` unseals; writes to a sealed segment fail with EPERM;
+- ``fsync``/``fdatasync`` make every byte written so far durable, also on a VD segment;
+- ``st_size`` is the durable length: readers never see bytes a crash could take away;
+- extended attributes ``user.tierfs.*`` report the segment's lengths and state;
+  ``user.tierfs.durability`` can be set to ``pd``/``vd`` on an empty segment.
+
+Invariants:
+- Every handler is wrapped by ``errors.fuse_errors``: it raises only ``FUSEError``.
+- Handlers run on the store's event loop and only await the store; nothing blocks the
+  loop (statfs of the data dir runs in a worker thread).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import stat
+from collections.abc import Sequence
+
+import pyfuse3
+import trio
+
+from tierfs.config import DURABILITY_LEVELS
+from tierfs.errors import (
+    IsADirectoryError_,
+    NotADirectoryError_,
+    OffsetOutOfRangeError,
+    SegmentExistsError,
+    SegmentSealedError,
+)
+from tierfs.readahead import SegmentReader
+from tierfs.store import DirectoryInfo, Info, SegmentInfo, SegmentStore
+
+from .errors import fuse_errors
+from .inodes import ROOT_INODE, InodeTable
+
+ATTR_TIMEOUT_S = 1.0  # the kernel also hears of growth at once (see invalidation.py)
+ENTRY_TIMEOUT_S = 1.0  # names changed through the API become visible within this
+BLOCK_SIZE_BYTES = 1 << 20  # st_blksize: tools size their I/O by it
+XATTR_PREFIX = "user.tierfs."
+XATTR_NAMES = ("durable_length", "flushed_length", "offloaded_length", "chunk_count",
+               "sealed", "durability")
+WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
+@dataclasses.dataclass
+class OpenFile:
+    inode: int
+    always_append: bool  # opened with O_APPEND: every write goes to the end
+    reader: SegmentReader | None = None
+
+
+def join(parent: str, name: bytes) -> str:
+    component = os.fsdecode(name)
+    return f"{parent}/{component}" if parent else component
+
+
+class TierOperations(pyfuse3.Operations):
+    supports_dot_lookup = False  # no NFS export: the kernel resolves . and ..
+    enable_writeback_cache = False  # writes must reach the store in order, as written
+    enable_acl = False
+
+    def __init__(
+        self, store: SegmentStore, *, direct_io: bool = False, attr_timeout_s: float = ATTR_TIMEOUT_S
+    ) -> None:
+        super().__init__()
+        self.store = store
+        self.direct_io = direct_io
+        self.attr_timeout_s = attr_timeout_s
+        self.inodes = InodeTable()
+        self._files: dict[int, OpenFile] = {}
+        self._directories: dict[int, list[tuple[str, Info]]] = {}
+        self._next_handle = 1
+        self._uid = os.getuid()
+        self._gid = os.getgid()
+
+    # ---------------------------------------------------------------- attributes
+    def attributes(self, inode: int, info: Info) -> pyfuse3.EntryAttributes:
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = inode
+        attr.generation = 0
+        attr.entry_timeout = ENTRY_TIMEOUT_S
+        attr.attr_timeout = self.attr_timeout_s
+        attr.st_uid = self._uid
+        attr.st_gid = self._gid
+        attr.st_rdev = 0
+        attr.st_blksize = BLOCK_SIZE_BYTES
+        if isinstance(info, SegmentInfo):
+            attr.st_mode = stat.S_IFREG | (0o444 if info.sealed else 0o644)
+            attr.st_nlink = 1
+            attr.st_size = info.length
+            attr.st_blocks = (info.length + 511) // 512
+            created_ns, modified_ns = int(info.created * 1e9), int(info.modified * 1e9)
+        else:
+            attr.st_mode = stat.S_IFDIR | 0o755
+            attr.st_nlink = 2
+            attr.st_size = 0
+            attr.st_blocks = 0
+            created_ns = modified_ns = int(info.created * 1e9)
+        attr.st_atime_ns = modified_ns
+        attr.st_mtime_ns = modified_ns
+        attr.st_ctime_ns = max(created_ns, modified_ns)
+        return attr
+
+    async def _entry(self, name: str) -> pyfuse3.EntryAttributes:
+        """Attributes of ``name`` for a reply that gives the kernel a lookup."""
+        info = await self.store.stat(name)
+        return self.attributes(self.inodes.looked_up(name), info)
+
+    async def _segment_info(self, inode: int) -> SegmentInfo:
+        name = self.inodes.name_of(inode)
+        info = await self.store.stat(name)
+        if not isinstance(info, SegmentInfo):
+            raise IsADirectoryError_(name)
+        return info
+
+    # ---------------------------------------------------------------- lookups
+    @fuse_errors
+    async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return await self._entry(join(self.inodes.name_of(parent_inode), name))
+
+    @fuse_errors
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for inode, count in inode_list:
+            self.inodes.forget(inode, count)
+
+    @fuse_errors
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self.attributes(inode, await self.store.stat(self.inodes.name_of(inode)))
+
+    @fuse_errors
+    async def setattr(
+        self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields,
+        fh: int | None, ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        name = self.inodes.name_of(inode)
+        info = await self.store.stat(name)
+        if fields.update_uid and attr.st_uid != self._uid or fields.update_gid and attr.st_gid != self._gid:
+            raise pyfuse3.FUSEError(errno.EPERM)
+        if isinstance(info, DirectoryInfo):
+            if fields.update_size or fields.update_mode and stat.S_IMODE(attr.st_mode) != 0o755:
+                raise pyfuse3.FUSEError(errno.EPERM)
+            return self.attributes(inode, info)
+        if fields.update_size and attr.st_size != info.appended_length:
+            raise pyfuse3.FUSEError(errno.EPERM)  # append-only: no truncation, no holes
+        if fields.update_mode:
+            writable = bool(stat.S_IMODE(attr.st_mode) & WRITE_BITS)
+            if not writable and not info.sealed:
+                info = await self.store.seal(name)
+            elif attr.st_mode & stat.S_IWUSR and info.sealed:
+                info = await self.store.unseal(name)
+        # times are not stored: touch and cp -p succeed and change nothing
+        return self.attributes(inode, await self.store.stat(name))
+
+    # ---------------------------------------------------------------- namespace
+    @fuse_errors
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        path = join(self.inodes.name_of(parent_inode), name)
+        await self.store.mkdir(path)
+        return await self._entry(path)
+
+    @fuse_errors
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        path = join(self.inodes.name_of(parent_inode), name)
+        if isinstance(await self.store.stat(path), SegmentInfo):
+            raise NotADirectoryError_(path)
+        await self.store.rmdir(path)
+        self.inodes.removed(path)
+
+    @fuse_errors
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        path = join(self.inodes.name_of(parent_inode), name)
+        if isinstance(await self.store.stat(path), DirectoryInfo):
+            raise IsADirectoryError_(path)
+        await self.store.delete(path)
+        self.inodes.removed(path)
+
+    @fuse_errors
+    async def rename(
+        self, parent_inode_old: int, name_old: bytes, parent_inode_new: int, name_new: bytes,
+        flags: int, ctx: pyfuse3.RequestContext,
+    ) -> None:
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            raise pyfuse3.FUSEError(errno.EINVAL)  # would need two renames at once
+        old = join(self.inodes.name_of(parent_inode_old), name_old)
+        new = join(self.inodes.name_of(parent_inode_new), name_new)
+        await self.store.rename(old, new)  # an existing target is EEXIST: never replaced
+        self.inodes.renamed(old, new)
+
+    @fuse_errors
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EOPNOTSUPP)  # only directories and segments exist
+
+    @fuse_errors
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+
+    @fuse_errors
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+
+    # ---------------------------------------------------------------- directories
+    @fuse_errors
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        name = self.inodes.name_of(inode)
+        entries = await self.store.list(name)
+        handle = self._new_handle()
+        self._directories[handle] = [(entry.name, entry) for entry in entries]
+        return handle
+
+    @fuse_errors
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        entries = self._directories.get(fh)
+        if entries is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        for index in range(start_id, len(entries)):
+            name, info = entries[index]
+            inode = self.inodes.looked_up(name)
+            component = os.fsencode(name.rpartition("/")[2])
+            if not pyfuse3.readdir_reply(token, component, self.attributes(inode, info), index + 1):
+                self.inodes.forget(inode, 1)  # not delivered: no lookup for the kernel
+                return
+
+    @fuse_errors
+    async def releasedir(self, fh: int) -> None:
+        self._directories.pop(fh, None)
+
+    # ---------------------------------------------------------------- files
+    def _new_handle(self) -> int:
+        handle = self._next_handle
+        self._next_handle += 1
+        return handle
+
+    def _open_handle(self, inode: int, flags: int) -> pyfuse3.FileInfo:
+        handle = self._new_handle()
+        self._files[handle] = OpenFile(inode, always_append=bool(flags & os.O_APPEND))
+        self.inodes.opened(inode)
+        return pyfuse3.FileInfo(fh=handle, direct_io=self.direct_io, keep_cache=False)
+
+    @fuse_errors
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        info = await self._segment_info(inode)
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            if info.sealed:
+                raise SegmentSealedError(info.name)
+            if flags & os.O_TRUNC and info.appended_length > 0:
+                raise pyfuse3.FUSEError(errno.EPERM)  # append-only: never truncated
+        return self._open_handle(inode, flags)
+
+    @fuse_errors
+    async def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        path = join(self.inodes.name_of(parent_inode), name)
+        try:
+            await self.store.create(path)
+        except SegmentExistsError:
+            if flags & os.O_EXCL:
+                raise
+            info = await self.store.stat(path)  # created meanwhile: open it instead
+            if not isinstance(info, SegmentInfo):
+                raise IsADirectoryError_(path) from None
+            if flags & os.O_TRUNC and info.appended_length > 0:
+                raise pyfuse3.FUSEError(errno.EPERM) from None
+        attr = await self._entry(path)
+        return self._open_handle(attr.st_ino, flags), attr
+
+    @fuse_errors
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        handle = self._file(fh)
+        name = self.inodes.name_of(handle.inode)
+        if handle.reader is None or handle.reader.name != name:
+            handle.reader = self.store.open_reader(name)
+        try:
+            return await handle.reader.read(off, size)
+        except OffsetOutOfRangeError:
+            return b""  # at or past the durable end: EOF
+
+    @fuse_errors
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        handle = self._file(fh)
+        name = self.inodes.name_of(handle.inode)
+        expected = None if handle.always_append else off
+        await self.store.append(name, buf, expected_offset=expected)
+        return len(buf)
+
+    @fuse_errors
+    async def flush(self, fh: int) -> None:
+        self._file(fh)  # close() promises nothing more than write() did; fsync does
+
+    @fuse_errors
+    async def release(self, fh: int) -> None:
+        handle = self._files.pop(fh, None)
+        if handle is not None:
+            self.inodes.closed(handle.inode)
+
+    @fuse_errors
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self.store.sync(self.inodes.name_of(self._file(fh).inode))
+
+    def _file(self, fh: int) -> OpenFile:
+        handle = self._files.get(fh)
+        if handle is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        return handle
+
+    # ---------------------------------------------------------------- file system
+    @fuse_errors
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        disk = await trio.to_thread.run_sync(os.statvfs, self.store.config.data_dir)
+        data = pyfuse3.StatvfsData()
+        data.f_bsize = BLOCK_SIZE_BYTES
+        data.f_frsize = disk.f_frsize
+        data.f_blocks = disk.f_blocks
+        data.f_bfree = disk.f_bfree
+        data.f_bavail = disk.f_bavail
+        segments = len(await self.store.walk_segments())
+        data.f_files = segments + disk.f_ffree
+        data.f_ffree = disk.f_ffree
+        data.f_favail = disk.f_favail
+        data.f_namemax = 255
+        return data
+
+    # ---------------------------------------------------------------- xattrs
+    async def _xattr_values(self, inode: int) -> dict[str, bytes]:
+        name = self.inodes.name_of(inode)
+        info = await self.store.stat(name)
+        if not isinstance(info, SegmentInfo):
+            return {}
+        layout = await self.store.chunk_layout(name)
+        offloaded = sum(c["end"] - c["start"] for c in layout if c.get("offloaded"))
+        values: dict[str, object] = {
+            "durable_length": info.durable_length,
+            "flushed_length": info.flushed_length,
+            "offloaded_length": offloaded,
+            "chunk_count": info.chunk_count,
+            "sealed": "true" if info.sealed else "false",
+            "durability": info.durability,
+        }
+        return {XATTR_PREFIX + key: str(value).encode() for key, value in values.items()}
+
+    @fuse_errors
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
+        return [key.encode() for key in await self._xattr_values(inode)]
+
+    @fuse_errors
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        value = (await self._xattr_values(inode)).get(os.fsdecode(name))
+        if value is None:
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        return value
+
+    @fuse_errors
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
+        key = os.fsdecode(name)
+        if key != XATTR_PREFIX + "durability":
+            # the others are read-only facts; nothing else is stored
+            raise pyfuse3.FUSEError(errno.EPERM if key.startswith(XATTR_PREFIX) else errno.EOPNOTSUPP)
+        level = value.decode(errors="replace").strip()
+        if level not in DURABILITY_LEVELS:
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        info = await self._segment_info(inode)
+        await self.store.set_durability(info.name, level)
+
+    @fuse_errors
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        key = os.fsdecode(name)
+        raise pyfuse3.FUSEError(errno.EPERM if key.startswith(XATTR_PREFIX) else pyfuse3.ENOATTR)
+
+
+__all__ = ["ROOT_INODE", "TierOperations"]
