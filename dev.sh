@@ -19,6 +19,12 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || apt_missing+=(python3-venv)
 command -v gcc >/dev/null || apt_missing+=(build-essential)
 python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \
   || apt_missing+=(python3-dev)
+# FUSE: fusermount3 for mounting (and auto_unmount), libfuse3 headers + pkg-config to
+# build pyfuse3, getfattr/setfattr for the tests and users
+command -v fusermount3 >/dev/null || apt_missing+=(fuse3)
+command -v pkg-config >/dev/null || apt_missing+=(pkg-config)
+{ command -v pkg-config >/dev/null && pkg-config --exists fuse3; } || apt_missing+=(libfuse3-dev)
+command -v getfattr >/dev/null || apt_missing+=(attr)
 if ((${#apt_missing[@]})); then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "dev.sh: installing ${apt_missing[*]}" >&2

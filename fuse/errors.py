@@ -42,6 +42,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "chunk_missing": errno.EIO,
     "conflict": errno.EAGAIN,
     "journal_corrupt": errno.EIO,
+    "unavailable": errno.ENOTCONN,  # a daemon the call needed is not running
     "internal": errno.EIO,
 }
 

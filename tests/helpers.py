@@ -78,3 +78,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class Mount:
+    """A real ``tierfs mount --foreground`` process: the daemon serving a FUSE mount."""
+
+    def __init__(self, data_dir: Path, mountpoint: Path, *args: str) -> None:
+        self.data_dir = data_dir
+        self.mountpoint = mountpoint
+        self.socket = data_dir / "tierfs.sock"
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), "-v",
+             "mount", str(mountpoint), "--foreground", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while not (os.path.ismount(mountpoint) and self.socket.exists()):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mount exited: {self.proc.communicate()[1].decode()[-2000:]}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError("the mount did not come up")
+            time.sleep(0.05)
+
+    def path(self, name: str) -> Path:
+        return self.mountpoint / name
+
+    def client(self):  # type: ignore[no-untyped-def]
+        from tierfs.client import TierClient
+
+        return TierClient(f"unix://{self.socket}")
+
+    def unmount(self, timeout_s: float = 30) -> tuple[int, str]:
+        """``tierfs umount``; returns the daemon's exit code and stderr."""
+        if os.path.ismount(self.mountpoint):
+            subprocess.run([sys.executable, "-m", "tierfs.cli", "umount", str(self.mountpoint)],
+                           check=True, capture_output=True)
+        _, stderr = self.proc.communicate(timeout=timeout_s)
+        return self.proc.returncode, stderr.decode(errors="replace")
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.communicate(timeout=30)

@@ -1,0 +1,432 @@
+"""The FUSE mount, mounted for real and driven with standard tools.
+
+Each test uses the module's mount (``tierfs mount --foreground`` in a subprocess) unless
+it needs its own (crash, daemonizing). Skipped only where /dev/fuse or fusermount3 is
+missing (CI has both).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import select
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import fsspec
+import pytest
+from helpers import Mount
+from tierfs.fsspec_impl import TierFileSystem
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
+    reason="FUSE tests need /dev/fuse and fusermount3 (apt install fuse3)",
+)
+
+MiB = 1 << 20
+WAIT_S = 30.0  # generous bound for things that happen "soon" on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
+    base = tmp_path_factory.mktemp("fuse")
+    # a long attribute timeout: size changes must reach the kernel by notification
+    mounted = Mount(base / "data", base / "mnt", "--attr-timeout", "60")
+    yield mounted
+    code, stderr = mounted.unmount()
+    assert code == 0, stderr
+    assert not os.path.ismount(mounted.mountpoint)
+
+
+@pytest.fixture
+def tfs(mount: Mount, monkeypatch: pytest.MonkeyPatch) -> TierFileSystem:
+    monkeypatch.setenv("TIERFS_DATA_DIR", str(mount.data_dir))
+    monkeypatch.delenv("TIERFS_URL", raising=False)
+    TierFileSystem.clear_instance_cache()
+    fs = fsspec.filesystem("tierfs")
+    assert isinstance(fs, TierFileSystem)
+    return fs
+
+
+def run(*command: str, check: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, check=check, capture_output=True, text=True, timeout=120, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def sha256_of(path: Path) -> str:
+    return run("sha256sum", str(path)).stdout.split()[0]
+
+
+def metric(mount: Mount, name: str) -> float:
+    import httpx
+
+    transport = httpx.HTTPTransport(uds=str(mount.socket))
+    with httpx.Client(transport=transport, base_url="http://tierfs") as http:
+        for line in http.get("/metrics").text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise KeyError(name)
+
+
+# ---------------------------------------------------------------- data in and out
+def test_cp_50_mib_in_and_sha256sum_back(mount: Mount, tmp_path: Path) -> None:
+    source = tmp_path / "big.bin"
+    source.write_bytes(os.urandom(50 * MiB))
+    run("mkdir", "-p", str(mount.path("cp")))
+    run("cp", str(source), str(mount.path("cp/big.bin")))
+    assert sha256_of(mount.path("cp/big.bin")) == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert os.stat(mount.path("cp/big.bin")).st_size == 50 * MiB
+    mount.client().op("flush", path="cp/big.bin")  # now from chunks, not the tail
+    assert sha256_of(mount.path("cp/big.bin")) == hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def test_shell_redirections_and_dd_append(mount: Mount) -> None:
+    path = mount.path("shell.txt")
+    subprocess.run(f"echo first > {path}", shell=True, check=True)
+    subprocess.run(f"echo second >> {path}", shell=True, check=True)
+    subprocess.run(f"printf 'third\\n' | cat >> {path}", shell=True, check=True)
+    size = os.stat(path).st_size
+    run("dd", "if=/dev/zero", f"of={path}", "bs=4", "count=1", f"seek={size}", "oflag=seek_bytes",
+        "conv=notrunc")
+    assert path.read_bytes() == b"first\nsecond\nthird\n" + b"\0" * 4
+
+
+def test_two_shells_appending_at_once_lose_nothing_and_never_interleave(mount: Mount) -> None:
+    path = mount.path("two-shells.log")
+    path.touch()
+    script = 'for i in $(seq 1 300); do echo "{w}-$i-xxxxxxxxxxxxxxxxxxxxxxxx" >> {p}; done'
+    shells = [subprocess.Popen(["bash", "-c", script.format(w=w, p=path)]) for w in "ab"]
+    assert [s.wait(timeout=120) for s in shells] == [0, 0]
+    lines = path.read_text().splitlines()
+    assert len(lines) == 600
+    for writer in "ab":
+        mine = [line for line in lines if line.startswith(writer + "-")]
+        assert mine == [f"{writer}-{i}-xxxxxxxxxxxxxxxxxxxxxxxx" for i in range(1, 301)]
+
+
+def test_o_append_writer_appends_after_writes_from_elsewhere(mount: Mount) -> None:
+    path = mount.path("o-append.log")
+    with open(path, "ab", buffering=0) as f:
+        f.write(b"one\n")
+        mount.client().append("o-append.log", b"api\n")  # behind the kernel's back
+        f.write(b"two\n")
+    assert path.read_bytes() == b"one\napi\ntwo\n"
+
+
+def test_tail_f_sees_appended_lines(mount: Mount) -> None:
+    path = mount.path("tail.log")
+    path.write_bytes(b"start\n")
+    tail = subprocess.Popen(["tail", "-f", "-n", "+1", str(path)], stdout=subprocess.PIPE)
+    assert tail.stdout is not None
+    try:
+        seen = b""
+
+        def read_until(wanted: bytes) -> None:
+            nonlocal seen
+            deadline = time.monotonic() + WAIT_S
+            while wanted not in seen:
+                ready, _, _ = select.select([tail.stdout], [], [], max(0.0, deadline - time.monotonic()))
+                assert ready, f"tail -f did not show {wanted!r}; saw {seen!r}"
+                seen += os.read(tail.stdout.fileno(), 65536)  # type: ignore[union-attr]
+
+        read_until(b"start\n")
+        with open(path, "ab") as f:
+            f.write(b"through the mount\n")
+        read_until(b"through the mount\n")
+        mount.client().append("tail.log", b"through the API\n")
+        read_until(b"through the API\n")
+        assert seen == b"start\nthrough the mount\nthrough the API\n"
+    finally:
+        tail.kill()
+        tail.wait()
+
+
+def test_size_growth_reaches_the_kernel_without_waiting_for_the_attribute_timeout(mount: Mount) -> None:
+    # the module's mount caches attributes for 60 s: only a notification shows growth
+    path = mount.path("grow.bin")
+    path.write_bytes(b"x" * 10)
+    assert os.stat(path).st_size == 10
+    mount.client().append("grow.bin", b"y" * 5)
+    deadline = time.monotonic() + WAIT_S
+    while os.stat(path).st_size != 15:
+        assert time.monotonic() < deadline, "the kernel never heard that the file grew"
+        time.sleep(0.01)
+    assert path.read_bytes() == b"x" * 10 + b"y" * 5  # no stale cached page
+
+
+def test_reads_fetch_each_block_once_under_kernel_read_ahead(mount: Mount, tmp_path: Path) -> None:
+    data = os.urandom(8 * MiB)
+    mount.path("ra.bin").write_bytes(data)
+    mount.client().op("flush", path="ra.bin")
+    gets_before = metric(mount, "tierfs_tier2_gets_total")
+    assert hashlib.sha256(mount.path("ra.bin").read_bytes()).digest() == hashlib.sha256(data).digest()
+    assert metric(mount, "tierfs_tier2_gets_total") - gets_before == 8
+
+
+# ---------------------------------------------------------------- append-only rules
+def test_dd_at_a_wrong_offset_fails_and_changes_nothing(mount: Mount) -> None:
+    path = mount.path("dd.bin")
+    path.write_bytes(b"0123456789")
+    result = run("dd", "if=/dev/zero", f"of={path}", "bs=1", "count=2", "seek=3", "conv=notrunc",
+                 check=False)
+    assert result.returncode != 0 and "Operation not permitted" in result.stderr
+    result = run("dd", "if=/dev/zero", f"of={path}", "bs=1", "count=2", "seek=20", "conv=notrunc",
+                 check=False)
+    assert result.returncode != 0
+    assert path.read_bytes() == b"0123456789"
+
+
+def test_truncation_is_refused_except_to_the_current_length(mount: Mount) -> None:
+    path = mount.path("trunc.txt")
+    path.write_bytes(b"keep me")
+    with pytest.raises(PermissionError):
+        open(path, "wb").close()  # O_TRUNC
+    assert run("truncate", "-s", "3", str(path), check=False).returncode != 0
+    assert run("truncate", "-s", "100", str(path), check=False).returncode != 0
+    os.truncate(path, 7)  # the current length: a no-op
+    subprocess.run(f"echo nope > {path}", shell=True, check=False, capture_output=True)
+    assert path.read_bytes() == b"keep me"
+    empty = mount.path("trunc-empty.txt")
+    empty.touch()
+    empty.write_bytes(b"fine")  # O_TRUNC of an empty segment is allowed
+    assert empty.read_bytes() == b"fine"
+
+
+def test_chmod_seals_and_unseals(mount: Mount) -> None:
+    path = mount.path("seal.txt")
+    path.write_bytes(b"a")
+    run("chmod", "a-w", str(path))
+    assert os.stat(path).st_mode & 0o777 == 0o444
+    assert mount.client().stat("seal.txt").sealed
+    with pytest.raises(PermissionError):
+        with open(path, "ab") as f:
+            f.write(b"b")
+    assert subprocess.run(f"echo b >> {path}", shell=True, capture_output=True).returncode != 0
+    run("chmod", "u+w", str(path))
+    assert not mount.client().stat("seal.txt").sealed
+    with open(path, "ab") as f:
+        f.write(b"c")
+    assert path.read_bytes() == b"ac"
+
+
+def test_mkdir_ls_mv_rm_rmdir(mount: Mount) -> None:
+    run("mkdir", "-p", str(mount.path("ns/inner")))
+    mount.path("ns/inner/one.txt").write_bytes(b"1" * 100)
+    mount.path("ns/two.txt").write_bytes(b"2" * 7)
+    listing = run("ls", "-l", str(mount.path("ns"))).stdout
+    sizes = {line.split()[-1]: line.split()[4] for line in listing.splitlines()[1:]}
+    assert sizes == {"inner": "0", "two.txt": "7"}
+    assert sorted(os.listdir(mount.path("ns/inner"))) == ["one.txt"]
+    run("mv", str(mount.path("ns/inner")), str(mount.path("ns/moved")))
+    assert mount.path("ns/moved/one.txt").read_bytes() == b"1" * 100
+    assert not mount.path("ns/inner").exists()
+    assert mount.client().stat("ns/moved/one.txt").length == 100
+    run("mv", str(mount.path("ns/two.txt")), str(mount.path("ns/moved/two.txt")))
+    failed = run("rmdir", str(mount.path("ns/moved")), check=False)
+    assert failed.returncode != 0 and "not empty" in failed.stderr
+    run("rm", str(mount.path("ns/moved/one.txt")), str(mount.path("ns/moved/two.txt")))
+    run("rmdir", str(mount.path("ns/moved")))
+    assert os.listdir(mount.path("ns")) == []
+
+
+def test_mv_onto_an_existing_file_is_refused(mount: Mount) -> None:
+    mount.path("mv-a").write_bytes(b"a")
+    mount.path("mv-b").write_bytes(b"b")
+    assert run("mv", "-T", str(mount.path("mv-a")), str(mount.path("mv-b")), check=False).returncode != 0
+    assert mount.path("mv-b").read_bytes() == b"b" and mount.path("mv-a").read_bytes() == b"a"
+
+
+def test_symlink_link_and_mknod_fail_clearly(mount: Mount) -> None:
+    mount.path("target").write_bytes(b"t")
+    for call in (lambda: os.symlink("target", mount.path("sym")),
+                 lambda: os.link(mount.path("target"), mount.path("hard")),
+                 lambda: os.mkfifo(mount.path("fifo"))):
+        with pytest.raises(OSError) as caught:
+            call()
+        assert caught.value.errno == errno.EOPNOTSUPP
+
+
+def test_o_excl_create(mount: Mount) -> None:
+    path = mount.path("excl")
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.close(fd)
+    with pytest.raises(FileExistsError):
+        os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+
+
+def test_statfs_reports_sane_figures(mount: Mount) -> None:
+    figures = os.statvfs(mount.mountpoint)
+    disk = os.statvfs(mount.data_dir)
+    assert figures.f_namemax == 255
+    assert figures.f_blocks * figures.f_frsize == disk.f_blocks * disk.f_frsize
+    assert 0 < figures.f_bavail <= figures.f_blocks
+
+
+# ---------------------------------------------------------------- xattrs and durability
+def test_getfattr_shows_the_segment_state(mount: Mount) -> None:
+    path = mount.path("xattr.bin")
+    path.write_bytes(b"z" * 3000)
+    mount.client().op("flush", path="xattr.bin")
+    dumped = run("getfattr", "-d", "--absolute-names", str(path)).stdout
+    values = dict(line.split("=", 1) for line in dumped.splitlines() if "=" in line)
+    assert values == {
+        "user.tierfs.chunk_count": '"1"',
+        "user.tierfs.durability": '"pd"',
+        "user.tierfs.durable_length": '"3000"',
+        "user.tierfs.flushed_length": '"3000"',
+        "user.tierfs.offloaded_length": '"0"',
+        "user.tierfs.sealed": '"false"',
+    }
+    failed = run("setfattr", "-n", "user.tierfs.durability", "-v", "vd", str(path), check=False)
+    assert failed.returncode != 0  # only an empty segment may change its durability
+    failed = run("setfattr", "-n", "user.other", "-v", "x", str(path), check=False)
+    assert failed.returncode != 0
+
+
+def test_setfattr_chooses_vd_and_fsync_makes_it_durable(mount: Mount) -> None:
+    path = mount.path("vd.log")
+    path.touch()
+    run("setfattr", "-n", "user.tierfs.durability", "-v", "vd", str(path))
+    assert run("getfattr", "-n", "user.tierfs.durability", "--only-values", str(path)).stdout == "vd"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"volatile until fsync\n")
+        os.fsync(fd)
+        assert mount.client().stat("vd.log").durable_length == 21  # at once, not within 1 s
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- front ends agree
+def test_mount_and_fsspec_read_each_others_files(mount: Mount, tfs: TierFileSystem, tmp_path: Path) -> None:
+    data = os.urandom(3 * MiB + 17)
+    source = tmp_path / "in.bin"
+    source.write_bytes(data)
+    run("cp", str(source), str(mount.path("both-from-mount.bin")))
+    with fsspec.open("tierfs://both-from-mount.bin", "rb") as f:
+        assert f.read() == data
+    tfs.pipe_file("both-from-fsspec.bin", data[::-1])
+    assert mount.path("both-from-fsspec.bin").read_bytes() == data[::-1]
+    with fsspec.open("tierfs://both-from-fsspec.bin", "ab") as f:
+        f.write(b"tail")
+    assert mount.path("both-from-fsspec.bin").read_bytes() == data[::-1] + b"tail"
+
+
+# ---------------------------------------------------------------- errors
+def test_every_engine_error_code_has_one_errno() -> None:
+    from tierfs.fuse.errors import ERRNO_BY_CODE
+
+    from tierfs.errors import all_error_classes
+
+    assert set(all_error_classes()) <= set(ERRNO_BY_CODE)
+    assert ERRNO_BY_CODE["bad_offset"] == ERRNO_BY_CODE["sealed"] == errno.EPERM
+
+
+async def test_an_unexpected_exception_becomes_eio_and_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    import pyfuse3
+    from tierfs.fuse.errors import fuse_errors
+
+    from tierfs.errors import SegmentNotFoundError
+
+    @fuse_errors
+    async def broken() -> None:
+        raise KeyError("a bug")
+
+    @fuse_errors
+    async def missing() -> None:
+        raise SegmentNotFoundError("x")
+
+    with pytest.raises(pyfuse3.FUSEError) as caught:
+        await broken()
+    assert caught.value.errno == errno.EIO
+    assert "broken failed unexpectedly" in caplog.text and "a bug" in caplog.text
+    with pytest.raises(pyfuse3.FUSEError) as caught:
+        await missing()
+    assert caught.value.errno == errno.ENOENT
+
+
+# ---------------------------------------------------------------- lifecycle
+def test_kill_9_leaves_no_hung_mount_and_restart_recovers_every_fsynced_byte(tmp_path: Path) -> None:
+    mount = Mount(tmp_path / "data", tmp_path / "mnt")
+    acknowledged: dict[str, bytes] = {"pd.log": b"", "vd.log": b""}
+    mount.path("pd.log").touch()
+    mount.path("vd.log").touch()
+    run("setfattr", "-n", "user.tierfs.durability", "-v", "vd", str(mount.path("vd.log")))
+    stop = threading.Event()
+
+    def writer(name: str) -> None:
+        fd = os.open(mount.path(name), os.O_WRONLY | os.O_APPEND)
+        try:
+            i = 0
+            while not stop.is_set():
+                record = f"{name} record {i:06d}\n".encode()
+                os.write(fd, record)
+                os.fsync(fd)
+                acknowledged[name] += record  # only after fsync returned
+                i += 1
+        except OSError:
+            pass  # the daemon died under us
+        finally:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=writer, args=(name,)) for name in acknowledged]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    mount.kill9()
+    stop.set()
+    for t in threads:
+        t.join(timeout=WAIT_S)
+        assert not t.is_alive(), "a writer hung on the dead mount"
+    deadline = time.monotonic() + WAIT_S
+    while os.path.ismount(mount.mountpoint):  # auto_unmount's helper cleans up
+        assert time.monotonic() < deadline, "kill -9 left the mount behind"
+        time.sleep(0.05)
+    run("ls", str(mount.mountpoint))  # does not hang
+    assert all(len(data) > 0 for data in acknowledged.values())
+
+    again = Mount(tmp_path / "data", tmp_path / "mnt")
+    try:
+        for name, data in acknowledged.items():
+            got = again.path(name).read_bytes()
+            assert got[: len(data)] == data, f"{name}: acknowledged bytes lost"
+            assert got.endswith(b"\n") or not got  # whole records only
+    finally:
+        code, stderr = again.unmount()
+        assert code == 0, stderr
+
+
+def test_background_mount_and_umount(tmp_path: Path) -> None:
+    data_dir, mountpoint = tmp_path / "data", tmp_path / "mnt"
+    mountpoint.mkdir()
+    cli = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir)]
+    started = run(*cli, "mount", str(mountpoint), check=False)
+    assert started.returncode == 0, started.stderr
+    try:
+        assert os.path.ismount(mountpoint)
+        (mountpoint / "bg.txt").write_bytes(b"background")
+        again = run(*cli, "mount", str(tmp_path), check=False)  # same data dir: refused
+        assert again.returncode != 0
+        assert run(*cli, "cat", "bg.txt").stdout == "background"  # the API serves beside it
+    finally:
+        run(*cli, "umount", str(mountpoint))
+    deadline = time.monotonic() + WAIT_S
+    while (data_dir / "tierfs.sock").exists():  # the daemon closes and exits
+        assert time.monotonic() < deadline, "the daemon did not exit after umount"
+        time.sleep(0.05)
+    assert not os.path.ismount(mountpoint)
+    assert run(*cli, "cat", "bg.txt").stdout == "background"
+
+
+def test_mount_refuses_a_missing_mount_point(tmp_path: Path) -> None:
+    result = run(sys.executable, "-m", "tierfs.cli", "--data-dir", str(tmp_path / "d"), "mount",
+                 str(tmp_path / "nope"), check=False)
+    assert result.returncode == 1 and "not a directory" in result.stderr
