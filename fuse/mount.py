@@ -95,7 +95,7 @@ async def _terminate_on(stopping: trio.Event) -> None:
 
 def mount_command(
     config: StoreConfig, mountpoint: Path, *, listen: str | None, foreground: bool,
-    direct_io: bool = False, attr_timeout_s: float = ATTR_TIMEOUT_S,
+    direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S,
 ) -> int:
     """Run the daemon with the mount; in the background unless ``foreground``."""
     mountpoint = mountpoint.absolute()

@@ -69,7 +69,7 @@ class TierOperations(pyfuse3.Operations):
     enable_acl = False
 
     def __init__(
-        self, store: SegmentStore, *, direct_io: bool = False, attr_timeout_s: float = ATTR_TIMEOUT_S
+        self, store: SegmentStore, *, direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S
     ) -> None:
         super().__init__()
         self.store = store

@@ -254,8 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("mountpoint")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground (logs to stderr)")
     p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
-    p.add_argument("--direct-io", action="store_true",
-                   help="bypass the kernel page cache for reads and writes (see docs/PERFORMANCE.md)")
+    p.add_argument("--page-cache", action="store_true",
+                   help="read and write through the kernel page cache instead of direct I/O "
+                        "(needed for mmap; slower, see docs/PERFORMANCE.md)")
     p.add_argument("--attr-timeout", type=float, default=1.0, metavar="SECONDS",
                    help="how long the kernel may cache attributes (default 1; growth is "
                         "notified at once anyway)")
@@ -328,7 +329,7 @@ def _mount_commands(args: argparse.Namespace, config: StoreConfig) -> int:
         return unmount_command(Path(args.mountpoint))
     try:
         return mount_command(config, Path(args.mountpoint), listen=args.listen,
-                             foreground=args.foreground, direct_io=args.direct_io,
+                             foreground=args.foreground, direct_io=not args.page_cache,
                              attr_timeout_s=args.attr_timeout)
     except MountError as e:
         print(f"tierfs: {e}", file=sys.stderr)

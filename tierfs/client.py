@@ -92,6 +92,15 @@ class TierClient:
         result: dict[str, Any] = self._request("GET", "/v1/health").json()
         return result
 
+    def metrics(self) -> dict[str, float]:
+        """The daemon's Prometheus metrics as {sample name: value} (unlabelled samples)."""
+        values = {}
+        for line in self._request("GET", "/metrics").text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
     def stat(self, name: str) -> Info:
         return info_from_json(self._request("GET", f"/v1/stat/{self._path(name)}").json())
 

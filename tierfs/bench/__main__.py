@@ -18,11 +18,12 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand name -> module; later: fuse, offload, spark.
+# Subcommand name -> module; later: offload, spark.
 BENCHMARKS: dict[str, str] = {
     "append": "tierfs.bench.append",
     "read": "tierfs.bench.read",
     "fsspec": "tierfs.bench.fsspec_api",
+    "fuse": "tierfs.bench.fuse_mount",
 }
 
 

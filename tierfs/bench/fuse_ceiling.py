@@ -1,0 +1,104 @@
+"""The ceiling of FUSE in Python on this machine: a minimal pyfuse3 filesystem.
+
+``python -m tierfs.bench.fuse_ceiling MOUNTPOINT SIZE_BYTES [--direct-io]`` mounts a
+filesystem with two files: ``data`` (SIZE_BYTES of memory, served by slicing one
+``bytes`` object) and ``sink`` (writes are acknowledged and discarded). It does no
+more work per request than any pyfuse3 filesystem must, with the same ``FileInfo``
+options as the tierfs mount, so ``dd`` against it measures the kernel, libfuse and
+pyfuse3 on this machine. It runs until unmounted (``fusermount3 -u``) or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import stat
+import sys
+from typing import cast
+
+import pyfuse3
+import trio
+
+ROOT = cast(pyfuse3.InodeT, pyfuse3.ROOT_INODE)
+DATA_INODE = cast(pyfuse3.InodeT, ROOT + 1)
+SINK_INODE = cast(pyfuse3.InodeT, ROOT + 2)
+NAMES = {b"data": DATA_INODE, b"sink": SINK_INODE}
+
+
+class CeilingOperations(pyfuse3.Operations):
+    def __init__(self, size: int, direct_io: bool) -> None:
+        super().__init__()
+        self.data = (os.urandom(1 << 20) * (size // (1 << 20) + 1))[:size]
+        self.direct_io = direct_io
+        self.sink_bytes = 0
+
+    def _attr(self, inode: pyfuse3.InodeT) -> pyfuse3.EntryAttributes:
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = inode
+        attr.entry_timeout = attr.attr_timeout = 60
+        if inode == ROOT:
+            attr.st_mode = stat.S_IFDIR | 0o755
+            attr.st_nlink = 2
+        else:
+            attr.st_mode = stat.S_IFREG | 0o644
+            attr.st_nlink = 1
+            attr.st_size = len(self.data) if inode == DATA_INODE else self.sink_bytes
+        attr.st_uid, attr.st_gid = os.getuid(), os.getgid()
+        attr.st_blksize = 1 << 20
+        return attr
+
+    async def getattr(self, inode: pyfuse3.InodeT, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._attr(inode)
+
+    async def lookup(self, parent_inode: pyfuse3.InodeT, name: pyfuse3.FileNameT,
+                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        if parent_inode != ROOT or name not in NAMES:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._attr(NAMES[name])
+
+    async def setattr(self, inode: pyfuse3.InodeT, attr: pyfuse3.EntryAttributes,
+                      fields: pyfuse3.SetattrFields, fh: pyfuse3.FileHandleT | None,
+                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._attr(inode)  # dd's O_TRUNC of the sink
+
+    async def open(self, inode: pyfuse3.InodeT, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        return pyfuse3.FileInfo(fh=cast(pyfuse3.FileHandleT, inode), direct_io=self.direct_io,
+                                keep_cache=False)
+
+    async def read(self, fh: pyfuse3.FileHandleT, off: int, size: int) -> bytes:
+        return self.data[off : off + size]
+
+    async def write(self, fh: pyfuse3.FileHandleT, off: int, buf: bytes) -> int:
+        self.sink_bytes = max(self.sink_bytes, off + len(buf))
+        return len(buf)
+
+
+async def serve(mountpoint: str, size: int, direct_io: bool) -> None:
+    pyfuse3.init(CeilingOperations(size, direct_io), mountpoint,
+                 {*pyfuse3.default_options, "fsname=fuse-ceiling", "auto_unmount"})
+    try:
+        async with trio.open_nursery() as nursery:
+            async def terminate_on_signal() -> None:
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        pyfuse3.terminate()
+                        return
+
+            nursery.start_soon(terminate_on_signal)
+            await pyfuse3.main()
+            nursery.cancel_scope.cancel()
+    finally:
+        pyfuse3.close(unmount=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] != "--direct-io"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    trio.run(serve, argv[0], int(argv[1]), len(argv) == 3)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

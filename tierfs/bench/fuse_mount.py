@@ -1,0 +1,329 @@
+"""FUSE benchmark: ``dd bs=1M`` through a tierfs mount next to the ceilings of this machine.
+
+One run, in a fresh scratch directory ``tmp-tierfs-bench-*`` under ``--dir`` (default:
+the current directory; RAM filesystems are refused), removed at the end. Needs
+/dev/fuse, fusermount3 and Node.js (s3rver, installed from ``bench/package.json``).
+
+Set-up. s3rver (npm, see ``s3server.py``; not moto, which slows down on large objects)
+on 127.0.0.1 with a bucket. ``--rounds`` (default 3) segments ``cold-<r>`` of
+``--size-mib`` MiB (default 256) of seeded random bytes are appended through the API of
+a tierfs mount daemon (``python -m tierfs.cli --data-dir D --config F mount M
+--foreground``; the TOML file sets ``tier2_url = s3://bucket/chunks``, the endpoint,
+``durability = "vd"`` and a block cache of 1.25 x the segment) and flushed, so their
+chunks are S3 objects. Then for each mode, ``direct_io`` (the default of ``tierfs
+mount``) and ``page_cache`` (``--page-cache``):
+
+- ceiling: ``python -m tierfs.bench.fuse_ceiling`` mounts a minimal pyfuse3 filesystem
+  (same ``FileInfo`` options) serving ``data`` from memory and discarding writes to
+  ``sink``; per round ``dd if=data of=/dev/null bs=1M`` and ``dd if=/dev/zero of=sink
+  bs=1M count=<size>``;
+- tierfs: the mount daemon is started afresh (empty block cache), then per round
+  ``dd if=cold-<r> bs=1M`` (cold: every block is a ranged GET to S3; the daemon's
+  ``tierfs_tier2_gets_total`` before/after gives the GETs), again (warm: the block
+  cache holds it), and ``dd if=/dev/zero of=vd-<r> bs=1M count=<size>`` (a new VD
+  segment);
+- raw: s3fs ``cat_file`` of each chunk object of ``cold-<r>``, whole, one after another
+  (fresh s3fs instance, its client set up by one untimed HEAD): what reading those
+  objects costs without tierfs.
+
+Throughput is dd's own figure (bytes / its elapsed seconds). Each row is the median of
+the rounds; the ratios are computed from the medians.
+
+Targets (issue 5), in the default mode (direct_io): warm read >= 0.5 x the ceiling's
+read; VD write >= 0.5 x the ceiling's discarding write; cold read >= 1.0 x raw s3fs
+``cat_file`` of the same chunks. A missed target is reported, not an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from tierfs.bench.common import (
+    EXIT_USAGE,
+    Check,
+    MiB,
+    Throughput,
+    format_checks,
+    make_payload,
+    run_in_scratch,
+    warm_cache_bytes,
+)
+
+HELP = "dd bs=1M through a tierfs mount (cold from S3, warm, VD write) vs a minimal pyfuse3 filesystem and raw s3fs"
+
+MODES = ("direct_io", "page_cache")
+DEFAULT_MODE = "direct_io"
+BUCKET = "tierfs-bench"
+SEED = 5
+WRITE_PIECE_BYTES = 4 * MiB
+START_TIMEOUT_S = 60.0
+WARM_TARGET = WRITE_TARGET = 0.5
+COLD_TARGET = 1.0
+_DD = re.compile(r"^(\d+) bytes .* copied, ([\d.e+-]+) s", re.MULTILINE)
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot run here (the message says why)."""
+
+
+# ----------------------------------------------------------------------- tools
+def dd(source: Path | str, target: Path | str, count_mib: int | None = None) -> Throughput:
+    """``dd bs=1M`` and its own byte count and seconds."""
+    command = ["dd", f"if={source}", f"of={target}", "bs=1M"]
+    if count_mib is not None:
+        command.append(f"count={count_mib}")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    match = _DD.search(result.stderr)
+    if result.returncode != 0 or match is None:
+        raise BenchError(f"{' '.join(command)} failed: {result.stderr.strip()[-500:]}")
+    return Throughput.of(f"dd {source} -> {target}", int(match.group(1)), float(match.group(2)))
+
+
+def wait_for_mount(mountpoint: Path, process: subprocess.Popen[bytes], extra: Path | None = None) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not (os.path.ismount(mountpoint) and (extra is None or extra.exists())):
+        if process.poll() is not None:
+            raise BenchError(f"{process.args!r} exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise BenchError(f"{mountpoint} was not mounted within {START_TIMEOUT_S:g} s")
+        time.sleep(0.05)
+
+
+def unmount(mountpoint: Path, process: subprocess.Popen[bytes]) -> None:
+    subprocess.run(["fusermount3", "-u", str(mountpoint)], capture_output=True)
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class CeilingMount:
+    def __init__(self, mountpoint: Path, size: int, mode: str, log: Path) -> None:
+        self.mountpoint = mountpoint
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "tierfs.bench.fuse_ceiling", str(mountpoint), str(size)]
+        if mode == "direct_io":
+            args.append("--direct-io")
+        with open(log, "ab") as sink:
+            self.process = subprocess.Popen(args, stdout=sink, stderr=sink)
+        wait_for_mount(mountpoint, self.process)
+
+    def close(self) -> None:
+        unmount(self.mountpoint, self.process)
+
+
+class TierMount:
+    def __init__(self, data_dir: Path, config: Path, mountpoint: Path, mode: str, env: dict[str, str],
+                 log: Path) -> None:
+        self.data_dir, self.mountpoint = data_dir, mountpoint
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), "--config", str(config),
+                "mount", str(mountpoint), "--foreground"]
+        if mode == "page_cache":
+            args.append("--page-cache")
+        with open(log, "ab") as sink:
+            self.process = subprocess.Popen(args, stdout=sink, stderr=sink, env=env)
+        wait_for_mount(mountpoint, self.process, data_dir / "tierfs.sock")
+        from tierfs.client import TierClient
+
+        self.client = TierClient(f"unix://{data_dir / 'tierfs.sock'}")
+
+    def gets(self) -> int:
+        return int(self.client.metrics()["tierfs_tier2_gets_total"])
+
+    def close(self) -> None:
+        self.client.close()
+        unmount(self.mountpoint, self.process)
+
+
+# ----------------------------------------------------------------------- figures
+@dataclasses.dataclass(frozen=True)
+class ModeResult:
+    mode: str
+    ceiling_read: list[Throughput]
+    ceiling_write: list[Throughput]
+    cold_read: list[Throughput]
+    warm_read: list[Throughput]
+    vd_write: list[Throughput]
+    cold_gets: list[int]
+
+    @staticmethod
+    def median(values: list[Throughput]) -> float:
+        return statistics.median(t.mb_per_s for t in values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    size_bytes: int
+    chunks_per_segment: int
+    raw_cat_file: list[Throughput]
+    modes: dict[str, ModeResult]
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    size: int
+    rounds: int
+
+
+def measure(directory: Path, opts: Options, log: TextIO) -> Results:
+    for tool in ("fusermount3", "dd"):
+        if shutil.which(tool) is None:
+            raise BenchError(f"{tool} is not installed")
+    if not os.path.exists("/dev/fuse"):
+        raise BenchError("/dev/fuse is missing")
+    from tierfs.bench.read import raw_cat_file
+    from tierfs.bench.s3server import s3_server
+
+    size_mib = opts.size // MiB
+    with s3_server(directory / "s3", log) as endpoint:
+        endpoint.create_bucket(BUCKET)
+        config = directory / "tierfs.toml"
+        config.write_text(
+            f'tier2_url = "s3://{BUCKET}/chunks"\n'
+            f'tier2_endpoint_url = "{endpoint.url}"\n'
+            f'durability = "vd"\n'
+            f"block_cache_bytes = {warm_cache_bytes(opts.size)}\n"
+        )
+        env = {key: value for key, value in os.environ.items() if not key.startswith("TIERFS_")}
+        env.update(AWS_ACCESS_KEY_ID=endpoint.key, AWS_SECRET_ACCESS_KEY=endpoint.secret,
+                   AWS_DEFAULT_REGION="us-east-1")
+        data_dir, mnt = directory / "data", directory / "mnt"
+        layouts: list[list[dict[str, Any]]] = []
+        modes: dict[str, ModeResult] = {}
+        for mode in MODES:
+            print(f"[{mode}] ceiling: minimal pyfuse3 filesystem ...", file=log, flush=True)
+            ceiling = CeilingMount(directory / "ceiling-mnt", opts.size, mode, directory / "ceiling.log")
+            try:
+                ceiling_read = [dd(ceiling.mountpoint / "data", "/dev/null") for _ in range(opts.rounds)]
+                ceiling_write = [dd("/dev/zero", ceiling.mountpoint / "sink", size_mib)
+                                 for _ in range(opts.rounds)]
+            finally:
+                ceiling.close()
+            mount = TierMount(data_dir, config, mnt, mode, env, directory / "tierfs.log")
+            try:
+                if not layouts:
+                    print(f"writing {opts.rounds} x {size_mib} MiB and flushing them to S3 ...",
+                          file=log, flush=True)
+                    layouts = [write_cold_segment(mount, r, opts.size) for r in range(opts.rounds)]
+                cold, warm, writes, gets = [], [], [], []
+                for r in range(opts.rounds):
+                    print(f"[{mode}] round {r + 1}/{opts.rounds}: cold, warm, VD write ...",
+                          file=log, flush=True)
+                    before = mount.gets()
+                    cold.append(dd(mnt / f"cold-{r}", "/dev/null"))
+                    gets.append(mount.gets() - before)
+                    warm.append(dd(mnt / f"cold-{r}", "/dev/null"))
+                    writes.append(dd("/dev/zero", mnt / f"vd-{mode}-{r}", size_mib))
+            finally:
+                mount.close()
+            modes[mode] = ModeResult(mode, ceiling_read, ceiling_write, cold, warm, writes, gets)
+        print("raw s3fs cat_file of the same chunks ...", file=log, flush=True)
+        raw = [raw_cat_file(endpoint.storage_options(), layout) for layout in layouts]
+    return Results(opts.size, len(layouts[0]), raw, modes)
+
+
+def write_cold_segment(mount: TierMount, index: int, size: int) -> list[dict[str, Any]]:
+    name = f"cold-{index}"
+    payload = make_payload(size, SEED + index)
+    mount.client.create(name, durability="pd")
+    for offset in range(0, size, WRITE_PIECE_BYTES):
+        mount.client.append(name, payload[offset : offset + WRITE_PIECE_BYTES], offset)
+    mount.client.op("flush", path=name)
+    layout = mount.client.layout(name)
+    if sum(c["end"] - c["start"] for c in layout) != size:
+        raise BenchError(f"{name} was not flushed completely")
+    return layout
+
+
+# ----------------------------------------------------------------------- report
+def evaluate_targets(r: Results) -> list[Check]:
+    m = r.modes[DEFAULT_MODE]
+    raw = ModeResult.median(r.raw_cat_file)
+    return [
+        Check("warm read / ceiling read", m.median(m.warm_read) / m.median(m.ceiling_read), WARM_TARGET, True, "x"),
+        Check("VD write / ceiling discard", m.median(m.vd_write) / m.median(m.ceiling_write), WRITE_TARGET, True, "x"),
+        Check("cold read / raw s3fs cat_file", m.median(m.cold_read) / raw, COLD_TARGET, True, "x"),
+    ]
+
+
+def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: TextIO) -> None:
+    fs = machine["filesystem"]
+    print(f"FUSE benchmark: {r.size_bytes // MiB} MiB segments ({r.chunks_per_segment} chunks each in "
+          f"s3rver); dd bs=1M; {machine['cpus']} CPUs, {fs['fs_type']} on {fs['device']}", file=out)
+    print(f"medians of {len(r.raw_cat_file)} rounds, MB/s", file=out)
+    print(file=out)
+    header = f"{'measurement':<44} " + " ".join(f"{mode:>12}" for mode in MODES)
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    rows = (
+        ("ceiling: minimal pyfuse3, read from memory", "ceiling_read"),
+        ("ceiling: minimal pyfuse3, discarding write", "ceiling_write"),
+        ("tierfs cold read (chunks in S3)", "cold_read"),
+        ("tierfs warm read (block cache)", "warm_read"),
+        ("tierfs VD write (new segment)", "vd_write"),
+    )
+    for label, field in rows:
+        values = [ModeResult.median(getattr(r.modes[mode], field)) for mode in MODES]
+        print(f"{label:<44} " + " ".join(f"{v:>12,.1f}" for v in values), file=out)
+    raw = ModeResult.median(r.raw_cat_file)
+    print(f"{'raw s3fs cat_file, same chunk objects':<44} {raw:>12,.1f}", file=out)
+    print(file=out)
+    blocks = r.size_bytes // MiB
+    for mode in MODES:
+        m = r.modes[mode]
+        print(f"{mode}: warm/ceiling {m.median(m.warm_read) / m.median(m.ceiling_read):.3f}, "
+              f"write/ceiling {m.median(m.vd_write) / m.median(m.ceiling_write):.3f}, "
+              f"cold/raw {m.median(m.cold_read) / raw:.3f}; GETs per cold read {m.cold_gets} "
+              f"for {blocks} blocks", file=out)
+    print(file=out)
+    for line in format_checks(checks):
+        print(line, file=out)
+
+
+def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dict[str, Any]:
+    return {
+        "benchmark": "fuse",
+        "machine": machine,
+        "results": dataclasses.asdict(r),
+        "targets": [{**dataclasses.asdict(c), "passed": c.passed} for c in checks],
+    }
+
+
+# ------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size-mib", type=int, default=256, help="segment size in MiB (default 256)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3; medians)")
+    parser.add_argument("--dir", type=Path, default=Path("."),
+                        help="create the scratch directory here; must be on a real disk")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON object of all figures on stdout (the table goes to stderr)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.size_mib < 1 or args.rounds < 1:
+        print("--size-mib and --rounds must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    opts = Options(args.size_mib * MiB, args.rounds)
+    return run_in_scratch(
+        "fuse", args.dir, args.json, lambda directory: measure(directory, opts, sys.stderr),
+        evaluate_targets, print_report, report_json, errors=(BenchError, RuntimeError),
+    )
+
+
+if __name__ == "__main__":
+    print(json.dumps({"error": "run as: python -m tierfs.bench fuse"}))
+    sys.exit(EXIT_USAGE)
