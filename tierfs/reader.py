@@ -127,6 +127,8 @@ class Reader:
                             nursery.start_soon(fetch, i)
         finally:
             cache.unpin(keys)
+        if len(blocks) == 1 and len(blocks[0]) == end - start:
+            return blocks[0]  # exactly one whole cached block: no copy (blocks are immutable)
         views = []
         for (chunk, block), data in zip(wanted, blocks, strict=True):
             block_start = chunk.start_offset + block * BLOCK_BYTES

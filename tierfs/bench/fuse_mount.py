@@ -19,9 +19,10 @@ mount``) and ``page_cache`` (``--page-cache``):
   bs=1M count=<size>``;
 - tierfs: the mount daemon is started afresh (empty block cache), then per round
   ``dd if=cold-<r> bs=1M`` (cold: every block is a ranged GET to S3; the daemon's
-  ``tierfs_tier2_gets_total`` before/after gives the GETs), again (warm: the block
-  cache holds it), and ``dd if=/dev/zero of=vd-<r> bs=1M count=<size>`` (a new VD
-  segment);
+  ``tierfs_tier2_gets_total`` before/after gives the GETs) and again (warm: the block
+  cache holds it); then per round ``dd if=/dev/zero of=vd-<mode>-<r> bs=1M
+  count=<size>`` (a new VD segment), each followed by an untimed flush of everything
+  to S3, so no round's background upload overlaps the next measurement;
 - raw: s3fs ``cat_file`` of each chunk object of ``cold-<r>``, whole, one after another
   (fresh s3fs instance, its client set up by one untimed HEAD): what reading those
   objects costs without tierfs.
@@ -221,13 +222,16 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
                     layouts = [write_cold_segment(mount, r, opts.size) for r in range(opts.rounds)]
                 cold, warm, writes, gets = [], [], [], []
                 for r in range(opts.rounds):
-                    print(f"[{mode}] round {r + 1}/{opts.rounds}: cold, warm, VD write ...",
+                    print(f"[{mode}] round {r + 1}/{opts.rounds}: cold and warm read ...",
                           file=log, flush=True)
                     before = mount.gets()
                     cold.append(dd(mnt / f"cold-{r}", "/dev/null"))
                     gets.append(mount.gets() - before)
                     warm.append(dd(mnt / f"cold-{r}", "/dev/null"))
+                for r in range(opts.rounds):
+                    print(f"[{mode}] round {r + 1}/{opts.rounds}: VD write ...", file=log, flush=True)
                     writes.append(dd("/dev/zero", mnt / f"vd-{mode}-{r}", size_mib))
+                    mount.client.op("flush")  # untimed: the next round starts with no backlog
             finally:
                 mount.close()
             modes[mode] = ModeResult(mode, ceiling_read, ceiling_write, cold, warm, writes, gets)
