@@ -25,7 +25,8 @@ mount``) and ``page_cache`` (``--page-cache``):
   to S3, so no round's background upload overlaps the next measurement;
 - raw: s3fs ``cat_file`` of each chunk object of ``cold-<r>``, whole, one after another
   (fresh s3fs instance, its client set up by one untimed HEAD): what reading those
-  objects costs without tierfs.
+  objects costs without tierfs; and ``dd if=/dev/zero of=<scratch>/raw-<r> bs=1M``
+  (no sync, like a VD write): what writing the bytes once to the data dir's disk costs.
 
 Throughput is dd's own figure (bytes / its elapsed seconds). Each row is the median of
 the rounds; the ratios are computed from the medians.
@@ -171,6 +172,7 @@ class Results:
     size_bytes: int
     chunks_per_segment: int
     raw_cat_file: list[Throughput]
+    raw_disk_write: list[Throughput]
     modes: dict[str, ModeResult]
 
 
@@ -235,9 +237,13 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
             finally:
                 mount.close()
             modes[mode] = ModeResult(mode, ceiling_read, ceiling_write, cold, warm, writes, gets)
-        print("raw s3fs cat_file of the same chunks ...", file=log, flush=True)
+        print("raw s3fs cat_file of the same chunks; raw dd to the disk ...", file=log, flush=True)
         raw = [raw_cat_file(endpoint.storage_options(), layout) for layout in layouts]
-    return Results(opts.size, len(layouts[0]), raw, modes)
+        disk = []
+        for r in range(opts.rounds):
+            disk.append(dd("/dev/zero", directory / f"raw-{r}", size_mib))
+            (directory / f"raw-{r}").unlink()
+    return Results(opts.size, len(layouts[0]), raw, disk, modes)
 
 
 def write_cold_segment(mount: TierMount, index: int, size: int) -> list[dict[str, Any]]:
@@ -285,13 +291,16 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
         print(f"{label:<44} " + " ".join(f"{v:>12,.1f}" for v in values), file=out)
     raw = ModeResult.median(r.raw_cat_file)
     print(f"{'raw s3fs cat_file, same chunk objects':<44} {raw:>12,.1f}", file=out)
+    disk = ModeResult.median(r.raw_disk_write)
+    print(f"{'raw dd write to a file on the data disk':<44} {disk:>12,.1f}", file=out)
     print(file=out)
     blocks = r.size_bytes // MiB
     for mode in MODES:
         m = r.modes[mode]
         print(f"{mode}: warm/ceiling {m.median(m.warm_read) / m.median(m.ceiling_read):.3f}, "
               f"write/ceiling {m.median(m.vd_write) / m.median(m.ceiling_write):.3f}, "
-              f"cold/raw {m.median(m.cold_read) / raw:.3f}; GETs per cold read {m.cold_gets} "
+              f"cold/raw {m.median(m.cold_read) / raw:.3f}, write/raw disk "
+              f"{m.median(m.vd_write) / disk:.3f}; GETs per cold read {m.cold_gets} "
               f"for {blocks} blocks", file=out)
     print(file=out)
     for line in format_checks(checks):
