@@ -45,13 +45,29 @@ class MountError(Exception):
     """The mount could not be set up (bad mount point, no /dev/fuse, ...)."""
 
 
+def is_mount_point(path: Path) -> bool:
+    """Whether something is mounted at ``path``, also when its FUSE daemon is gone
+    (``os.path.ismount`` says no then: stat fails with ENOTCONN)."""
+    target = os.fsencode(os.path.abspath(path))
+    try:
+        with open("/proc/self/mounts", "rb") as mounts:
+            for line in mounts:
+                fields = line.split()
+                # the kernel escapes spaces and tabs in mount points as octal
+                if len(fields) > 1 and fields[1].replace(b"\\040", b" ").replace(b"\\011", b"\t") == target:
+                    return True
+        return False
+    except OSError:
+        return os.path.ismount(path)
+
+
 def check_mountpoint(mountpoint: Path) -> None:
+    if is_mount_point(mountpoint):
+        raise MountError(f"{mountpoint} is already a mount point")
     if not mountpoint.is_dir():
         raise MountError(f"mount point {mountpoint} is not a directory")
     if not os.path.exists("/dev/fuse"):
         raise MountError("/dev/fuse is missing: FUSE is not available here")
-    if os.path.ismount(mountpoint):
-        raise MountError(f"{mountpoint} is already a mount point")
 
 
 async def run_mount(
@@ -155,7 +171,7 @@ def _daemonize_stdio(data_dir: Path) -> None:
 def unmount_command(mountpoint: Path) -> int:
     """Unmount a tierfs mount (the daemon then flushes, closes and exits)."""
     mountpoint = mountpoint.absolute()
-    if not os.path.ismount(mountpoint):
+    if not is_mount_point(mountpoint):
         print(f"tierfs: {mountpoint} is not a mount point", file=sys.stderr)
         return 1
     commands = [["fusermount3", "-u", str(mountpoint)]]

@@ -93,9 +93,15 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 
 @pytest.fixture
-def tfs(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> TierFileSystem:
+def served_data_dir(daemon: Daemon) -> Path:
+    """The data dir whose daemon ``tfs`` talks to (a module may override this fixture)."""
+    return daemon.data_dir
+
+
+@pytest.fixture
+def tfs(served_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> TierFileSystem:
     """``fsspec.filesystem("tierfs")`` finding the module's daemon through TIERFS_DATA_DIR."""
-    monkeypatch.setenv("TIERFS_DATA_DIR", str(daemon.data_dir))
+    monkeypatch.setenv("TIERFS_DATA_DIR", str(served_data_dir))
     monkeypatch.delenv("TIERFS_URL", raising=False)
     # fsspec caches instances by constructor arguments; the daemon changes per module
     TierFileSystem.clear_instance_cache()

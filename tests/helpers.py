@@ -94,7 +94,7 @@ class Mount:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + 30
-        while not (os.path.ismount(mountpoint) and self.socket.exists()):
+        while not (os.path.isdir(mountpoint) and os.path.ismount(mountpoint) and self.socket.exists()):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"mount exited: {self.proc.communicate()[1].decode()[-2000:]}")
             if time.monotonic() > deadline:
@@ -112,7 +112,9 @@ class Mount:
 
     def unmount(self, timeout_s: float = 30) -> tuple[int, str]:
         """``tierfs umount``; returns the daemon's exit code and stderr."""
-        if os.path.ismount(self.mountpoint):
+        from tierfs.fuse.mount import is_mount_point
+
+        if is_mount_point(self.mountpoint):
             subprocess.run([sys.executable, "-m", "tierfs.cli", "umount", str(self.mountpoint)],
                            check=True, capture_output=True)
         _, stderr = self.proc.communicate(timeout=timeout_s)

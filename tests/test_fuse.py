@@ -23,6 +23,7 @@ import fsspec
 import pytest
 from helpers import Mount
 from tierfs.fsspec_impl import TierFileSystem
+from tierfs.fuse.mount import is_mount_point
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
@@ -41,17 +42,13 @@ def mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
     yield mounted
     code, stderr = mounted.unmount()
     assert code == 0, stderr
-    assert not os.path.ismount(mounted.mountpoint)
+    assert not is_mount_point(mounted.mountpoint)
 
 
 @pytest.fixture
-def tfs(mount: Mount, monkeypatch: pytest.MonkeyPatch) -> TierFileSystem:
-    monkeypatch.setenv("TIERFS_DATA_DIR", str(mount.data_dir))
-    monkeypatch.delenv("TIERFS_URL", raising=False)
-    TierFileSystem.clear_instance_cache()
-    fs = fsspec.filesystem("tierfs")
-    assert isinstance(fs, TierFileSystem)
-    return fs
+def served_data_dir(mount: Mount) -> Path:
+    """``tfs`` (conftest) talks to the mount's daemon."""
+    return mount.data_dir
 
 
 def run(*command: str, check: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -387,7 +384,7 @@ def test_kill_9_leaves_no_hung_mount_and_restart_recovers_every_fsynced_byte(tmp
         t.join(timeout=WAIT_S)
         assert not t.is_alive(), "a writer hung on the dead mount"
     deadline = time.monotonic() + WAIT_S
-    while os.path.ismount(mount.mountpoint):  # auto_unmount's helper cleans up
+    while is_mount_point(mount.mountpoint):  # auto_unmount's helper cleans up
         assert time.monotonic() < deadline, "kill -9 left the mount behind"
         time.sleep(0.05)
     run("ls", str(mount.mountpoint))  # does not hang
@@ -411,7 +408,7 @@ def test_background_mount_and_umount(tmp_path: Path) -> None:
     started = run(*cli, "mount", str(mountpoint), check=False)
     assert started.returncode == 0, started.stderr
     try:
-        assert os.path.ismount(mountpoint)
+        assert is_mount_point(mountpoint)
         (mountpoint / "bg.txt").write_bytes(b"background")
         again = run(*cli, "mount", str(tmp_path), check=False)  # same data dir: refused
         assert again.returncode != 0
@@ -422,7 +419,7 @@ def test_background_mount_and_umount(tmp_path: Path) -> None:
     while (data_dir / "tierfs.sock").exists():  # the daemon closes and exits
         assert time.monotonic() < deadline, "the daemon did not exit after umount"
         time.sleep(0.05)
-    assert not os.path.ismount(mountpoint)
+    assert not is_mount_point(mountpoint)
     assert run(*cli, "cat", "bg.txt").stdout == "background"
 
 

@@ -152,6 +152,14 @@ def format_checks(checks: list[Check], name_width: int = 36) -> list[str]:
 
 
 # --------------------------------------------------------------------- data
+def clean_environment(**extra: str) -> dict[str, str]:
+    """This process's environment without ``TIERFS_*`` variables (plus ``extra``), for
+    daemons the benchmarks start: only their config file and the defaults apply."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TIERFS_")}
+    env.update(extra)
+    return env
+
+
 def make_payload(size: int, seed: int) -> bytes:
     """Seeded random bytes (made 1 MiB at a time: randbytes is limited to < 2 GiBit)."""
     rng = random.Random(seed)

@@ -97,6 +97,7 @@ from tierfs.bench.common import (
     Latency,
     MiB,
     Throughput,
+    clean_environment,
     format_checks,
     make_payload,
     run_in_scratch,
@@ -190,13 +191,6 @@ class Results:
 
 
 # ----------------------------------------------------------------------- daemon
-def clean_environment(**extra: str) -> dict[str, str]:
-    """This process's environment without ``TIERFS_*`` variables (plus ``extra``)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TIERFS_")}
-    env.update(extra)
-    return env
-
-
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far, from /proc/<pid>/stat."""
     with open(f"/proc/{pid}/stat") as f:

@@ -56,6 +56,7 @@ from tierfs.bench.common import (
     Check,
     MiB,
     Throughput,
+    clean_environment,
     format_checks,
     make_payload,
     run_in_scratch,
@@ -201,9 +202,8 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
             f'durability = "vd"\n'
             f"block_cache_bytes = {warm_cache_bytes(opts.size)}\n"
         )
-        env = {key: value for key, value in os.environ.items() if not key.startswith("TIERFS_")}
-        env.update(AWS_ACCESS_KEY_ID=endpoint.key, AWS_SECRET_ACCESS_KEY=endpoint.secret,
-                   AWS_DEFAULT_REGION="us-east-1")
+        env = clean_environment(AWS_ACCESS_KEY_ID=endpoint.key, AWS_SECRET_ACCESS_KEY=endpoint.secret,
+                                AWS_DEFAULT_REGION="us-east-1")
         data_dir, mnt = directory / "data", directory / "mnt"
         layouts: list[list[dict[str, Any]]] = []
         modes: dict[str, ModeResult] = {}
