@@ -61,7 +61,29 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("block_crc32c", "uint32", True),
         ("epoch", "uint64", False),
         ("created_ns", "uint64", False),
-        ("location", "string", False),
+        ("location", "string", False),  # "": the chunk store; else the long-term object URL
+        # offload context (Pulsar PIP-17): the attempt's UUID is recorded before any
+        # upload, so a later attempt can find and delete a failed one's objects
+        ("offload_attempt_uuid", "string", False),
+        ("offload_complete", "bool", False),
+        ("offload_hot_deleted", "bool", False),  # the chunk-store copy is gone
+        ("offload_completed_ns", "uint64", False),
+    ],
+    # The index object stored next to an offloaded chunk's data object.
+    "OffloadIndex": [
+        ("version", "uint32", False),
+        ("format_version", "uint32", False),
+        ("segment_name", "string", False),
+        ("segment_id", "uint64", False),
+        ("chunk_name", "string", False),
+        ("start_offset", "uint64", False),
+        ("length", "uint64", False),
+        ("block_bytes", "uint32", False),
+        ("crc32c", "uint32", False),
+        ("block_crc32c", "uint32", True),
+        ("attempt_uuid", "string", False),
+        ("software_version", "string", False),
+        ("created_ns", "uint64", False),
     ],
 }
 
@@ -93,6 +115,7 @@ StoreRecord: Any = _CLASSES["StoreRecord"]
 DirectoryRecord: Any = _CLASSES["DirectoryRecord"]
 SegmentRecord: Any = _CLASSES["SegmentRecord"]
 ChunkRecord: Any = _CLASSES["ChunkRecord"]
+OffloadIndex: Any = _CLASSES["OffloadIndex"]
 
 
 class RecordVersionError(ValueError):
