@@ -158,7 +158,7 @@ class TierOperations(pyfuse3.Operations):
             elif attr.st_mode & stat.S_IWUSR and info.sealed:
                 info = await self.store.unseal(name)
         # times are not stored: touch and cp -p succeed and change nothing
-        return self.attributes(inode, await self.store.stat(name))
+        return self.attributes(inode, info)
 
     # ---------------------------------------------------------------- namespace
     @fuse_errors
@@ -322,41 +322,35 @@ class TierOperations(pyfuse3.Operations):
         data.f_blocks = disk.f_blocks
         data.f_bfree = disk.f_bfree
         data.f_bavail = disk.f_bavail
-        segments = len(await self.store.walk_segments())
-        data.f_files = segments + disk.f_ffree
+        data.f_files = self.store.statistics().segments + disk.f_ffree
         data.f_ffree = disk.f_ffree
         data.f_favail = disk.f_favail
         data.f_namemax = 255
         return data
 
     # ---------------------------------------------------------------- xattrs
-    async def _xattr_values(self, inode: int) -> dict[str, bytes]:
-        name = self.inodes.name_of(inode)
-        info = await self.store.stat(name)
-        if not isinstance(info, SegmentInfo):
-            return {}
-        layout = await self.store.chunk_layout(name)
-        offloaded = sum(c["end"] - c["start"] for c in layout if c.get("offloaded"))
-        values: dict[str, object] = {
-            "durable_length": info.durable_length,
-            "flushed_length": info.flushed_length,
-            "offloaded_length": offloaded,
-            "chunk_count": info.chunk_count,
-            "sealed": "true" if info.sealed else "false",
-            "durability": info.durability,
-        }
-        return {XATTR_PREFIX + key: str(value).encode() for key, value in values.items()}
+    async def _xattr_value(self, info: SegmentInfo, key: str) -> object:
+        if key == "offloaded_length":  # the only one that needs the chunk list
+            layout = await self.store.chunk_layout(info.name)
+            return sum(c["end"] - c["start"] for c in layout if c["offloaded"])
+        if key == "sealed":
+            return "true" if info.sealed else "false"
+        return getattr(info, key)
 
     @fuse_errors
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
-        return [key.encode() for key in await self._xattr_values(inode)]
+        info = await self.store.stat(self.inodes.name_of(inode))
+        if not isinstance(info, SegmentInfo):
+            return []
+        return [(XATTR_PREFIX + key).encode() for key in XATTR_NAMES]
 
     @fuse_errors
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        value = (await self._xattr_values(inode)).get(os.fsdecode(name))
-        if value is None:
+        key = os.fsdecode(name).removeprefix(XATTR_PREFIX)
+        info = await self.store.stat(self.inodes.name_of(inode))
+        if not isinstance(info, SegmentInfo) or key not in XATTR_NAMES or key == os.fsdecode(name):
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-        return value
+        return str(await self._xattr_value(info, key)).encode()
 
     @fuse_errors
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:

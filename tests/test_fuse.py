@@ -60,14 +60,7 @@ def sha256_of(path: Path) -> str:
 
 
 def metric(mount: Mount, name: str) -> float:
-    import httpx
-
-    transport = httpx.HTTPTransport(uds=str(mount.socket))
-    with httpx.Client(transport=transport, base_url="http://tierfs") as http:
-        for line in http.get("/metrics").text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise KeyError(name)
+    return mount.client().metrics()[name]
 
 
 # ---------------------------------------------------------------- data in and out

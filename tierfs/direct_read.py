@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -73,10 +74,13 @@ class SegmentLayout:
         """Segment offset up to which the chunks hold every byte."""
         return self.chunks[-1].end if self.chunks else 0
 
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        return [c.start for c in self.chunks]
+
     def chunks_for(self, start: int, end: int) -> list[ChunkRef]:
         """The chunks overlapping ``[start, end)`` (which must lie below ``flushed_end``)."""
-        starts = [c.start for c in self.chunks]
-        first = max(0, bisect.bisect_right(starts, start) - 1)
+        first = max(0, bisect.bisect_right(self._starts, start) - 1)
         return [c for c in self.chunks[first:] if c.start < end]
 
 

@@ -64,6 +64,10 @@ import trio
 from tierfs import StoreConfig, open_store
 from tierfs.bench.common import (
     EXIT_USAGE,
+    Check,
+    add_scratch_arguments,
+    checks_json,
+    format_checks,
     percentile,
     run_in_scratch,
 )
@@ -314,36 +318,24 @@ def run_all(directory: Path, duration_s: float) -> dict[str, Measurement]:
 
 
 # --------------------------------------------------------------------- targets
-@dataclasses.dataclass(frozen=True)
-class Target:
-    name: str
-    ratio: float
-    limit: float
-    at_least: bool  # True: ratio must be >= limit; False: <= limit
-
-    @property
-    def passed(self) -> bool:
-        return self.ratio >= self.limit if self.at_least else self.ratio <= self.limit
-
-
-def evaluate_targets(results: dict[str, Measurement]) -> list[Target]:
+def evaluate_targets(results: dict[str, Measurement]) -> list[Check]:
     pd_many = results[f"tierfs_pd_{WRITERS}_writers"]
     pd_one = results["tierfs_pd_1_writer"]
     vd_one = results["tierfs_vd_1_writer"]
     return [
-        Target(
+        Check(
             f"PD {WRITERS} writers appends/s / raw (b) records/s",
             pd_many.records_per_s / results["raw_batched_fdatasync"].records_per_s,
             0.50,
             at_least=True,
         ),
-        Target(
+        Check(
             "PD 1 writer p50 / raw (a) p50",
             pd_one.p50_latency_us / results["raw_write_fdatasync"].p50_latency_us,
             3.0,
             at_least=False,
         ),
-        Target(
+        Check(
             "VD 1 writer appends/s / raw (c) writes/s",
             vd_one.records_per_s / results["raw_write"].records_per_s,
             0.25,
@@ -372,22 +364,11 @@ def format_table(results: dict[str, Measurement]) -> list[str]:
     return lines
 
 
-def format_targets(targets: list[Target]) -> list[str]:
-    lines = []
-    for target in targets:
-        bound = ">=" if target.at_least else "<="
-        verdict = "PASS" if target.passed else "FAIL"
-        lines.append(
-            f"{target.name:<46} {target.ratio:6.3f}  ({bound} {target.limit:.2f})  {verdict}"
-        )
-    return lines
-
-
 def print_report(
     machine: dict[str, Any],
     duration_s: float,
     results: dict[str, Measurement],
-    targets: list[Target],
+    targets: list[Check],
     out: TextIO,
 ) -> None:
     fs = machine["filesystem"]
@@ -405,7 +386,7 @@ def print_report(
     for line in format_table(results):
         print(line, file=out)
     print(file=out)
-    for line in format_targets(targets):
+    for line in format_checks(targets, name_width=46):
         print(line, file=out)
 
 
@@ -413,7 +394,7 @@ def report_json(
     machine: dict[str, Any],
     duration_s: float,
     results: dict[str, Measurement],
-    targets: list[Target],
+    targets: list[Check],
 ) -> dict[str, Any]:
     return {
         "benchmark": "append",
@@ -421,7 +402,7 @@ def report_json(
         "seconds_per_measurement": duration_s,
         "machine": machine,
         "measurements": {key: dataclasses.asdict(m) for key, m in results.items()},
-        "targets": [{**dataclasses.asdict(t), "passed": t.passed} for t in targets],
+        "targets": checks_json(targets),
     }
 
 
@@ -430,18 +411,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seconds", type=float, default=3.0, help="duration of each measurement (default 3)"
     )
-    parser.add_argument(
-        "--dir",
-        type=Path,
-        default=Path("."),
-        help="create the scratch directory here; must be on the disk to measure "
-        "(default: the current directory)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print a JSON object of all figures on stdout (the table goes to stderr)",
-    )
+    add_scratch_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ benchmark module, and each imports this one).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import trio
 
@@ -137,6 +138,34 @@ class Check:
     @property
     def passed(self) -> bool:
         return self.value >= self.limit if self.at_least else self.value <= self.limit
+
+
+def checks_json(checks: list[Check]) -> list[dict[str, Any]]:
+    return [{**dataclasses.asdict(c), "passed": c.passed} for c in checks]
+
+
+def print_sections(sections: list[list[str]], out: TextIO) -> None:
+    """Blocks of report lines, each followed by an empty line."""
+    for section in sections:
+        for line in section:
+            print(line, file=out)
+        print(file=out)
+
+
+def add_scratch_arguments(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """``--dir`` and ``--json``, the options every benchmark has."""
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("."),
+        help=f"create the scratch directory{f' ({what})' if what else ''} here; must be on "
+        "a real disk, the one to measure (default: the current directory)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON object of all figures on stdout (the table goes to stderr)",
+    )
 
 
 def format_checks(checks: list[Check], name_width: int = 36) -> list[str]:

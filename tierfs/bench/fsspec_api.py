@@ -97,9 +97,12 @@ from tierfs.bench.common import (
     Latency,
     MiB,
     Throughput,
+    add_scratch_arguments,
+    checks_json,
     clean_environment,
     format_checks,
     make_payload,
+    print_sections,
     run_in_scratch,
     warm_cache_bytes,
 )
@@ -239,18 +242,14 @@ class Daemon:
             time.sleep(0.05)
 
     def metrics(self) -> dict[str, float]:
-        """The daemon's /metrics (Prometheus text) as {name: value}."""
-        import httpx
+        """The daemon's /metrics as {name: value}."""
+        from tierfs.client import TierClient
 
-        transport = httpx.HTTPTransport(uds=str(self.socket))
-        with httpx.Client(transport=transport, base_url="http://tierfs") as http:
-            text = http.get("/metrics").raise_for_status().text
-        values = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                values[name] = float(value)
-        return values
+        client = TierClient(self.url)
+        try:
+            return client.metrics()
+        finally:
+            client.close()
 
     def stop(self) -> int | None:
         """SIGTERM, then wait (the daemon flushes and closes its store); the exit code."""
@@ -796,10 +795,7 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
     print(file=out)
     sections = [format_reads(r), format_rounds(r), format_details(r), format_appends(r),
                 format_checks(checks)]
-    for section in sections:
-        for line in section:
-            print(line, file=out)
-        print(file=out)
+    print_sections(sections, out)
 
 
 def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dict[str, Any]:
@@ -813,7 +809,7 @@ def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dic
         "round_ratios": [{"a_over_a_prime": x.open_ratio, "b_over_b_prime": x.cat_ratio,
                           "d_over_a_prime": x.daemon_open_ratio} for x in r.rounds],
         "results": dataclasses.asdict(r),
-        "targets": [{**dataclasses.asdict(c), "passed": c.passed} for c in checks],
+        "targets": checks_json(checks),
     }
 
 
@@ -824,18 +820,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--appends", type=int, default=2000, help="timed 1 KiB appends per case (default 2000)"
     )
-    parser.add_argument(
-        "--dir",
-        type=Path,
-        default=Path("."),
-        help="create the scratch directory (daemon and engine data dirs) here; must be on "
-        "a real disk (default: the current directory)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print a JSON object of all figures on stdout (the table goes to stderr)",
-    )
+    add_scratch_arguments(parser, "daemon and engine data dirs")
 
 
 def run(args: argparse.Namespace) -> int:

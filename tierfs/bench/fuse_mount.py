@@ -56,6 +56,8 @@ from tierfs.bench.common import (
     Check,
     MiB,
     Throughput,
+    add_scratch_arguments,
+    checks_json,
     clean_environment,
     format_checks,
     make_payload,
@@ -312,7 +314,7 @@ def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dic
         "benchmark": "fuse",
         "machine": machine,
         "results": dataclasses.asdict(r),
-        "targets": [{**dataclasses.asdict(c), "passed": c.passed} for c in checks],
+        "targets": checks_json(checks),
     }
 
 
@@ -320,10 +322,7 @@ def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dic
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size-mib", type=int, default=256, help="segment size in MiB (default 256)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3; medians)")
-    parser.add_argument("--dir", type=Path, default=Path("."),
-                        help="create the scratch directory here; must be on a real disk")
-    parser.add_argument("--json", action="store_true",
-                        help="print a JSON object of all figures on stdout (the table goes to stderr)")
+    add_scratch_arguments(parser, "data dir, S3 server data, mount points")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -90,8 +90,11 @@ from tierfs.bench.common import (
     Latency,
     MiB,
     Throughput,
+    add_scratch_arguments,
+    checks_json,
     format_checks,
     make_payload,
+    print_sections,
     run_in_scratch,
     scratch_parent_problem,
     warm_cache_bytes,
@@ -677,10 +680,7 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
     print(f"(a), (b), (c): median of {len(r.rounds)} rounds", file=out)
     print(file=out)
     sections = [format_throughputs(r), format_rounds(r), format_details(r), format_checks(checks)]
-    for section in sections:
-        for line in section:
-            print(line, file=out)
-        print(file=out)
+    print_sections(sections, out)
 
 
 def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dict[str, Any]:
@@ -700,7 +700,7 @@ def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dic
             for rnd in r.rounds
         ],
         "results": dataclasses.asdict(r),
-        "targets": [{**dataclasses.asdict(c), "passed": c.passed} for c in checks],
+        "targets": checks_json(checks),
     }
 
 
@@ -710,24 +710,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--size-mib", type=int, default=256, help="segment size in MiB (default 256)"
     )
     parser.add_argument(
-        "--dir",
-        type=Path,
-        default=Path("."),
-        help="create the scratch directory (store, S3 server data) here; must be on a "
-        "real disk (default: the current directory)",
-    )
-    parser.add_argument(
         "--rounds", type=int, default=5, help="rounds of (b), (c), (a) (default 5; medians)"
     )
     parser.add_argument(
         "--random-reads", type=int, default=20_000, help="random 4 KiB reads in (e)"
     )
     parser.add_argument("--wake-samples", type=int, default=400, help="appends timed in (h)")
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print a JSON object of all figures on stdout (the table goes to stderr)",
-    )
+    add_scratch_arguments(parser, "store, S3 server data")
 
 
 def usage_error(args: argparse.Namespace) -> str | None:
