@@ -34,6 +34,8 @@ ERRNO_BY_CODE: dict[str, int] = {
     "bad_offset": errno.EPERM,  # a write anywhere but at the end: append-only
     "sealed": errno.EPERM,
     "out_of_range": errno.EINVAL,
+    "truncated": errno.ENODATA,  # retention deleted these bytes from the head
+    "already_running": errno.EBUSY,
     "corrupt": errno.EIO,
     "backlog_full": errno.ENOSPC,  # the unflushed backlog is at its bound
     "in_use": errno.EBUSY,

@@ -55,24 +55,24 @@ def _is_transient(error: Exception) -> bool:
     return True
 
 
-def _call(name: str, call: Callable[[], T], attempts: int = RETRY_ATTEMPTS) -> T:
+def _call(name: str, call: Callable[[], T], attempts: int = RETRY_ATTEMPTS, label: str = "tier-2") -> T:
     delay_s = RETRY_INITIAL_S
     for attempt in range(1, attempts + 1):
         try:
             return call()
         except FileNotFoundError as e:
-            raise ChunkMissingError(f"chunk {name!r} is missing from tier-2: {e}") from e
+            raise ChunkMissingError(f"object {name!r} is missing from the {label}: {e}") from e
         except (Tier2Error, InvalidArgumentError):
             raise
         except PermissionError as e:
-            raise Tier2Error(f"tier-2 refused access to chunk {name!r}: {e}") from e
+            raise Tier2Error(f"the {label} refused access to {name!r}: {e}") from e
         except Exception as e:  # any backend failure: network, 5xx, disk
             if not _is_transient(e) or attempt == attempts:
                 tries = f" after {attempt} attempts" if attempt > 1 else ""
                 raise Tier2Error(
-                    f"tier-2 failed on chunk {name!r}{tries}: {type(e).__name__}: {e}"
+                    f"the {label} failed on {name!r}{tries}: {type(e).__name__}: {e}"
                 ) from e
-            log.info("tier-2 %s on %r, retry %d in %.2f s", type(e).__name__, name, attempt, delay_s)
+            log.info("%s %s on %r, retry %d in %.2f s", label, type(e).__name__, name, attempt, delay_s)
             time.sleep(delay_s * (0.5 + random.random()))
             delay_s *= 2
     raise AssertionError("unreachable")
@@ -84,6 +84,7 @@ class ChunkStorage(abc.ABC):
     supports_append = False
     supports_concat = False
     url = ""
+    label = "tier-2"  # names the store in error messages
 
     @abc.abstractmethod
     def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
@@ -150,14 +151,14 @@ class LocalChunkStorage(ChunkStorage):
                 finally:
                     os.close(dir_fd)
 
-        _call(name, call)
+        _call(name, call, label=self.label)
 
     def read(self, name: str, start: int, end: int) -> bytes:
         def call() -> bytes:
             with open(self._path(name), "rb") as f:
                 return os.pread(f.fileno(), end - start, start)
 
-        return _call(name, call)
+        return _call(name, call, label=self.label)
 
     def delete(self, name: str) -> None:
         def call() -> None:
@@ -166,7 +167,7 @@ class LocalChunkStorage(ChunkStorage):
             except FileNotFoundError:
                 pass
 
-        _call(name, call)
+        _call(name, call, label=self.label)
 
     def list(self, prefix: str = "") -> list[str]:
         def call() -> list[str]:
@@ -178,10 +179,10 @@ class LocalChunkStorage(ChunkStorage):
                         names.append(rel)
             return sorted(names)
 
-        return _call(prefix, call)
+        return _call(prefix, call, label=self.label)
 
     def stat(self, name: str) -> int:
-        return _call(name, lambda: os.stat(self._path(name)).st_size)
+        return _call(name, lambda: os.stat(self._path(name)).st_size, label=self.label)
 
 
 class FsspecChunkStorage(ChunkStorage):
@@ -202,14 +203,14 @@ class FsspecChunkStorage(ChunkStorage):
     def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
         if offset != 0:
             raise InvalidArgumentError(f"{self.url} cannot append to an existing chunk")
-        _call(name, lambda: self.fs.pipe_file(self._path(name), bytes(data)))
+        _call(name, lambda: self.fs.pipe_file(self._path(name), bytes(data)), label=self.label)
 
     def read(self, name: str, start: int, end: int) -> bytes:
         def call() -> bytes:
             data: bytes = self.fs.cat_file(self._path(name), start=start, end=end)
             return data
 
-        return _call(name, call)
+        return _call(name, call, label=self.label)
 
     def delete(self, name: str) -> None:
         def call() -> None:
@@ -218,7 +219,7 @@ class FsspecChunkStorage(ChunkStorage):
             except FileNotFoundError:
                 pass
 
-        _call(name, call)
+        _call(name, call, label=self.label)
 
     def list(self, prefix: str = "") -> list[str]:
         def call() -> list[str]:
@@ -229,10 +230,10 @@ class FsspecChunkStorage(ChunkStorage):
             names = [p[len(self.root) + 1 :] for p in found]
             return sorted(n for n in names if n.startswith(prefix))
 
-        return _call(prefix, call)
+        return _call(prefix, call, label=self.label)
 
     def stat(self, name: str) -> int:
-        return _call(name, lambda: int(self.fs.info(self._path(name))["size"]))
+        return _call(name, lambda: int(self.fs.info(self._path(name))["size"]), label=self.label)
 
 
 def open_chunk_storage(url: str, storage_options: Mapping[str, Any] | None = None) -> ChunkStorage:

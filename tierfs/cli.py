@@ -26,6 +26,7 @@ from .config import DURABILITY_LEVELS, StoreConfig, load_config
 from .daemon import serve
 from .errors import IsADirectoryError_, StoreInUseError, TierFSError
 from .fsck import Problem, fsck
+from .policy import POLICY_KEYS, parse_assignments
 from .store import DirectoryInfo, SegmentInfo, open_store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
@@ -33,6 +34,7 @@ STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
 TAIL_POLL_S = 30.0  # tail -f long-poll timeout; a new poll starts right after
+OFFLOAD_POLL_S = 0.2  # offload progress is polled this often
 
 
 def _info_dict(info: SegmentInfo | DirectoryInfo) -> dict[str, Any]:
@@ -88,6 +90,9 @@ async def _cmd(args: argparse.Namespace, store: Any) -> int:
     elif command == "cat":
         reader = store.open_reader(args.path)
         offset, remaining = args.offset, args.length
+        if offset is None:  # from the first byte retention kept
+            info = await store.stat(args.path)
+            offset = info.start_offset if isinstance(info, SegmentInfo) else 0
         while remaining is None or remaining > 0:
             piece_bytes = CAT_PIECE_BYTES if remaining is None else min(remaining, CAT_PIECE_BYTES)
             data = await reader.read(offset, piece_bytes, unconfirmed=args.unconfirmed)
@@ -134,9 +139,88 @@ async def _cmd(args: argparse.Namespace, store: Any) -> int:
         return EXIT_DAMAGED if report["problems"] else EXIT_OK
     elif command == "tail":
         await _tail(args, store)
+    elif command == "offload":
+        return await _offload(args, store)
+    elif command == "offload-status":
+        status = await _offload_wait(store, args.path, None) if args.wait else await store.offload_status(args.path)
+        if args.json:
+            print(json.dumps(status, indent=2, sort_keys=True))
+        else:
+            print(_status_line(status))
+        return EXIT_FAILED if status["state"] == "ERROR" else EXIT_OK
+    elif command == "policy":
+        if args.action == "set":
+            if isinstance(store, RemoteStore):
+                result = await store.set_policy_settings(args.path, args.settings)
+            else:
+                result = await store.set_policy(args.path, parse_assignments(args.settings))
+        else:
+            result = await store.get_policy(args.path) if isinstance(store, RemoteStore) else store.get_policy(args.path)
+        _print_policy(result, args.json)
     else:  # pragma: no cover - argparse rejects unknown commands
         raise AssertionError(command)
     return EXIT_OK
+
+
+def _mib(value: int) -> str:
+    return f"{value / (1 << 20):.1f} MiB"
+
+
+def _status_line(status: dict[str, Any]) -> str:
+    state = status["state"]
+    line = f"{status['name']}: {state}"
+    if state in ("RUNNING", "SUCCESS", "ERROR"):
+        line += (f" ({status['trigger']}) {_mib(status['bytes_done'])} of {_mib(status['bytes_total'])}, "
+                 f"{status['chunks_done']}/{status['chunks_total']} chunks")
+    if state == "ERROR":
+        line += f": {status['error']}"
+    return line + (f"; offloaded {_mib(status['offloaded_bytes'])} of "
+                   f"{_mib(status['sealed_bytes'])} sealed")
+
+
+def _progress_bar(status: dict[str, Any], width: int = 30) -> str:
+    total = status["bytes_total"] or 1
+    done = min(status["bytes_done"], total)
+    filled = width * done // total
+    return (f"\r[{'#' * filled}{'.' * (width - filled)}] {100 * done // total:3d}% "
+            f"{_mib(status['bytes_done'])}/{_mib(status['bytes_total'])}")
+
+
+async def _offload_wait(store: Any, path: str, bar: Any) -> dict[str, Any]:
+    """Poll the status until the job is no longer RUNNING; draw ``bar`` meanwhile."""
+    while True:
+        status: dict[str, Any] = await store.offload_status(path)
+        if bar is not None:
+            bar.write(_progress_bar(status))
+            bar.flush()
+        if status["state"] != "RUNNING":
+            if bar is not None:
+                bar.write("\n")
+            return status
+        await trio.sleep(OFFLOAD_POLL_S)
+
+
+async def _offload(args: argparse.Namespace, store: Any) -> int:
+    status = await store.offload(args.path, args.up_to)
+    if args.no_wait:
+        print(_status_line(status))
+        return EXIT_OK
+    status = await _offload_wait(store, args.path, None if args.quiet else sys.stderr)
+    print(_status_line(status))
+    return EXIT_FAILED if status["state"] == "ERROR" else EXIT_OK
+
+
+def _print_policy(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return
+    for key in POLICY_KEYS:
+        entry = result["effective"].get(key)
+        if entry is None:
+            print(f"{key:18} -")
+        else:
+            source = "set here" if key in result["set"] else f"from {entry['from'] or '/'}"
+            print(f"{key:18} {entry['value']}  ({source})")
 
 
 async def _fsck_report(store: Any) -> dict[str, Any]:
@@ -199,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tier2-endpoint-url", help="S3-compatible endpoint for an s3:// tier-2 (e.g. MinIO)"
     )
+    parser.add_argument("--offload-to", metavar="URL",
+                        help="long-term store for offloaded chunks (e.g. s3://bucket/prefix)")
+    parser.add_argument("--offload-endpoint-url", help="S3-compatible endpoint for an s3:// --offload-to")
+    parser.add_argument("--deletion-lag", type=float, metavar="SECONDS",
+                        help="delete the chunk-store copy this long after an offload (default 14400)")
     parser.add_argument("--config", help="TOML config file (default $TIERFS_CONFIG)")
     parser.add_argument("--durability", choices=DURABILITY_LEVELS, help="default for new segments")
     parser.add_argument("-v", "--verbose", action="count", default=0)
@@ -218,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expected-offset", type=int, help="append only if the length is this")
     p = add("cat", "write a segment's bytes to stdout")
     p.add_argument("path")
-    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--offset", type=int, help="default: the first byte retention kept")
     p.add_argument("--length", type=int)
     p.add_argument("--unconfirmed", action="store_true", help="read up to the appended length")
     p = add("stat", "show a segment's or directory's attributes")
@@ -248,6 +337,24 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("-n", "--lines", type=int, default=10, help="last LINES lines (default 10)")
     group.add_argument("-c", "--bytes", type=int, help="last BYTES bytes")
+    p = add("offload", "offload a segment's sealed chunks to the long-term store (progress on stderr)")
+    p.add_argument("path")
+    p.add_argument("--up-to", type=int, metavar="OFFSET", help="only chunks that end at or before OFFSET")
+    p.add_argument("--no-wait", action="store_true", help="start it and return")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p = add("offload-status", "NOT_RUN / RUNNING / SUCCESS / ERROR of a segment's offload")
+    p.add_argument("path")
+    p.add_argument("--wait", action="store_true", help="wait until it is no longer RUNNING")
+    p.add_argument("--json", action="store_true")
+    p = add("policy", "set or show offload and retention policies of a directory")
+    policy_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = policy_sub.add_parser("set", help="set KEY=VALUE (VALUE none unsets); keys: " + ", ".join(POLICY_KEYS))
+    q.add_argument("path", help="a directory ('' or / for the root)")
+    q.add_argument("settings", nargs="+", metavar="KEY=VALUE")
+    q.add_argument("--json", action="store_true")
+    q = policy_sub.add_parser("get", help="the policy in effect, and where each value comes from")
+    q.add_argument("path")
+    q.add_argument("--json", action="store_true")
     p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM")
     p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
     p = add("mount", "run the daemon with the store mounted at MOUNTPOINT (FUSE); the API keeps serving")
@@ -282,6 +389,9 @@ def run(argv: list[str] | None = None) -> int:
                 "data_dir": args.data_dir,
                 "tier2_url": args.tier2,
                 "tier2_endpoint_url": args.tier2_endpoint_url,
+                "offload_url": args.offload_to,
+                "offload_endpoint_url": args.offload_endpoint_url,
+                "offload_deletion_lag_s": args.deletion_lag,
                 "durability": getattr(args, "durability", None) if args.command != "create" else None,
             },
             config_file=args.config,

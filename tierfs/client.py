@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -241,6 +242,22 @@ class RemoteStore:
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> int:
         _, durable = await self._call(self.client.follow_once, name, offset, timeout_s, 1)
         return int(durable)
+
+    async def offload(self, name: str, up_to: int | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call(self.client.op, "offload", path=name, up_to=up_to)
+        return result
+
+    async def offload_status(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call(self.client.op, "offload_status", path=name)
+        return result
+
+    async def set_policy_settings(self, name: str, settings: builtins.list[str]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call(self.client.op, "policy_set", path=name, settings=settings)
+        return result
+
+    async def get_policy(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call(self.client.op, "policy_get", path=name)
+        return result
 
     async def fsck_report(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._call(self.client.op, "fsck")

@@ -62,6 +62,21 @@ class StoreConfig:
     block_cache_bytes: int = 256 * MiB
     # Sequential readers prefetch up to this far ahead (see readahead.py).
     readahead_max_bytes: int = 32 * MiB
+    # Long-term store for offloaded chunks (any fsspec URL, typically s3://bucket/prefix);
+    # empty: offload is off.
+    offload_url: str = ""
+    offload_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    offload_endpoint_url: str = ""
+    # The chunk-store copy of an offloaded chunk is deleted this long after the offload
+    # completed (Pulsar's deletion lag; 0 deletes it at once).
+    offload_deletion_lag_s: float = 4 * 3600.0
+    # Chunks offloaded at once, and parallel multipart parts per chunk.
+    offload_concurrency: int = 2
+    offload_upload_concurrency: int = 8
+    offload_part_bytes: int = 8 * MiB
+    # How often policies (offload_after_s, offload_hot_bytes, retention) and the
+    # deletion lag are evaluated.
+    policy_interval_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_LEVELS:
@@ -72,13 +87,20 @@ class StoreConfig:
             "vd_sync_interval_s flush_bytes flush_interval_s max_chunk_bytes "
             "max_flush_bytes max_backlog_bytes max_append_bytes journal_file_bytes "
             "tier2_concurrency tier2_retry_initial_s tier2_retry_max_s "
-            "block_cache_bytes"
+            "block_cache_bytes offload_concurrency offload_upload_concurrency "
+            "policy_interval_s"
         ).split()
         for name in positive:
             if not getattr(self, name) > 0:
                 raise InvalidArgumentError(f"{name} must be > 0, not {getattr(self, name)!r}")
         if self.tail_memory_bytes < 0 or self.readahead_max_bytes < 0:
             raise InvalidArgumentError("tail_memory_bytes and readahead_max_bytes must be >= 0")
+        if not 5 * MiB <= self.offload_part_bytes <= 64 * MiB:
+            raise InvalidArgumentError(
+                "offload_part_bytes must be within 5 MiB..64 MiB (S3 multipart limits)"
+            )
+        if self.offload_deletion_lag_s < 0:
+            raise InvalidArgumentError("offload_deletion_lag_s must be >= 0")
         if self.max_append_bytes > self.max_backlog_bytes:
             raise InvalidArgumentError("max_append_bytes must not exceed max_backlog_bytes")
 
@@ -94,20 +116,32 @@ class StoreConfig:
             options.setdefault("endpoint_url", self.tier2_endpoint_url)
         return options
 
+    @property
+    def long_term_options(self) -> dict[str, Any]:
+        """fsspec storage options for the long-term store: ``offload_options`` plus
+        the endpoint."""
+        options = dict(self.offload_options)
+        if self.offload_endpoint_url:
+            options.setdefault("endpoint_url", self.offload_endpoint_url)
+        return options
+
     def replace(self, **changes: Any) -> StoreConfig:
         return dataclasses.replace(self, **changes)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(StoreConfig)}
+_OPTION_TABLES = ("tier2_options", "offload_options")
+# environment names that differ from TIERFS_<FIELD>
+_ENV_NAMES = {"tier2_url": "TIERFS_TIER2", "offload_url": "TIERFS_OFFLOAD_TO"}
 
 
 def _coerce(name: str, raw: Any) -> Any:
     default = StoreConfig.__dataclass_fields__[name].default
     if name == "data_dir":
         return Path(os.path.expanduser(str(raw)))
-    if name == "tier2_options":
+    if name in _OPTION_TABLES:
         if not isinstance(raw, Mapping):
-            raise InvalidArgumentError("tier2_options must be a table of options")
+            raise InvalidArgumentError(f"{name} must be a table of options")
         return dict(raw)
     try:
         if isinstance(default, bool):
@@ -149,10 +183,8 @@ def load_config(
                 raise InvalidArgumentError(f"config file {path}: unknown setting {key!r}")
             values[key] = _coerce(key, raw)
     for key in _FIELDS:
-        env_name = "TIERFS_" + key.upper()
-        if key == "tier2_url":
-            env_name = "TIERFS_TIER2"
-        if env_name in env and key != "tier2_options":
+        env_name = _ENV_NAMES.get(key, "TIERFS_" + key.upper())
+        if env_name in env and key not in _OPTION_TABLES:
             values[key] = _coerce(key, env[env_name])
     for key, raw in (overrides or {}).items():
         if raw is None:

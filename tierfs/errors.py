@@ -143,6 +143,32 @@ class OffsetOutOfRangeError(TierFSError, ValueError):
         self.length = length
 
 
+class TruncatedError(OffsetOutOfRangeError):
+    """A read asked for bytes that retention deleted from the segment's head."""
+
+    code = "truncated"
+
+    def __init__(self, name: str, offset: int, start_offset: int) -> None:
+        TierFSError.__init__(
+            self,
+            f"bytes of {name!r} below offset {start_offset} were deleted by retention; "
+            f"offset {offset} cannot be read (read from {start_offset} on)",
+        )
+        self.name = name
+        self.offset = offset
+        self.length = start_offset
+
+
+class OffloadRunningError(TierFSError):
+    """An offload of this segment is already running; nothing new was started."""
+
+    code = "already_running"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"an offload of {name!r} is already running")
+        self.name = name
+
+
 class DataCorruptionError(TierFSError, OSError):
     """Stored bytes failed their CRC32C check; no data was returned."""
 

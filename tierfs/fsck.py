@@ -1,10 +1,12 @@
 """fsck: verify every chunk's bytes and the metadata invariants of an open store.
 
-Checks, per segment: chunk records are contiguous from offset 0 up to the flushed
-length; ``chunk_count`` matches; every chunk object exists and is at least as long as
+Checks, per segment: chunk records are contiguous from the segment's start offset
+(0 unless retention deleted head chunks) up to the flushed length; ``chunk_count``
+matches; every chunk object exists (in the chunk store, or in the long-term store once
+offloaded, with an index object that matches the record) and is at least as long as
 its committed length; every 1 MiB block and the whole chunk match their CRC32C; the
-lengths obey flushed <= durable <= appended. Reads use the tier-2 storage directly,
-bypassing the cache, so a cached copy cannot hide damage on disk.
+lengths obey flushed <= durable <= appended. Reads use the storage directly, bypassing
+the cache, so a cached copy cannot hide damage.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ class FsckReport:
 async def fsck(store: SegmentStore) -> FsckReport:
     problems: list[Problem] = []
     chunk_total = checked = 0
-    storage = store.chunk_storage
     infos = await store.walk_segments()
     for info in infos:
         seg = store._segment(info.name)
@@ -52,7 +53,7 @@ async def fsck(store: SegmentStore) -> FsckReport:
             problems.append(
                 Problem(info.name, "", f"chunk_count {info.chunk_count} but {len(chunks)} chunk records")
             )
-        expected_start = 0
+        expected_start = info.start_offset
         for chunk in chunks:
             if chunk.start_offset != expected_start:
                 problems.append(
@@ -60,7 +61,12 @@ async def fsck(store: SegmentStore) -> FsckReport:
                 )
             expected_start = chunk.start_offset + chunk.length
             try:
-                size = await trio.to_thread.run_sync(storage.stat, chunk.name, limiter=store.tier2_limiter)
+                storage, key = store.chunk_storage, str(chunk.name)
+                if chunk.location:
+                    long_term = store.offloader._require_long_term()
+                    storage, key = long_term.storage, long_term.key_of(chunk.location)
+                    await store.offloader.index_of(chunk)
+                size = await trio.to_thread.run_sync(storage.stat, key, limiter=store.tier2_limiter)
             except TierFSError as e:
                 problems.append(Problem(info.name, chunk.name, str(e)))
                 continue
@@ -74,7 +80,7 @@ async def fsck(store: SegmentStore) -> FsckReport:
                 start = block * BLOCK_BYTES
                 end = min(start + BLOCK_BYTES, int(chunk.length))
                 data = await trio.to_thread.run_sync(
-                    storage.read, chunk.name, start, end, limiter=store.tier2_limiter
+                    storage.read, key, start, end, limiter=store.tier2_limiter
                 )
                 checked += len(data)
                 whole = crc32c(data, whole)

@@ -13,6 +13,7 @@ Routes (all under the daemon's Unix socket, or TCP with a bearer token):
                                               ?follow=1&offset=N&timeout=S long-polls
     DELETE /v1/segments/{path}                delete
     POST   /v1/op/{mkdir|rmdir|mv|seal|unseal|sync|flush|set_durability|fsck}  JSON body
+    POST   /v1/op/{offload|offload_status|policy_set|policy_get}               JSON body
 
 Invariants:
 - Errors are JSON ``{"error": {"code", "message", "details"}}``; the code-to-status
@@ -42,6 +43,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import AppendTooLargeError, InvalidArgumentError, TierFSError, error_details
+from .policy import parse_assignments
 from .store import SegmentInfo, SegmentStore
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,8 @@ STATUS_BY_CODE = {
     "bad_offset": 412,
     "too_large": 413,
     "out_of_range": 416,
+    "truncated": 410,
+    "already_running": 409,
     "corrupt": 500,
     "journal_corrupt": 500,
     "internal": 500,
@@ -71,7 +75,10 @@ STATUS_BY_CODE = {
 }
 READ_PIECE_BYTES = 4 << 20  # one streamed piece of a GET: bounded memory per request
 FOLLOW_MAX_TIMEOUT_S = 300.0
-OPERATIONS = ("mkdir", "rmdir", "mv", "seal", "unseal", "sync", "flush", "set_durability", "fsck")
+OPERATIONS = (
+    "mkdir", "rmdir", "mv", "seal", "unseal", "sync", "flush", "set_durability", "fsck",
+    "offload", "offload_status", "policy_set", "policy_get",
+)
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -139,6 +146,11 @@ class Metrics:
             "tierfs_cache_evictions": ("block cache evictions", stats.cache.evictions),
             "tierfs_tier2_gets": ("ranged GETs issued to tier-2", stats.cache.gets),
             "tierfs_tier2_fetched_bytes": ("bytes fetched from tier-2", stats.cache.fetched_bytes),
+            "tierfs_offloaded_bytes": ("bytes offloaded to the long-term store", stats.offloaded_bytes),
+            "tierfs_offloaded_chunks": ("chunks offloaded to the long-term store", stats.offloaded_chunks),
+            "tierfs_offload_failures": ("failed offload jobs", stats.offload_failures),
+            "tierfs_hot_copies_deleted": ("chunk-store copies deleted after offload", stats.hot_copies_deleted),
+            "tierfs_retention_deleted_bytes": ("bytes deleted by retention", stats.retention_deleted_bytes),
         }
         gauges: dict[str, tuple[str, float]] = {
             "tierfs_segments": ("segments", stats.segments),
@@ -149,6 +161,8 @@ class Metrics:
             "tierfs_tail_memory_bytes": ("unflushed bytes held in memory", stats.tail_memory_bytes),
             "tierfs_cache_bytes": ("bytes in the block cache", stats.cache.used_bytes),
             "tierfs_epoch": ("owner epoch of the data directory", stats.epoch),
+            "tierfs_offload_oldest_waiting_seconds": (
+                "age of the oldest sealed chunk a policy wants offloaded", stats.offload_oldest_waiting_s),
         }
         for family_type, table in ((CounterMetricFamily, counters), (GaugeMetricFamily, gauges)):
             for name, (text, value) in table.items():
@@ -283,6 +297,17 @@ def build_app(store: SegmentStore) -> Starlette:
             await store.flush(path or None)
         elif op == "set_durability":
             result = info_json(await store.set_durability(path, str(args.get("durability", ""))))
+        elif op == "offload":
+            result = await store.offload(path, args.get("up_to"))
+        elif op == "offload_status":
+            result = await store.offload_status(path)
+        elif op == "policy_set":
+            settings = args.get("settings", [])
+            if not isinstance(settings, list) or not all(isinstance(x, str) for x in settings):
+                raise InvalidArgumentError("settings must be a list of 'key=value' strings")
+            result = await store.set_policy(path, parse_assignments(settings))
+        elif op == "policy_get":
+            result = store.get_policy(path)
         else:  # fsck
             from .fsck import fsck
 

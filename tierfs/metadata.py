@@ -29,6 +29,7 @@ from .errors import (
     SegmentExistsError,
     SegmentNotFoundError,
 )
+from .offload_format import garbage_names
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -101,6 +102,25 @@ class MetadataStore:
         return record
 
     # ------------------------------------------------------------ namespace
+    def load_root_directory(self) -> Any:
+        row = self._db.execute("SELECT value FROM store WHERE key='root_directory'").fetchone()
+        return records.DirectoryRecord() if row is None else records.decode(records.DirectoryRecord, row[0])
+
+    def update_directory(self, name: str, record: Any) -> None:
+        """Replace a directory's record ('' is the root)."""
+        with self._transaction():
+            if name == "":
+                self._db.execute(
+                    "INSERT OR REPLACE INTO store (key, value) VALUES ('root_directory', ?)",
+                    (records.encode(record),),
+                )
+                return
+            cursor = self._db.execute(
+                "UPDATE directories SET value=? WHERE name=?", (records.encode(record), name)
+            )
+            if cursor.rowcount != 1:
+                raise SegmentNotFoundError(name)
+
     def load_directories(self) -> dict[str, Any]:
         return {
             name: records.decode(records.DirectoryRecord, value)
@@ -210,7 +230,7 @@ class MetadataStore:
         """Delete a segment and its chunk records; queue its chunks for collection."""
         stamp = now_ns()
         with self._transaction():
-            names = [c.name for c in self._chunks(row.segment_id)]
+            names = [n for c in self._chunks(row.segment_id) for n in garbage_names(c)]
             cursor = self._db.execute(
                 "DELETE FROM segments WHERE id=? AND rev=?", (row.segment_id, row.rev)
             )
@@ -241,6 +261,38 @@ class MetadataStore:
             self._db.execute(
                 "INSERT OR REPLACE INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
                 (chunk.segment_id, chunk.start_offset, records.encode(chunk)),
+            )
+        return rev
+
+    def commit_chunk_update(self, row: SegmentRow, chunk: Any) -> int:
+        """Replace an existing chunk record (offload progress), conditional on the
+        segment revision, which it advances; returns the new revision."""
+        with self._transaction():
+            rev = self._update_segment(row, row.record)
+            cursor = self._db.execute(
+                "UPDATE chunks SET value=? WHERE segment_id=? AND start_offset=?",
+                (records.encode(chunk), chunk.segment_id, chunk.start_offset),
+            )
+            if cursor.rowcount != 1:
+                raise ConcurrentModificationError(
+                    f"chunk {chunk.name} of segment {row.name!r} is gone"
+                )
+        return rev
+
+    def truncate_head(self, row: SegmentRow, record: Any, chunks: list[Any]) -> int:
+        """Delete head ``chunks`` (retention) and set the segment's new record (its
+        start offset) in one transaction; their objects are queued for collection."""
+        stamp = now_ns()
+        with self._transaction():
+            rev = self._update_segment(row, record)
+            for chunk in chunks:
+                self._db.execute(
+                    "DELETE FROM chunks WHERE segment_id=? AND start_offset=?",
+                    (chunk.segment_id, chunk.start_offset),
+                )
+            self._db.executemany(
+                "INSERT OR IGNORE INTO garbage (name, queued_ns) VALUES (?, ?)",
+                [(name, stamp) for chunk in chunks for name in garbage_names(chunk)],
             )
         return rev
 

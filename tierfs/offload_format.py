@@ -57,6 +57,21 @@ class OffloadKeys:
         return cls(base + DATA_SUFFIX, base + INDEX_SUFFIX)
 
 
+LONG_TERM_GARBAGE_PREFIX = "longterm:"
+
+
+def garbage_names(chunk: Any) -> list[str]:
+    """Objects to delete once ``chunk`` (a ``ChunkRecord``) is gone from the metadata:
+    its chunk-store copy unless already deleted, and the objects of its offload attempt
+    (earlier attempts' objects were deleted before that attempt was recorded).
+    Long-term keys carry ``LONG_TERM_GARBAGE_PREFIX``."""
+    names = [] if chunk.offload_hot_deleted else [str(chunk.name)]
+    if chunk.offload_attempt_uuid:
+        keys = OffloadKeys.for_attempt(chunk.name, chunk.offload_attempt_uuid)
+        names += [LONG_TERM_GARBAGE_PREFIX + keys.data, LONG_TERM_GARBAGE_PREFIX + keys.index]
+    return names
+
+
 def object_metadata() -> dict[str, str]:
     """User metadata stored with both objects of an offload."""
     return {FORMAT_METADATA_KEY: str(FORMAT_VERSION)}

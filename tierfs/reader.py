@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .checksums import BLOCK_BYTES, crc32c
-from .errors import DataCorruptionError, JournalCorruptionError, TierFSError, single_error
+from .errors import (
+    ChunkMissingError,
+    DataCorruptionError,
+    JournalCorruptionError,
+    TierFSError,
+    single_error,
+)
 from .segment_state import SegmentState
 from .tail import TailEntry
 
@@ -108,6 +114,16 @@ class Reader:
 
     async def read_chunks(self, seg: SegmentState, start: int, end: int) -> bytes:
         chunks = await self._store.chunks_of(seg)
+        try:
+            return await self._read_chunks(seg, chunks, start, end)
+        except ChunkMissingError:
+            # An offload completed meanwhile and the chunk-store copy is gone (deletion
+            # lag 0): the records now point at the long-term copy; resolve again.
+            if seg.chunks is chunks:
+                raise
+            return await self._read_chunks(seg, await self._store.chunks_of(seg), start, end)
+
+    async def _read_chunks(self, seg: SegmentState, chunks: list[Any], start: int, end: int) -> bytes:
         wanted = self._blocks(chunks, seg, start, end)
         blocks: list[bytes] = [b""] * len(wanted)
         cache = self._store.block_cache
@@ -174,6 +190,8 @@ class Reader:
         block_end = min(block_start + BLOCK_BYTES, int(chunk.length))
         key = block_key(chunk, block)
         store = self._store
+        if chunk.location:  # offloaded: the same bytes, so the same cache key
+            return await store.block_cache.get(key, lambda: store.offloader.read_block(chunk, block))
 
         def fetch_and_verify() -> bytes:
             """In the worker thread: the GET and the CRC, off the event loop."""

@@ -39,6 +39,13 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
     "DirectoryRecord": [
         ("version", "uint32", False),
         ("created_ns", "uint64", False),
+        # offload and retention policy (policy.py); a key applies only if its bit
+        # (POLICY_KEYS order) is set in policy_set, so 0 stays a usable value
+        ("policy_set", "uint32", False),
+        ("offload_after_s", "uint64", False),
+        ("offload_hot_bytes", "uint64", False),
+        ("retention_s", "uint64", False),
+        ("retention_bytes", "uint64", False),
     ],
     "SegmentRecord": [
         ("version", "uint32", False),
@@ -50,6 +57,9 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("created_ns", "uint64", False),
         ("modified_ns", "uint64", False),
         ("next_chunk_seq", "uint64", False),
+        ("sealed_ns", "uint64", False),  # when it was last sealed (offload_after_s)
+        # bytes below this offset were deleted by retention (whole chunks from the head)
+        ("start_offset", "uint64", False),
     ],
     "ChunkRecord": [
         ("version", "uint32", False),

@@ -77,6 +77,11 @@ class SegmentState:
         return int(self.row.record.flushed_length)
 
     @property
+    def start_offset(self) -> int:
+        """First readable byte: retention deleted everything below it."""
+        return int(self.row.record.start_offset)
+
+    @property
     def sealed(self) -> bool:
         return self._sealed_record or self.sealing
 
@@ -102,6 +107,21 @@ class SegmentState:
         else:
             self.chunks = [*self.chunks, chunk]
             self.chunk_starts = [*self.chunk_starts, int(chunk.start_offset)]
+
+    def replace_chunk(self, chunk: Any) -> None:
+        """Install a new version of an existing chunk record (same start offset)."""
+        assert self.chunks is not None
+        index = self.chunk_index_at(int(chunk.start_offset))
+        if index < 0 or self.chunk_starts[index] != chunk.start_offset:
+            raise KeyError(f"no chunk starts at {chunk.start_offset}")
+        self.chunks = [*self.chunks[:index], chunk, *self.chunks[index + 1 :]]
+
+    def chunk_at(self, start: int) -> Any | None:
+        """The chunk record starting at ``start`` (None if there is none)."""
+        index = self.chunk_index_at(start)
+        if self.chunks is None or index < 0 or self.chunk_starts[index] != start:
+            return None
+        return self.chunks[index]
 
     def chunk_index_at(self, offset: int) -> int:
         """Index of the chunk holding ``offset`` (binary search over start offsets)."""

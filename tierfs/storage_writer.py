@@ -33,7 +33,7 @@ import trio
 
 from . import records
 from .checksums import BlockCrcs
-from .errors import TierFSError
+from .errors import ConcurrentModificationError, TierFSError
 from .metadata import SegmentRow, now_ns
 from .segment_state import SegmentState
 
@@ -140,6 +140,7 @@ class StorageWriter:
             and last is not None
             and last.epoch == store.epoch
             and last.location == ""
+            and last.offload_attempt_uuid == ""  # never grow a chunk an offload copies
             and last.start_offset + last.length == start
             and last.length < config.max_chunk_bytes
         ):
@@ -175,6 +176,13 @@ class StorageWriter:
                 if new_seq is not None:
                     await store.queue_garbage([name])
                 return
+            if new_seq is None and seg.chunks and seg.chunks[-1] is not last:
+                # an offload attempt started on the chunk while we wrote: its record
+                # wins; the bytes written past its length are never read, and the
+                # next flush starts a new chunk
+                raise ConcurrentModificationError(
+                    f"chunk {name} of {seg.name!r} changed during a flush; retrying"
+                )
             record = _copy(seg.record)
             record.flushed_length = end
             record.modified_ns = now_ns()

@@ -46,11 +46,15 @@ from .errors import (
     SegmentSealedError,
     StoreClosedError,
     Tier2Error,
+    TruncatedError,
     single_error,
 )
 from .journal import Journal
 from .metadata import MetadataStore, SegmentRow, now_ns
+from .offload_format import LONG_TERM_GARBAGE_PREFIX
+from .offloader import Offloader
 from .ownership import DataDirLock
+from .policy import Policy
 from .readahead import SegmentReader
 from .reader import Reader
 from .recovery import RecoveryReport, recover_journal
@@ -77,6 +81,7 @@ class SegmentInfo:
     chunk_count: int
     created: float  # seconds since the epoch
     modified: float
+    start_offset: int = 0  # retention deleted the bytes below it
     type: str = "segment"
 
 
@@ -107,6 +112,12 @@ class StoreStatistics:
     flushed_bytes: int
     flush_failures: int
     journal_files_deleted: int
+    offloaded_bytes: int
+    offloaded_chunks: int
+    offload_failures: int
+    offload_oldest_waiting_s: float  # age of the oldest chunk a policy wants offloaded
+    hot_copies_deleted: int
+    retention_deleted_bytes: int
     cache: CacheStatistics
     recovery: RecoveryReport | None
 
@@ -128,6 +139,10 @@ class SegmentStore:
         self.block_cache = BlockCache(config.block_cache_bytes)
         self.reader = Reader(self)
         self.writer = StorageWriter(self)
+        # wall-clock seconds used by policies and the deletion lag (tests replace it)
+        self.clock: Callable[[], float] = time.time
+        self.offloader = Offloader(self)
+        self._root_directory: Any = None
         self._segments: dict[str, SegmentState] = {}
         self._segments_by_id: dict[int, SegmentState] = {}
         self._directories: dict[str, Any] = {}
@@ -161,6 +176,7 @@ class SegmentStore:
         self.epoch = int(store_record.epoch)
         self.chunk_storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
         self._directories = self.metadata.load_directories()
+        self._root_directory = self.metadata.load_root_directory()
         for row in self.metadata.load_segments():
             flushed = int(row.record.flushed_length)
             seg = SegmentState(row, appended_length=flushed, durable_length=flushed)
@@ -225,11 +241,18 @@ class SegmentStore:
         """Delete tier-2 objects of deleted segments; forget them once gone."""
         pending = await self.metadata_call(self.metadata.garbage)
         done = []
+        long_term = self.offloader.long_term
         for name in pending:
             try:
-                await trio.to_thread.run_sync(
-                    self.chunk_storage.delete, name, limiter=self.tier2_limiter
-                )
+                if name.startswith(LONG_TERM_GARBAGE_PREFIX):
+                    if long_term is None:
+                        continue  # kept until tierfs runs with --offload-to again
+                    key = name[len(LONG_TERM_GARBAGE_PREFIX):]
+                    await trio.to_thread.run_sync(long_term.delete, key, limiter=self.tier2_limiter)
+                else:
+                    await trio.to_thread.run_sync(
+                        self.chunk_storage.delete, name, limiter=self.tier2_limiter
+                    )
                 done.append(name)
             except Tier2Error as e:
                 log.warning("garbage collection of chunk %s failed, will retry: %s", name, e)
@@ -473,6 +496,8 @@ class SegmentStore:
         if end == offset:
             await trio.lowlevel.checkpoint()
             return b""
+        if offset < seg.start_offset:
+            raise TruncatedError(seg.name, offset, seg.start_offset)
         data = await self.reader.read(seg, offset, end)
         await trio.lowlevel.checkpoint()  # a read served from memory yields too
         return data
@@ -540,7 +565,7 @@ class SegmentStore:
             if bool(seg.record.sealed) != sealed:
                 seg.sealing = sealed  # refuse appends from now while the commit runs
                 try:
-                    await self._update_record(seg, sealed=sealed)
+                    await self._update_record(seg, sealed=sealed, sealed_ns=now_ns() if sealed else 0)
                 finally:
                     seg.sealing = False
         if sealed:
@@ -572,6 +597,124 @@ class SegmentStore:
         rev = await self.metadata_call(self.metadata.update_segment, seg.row, record)
         seg.row = SegmentRow(seg.segment_id, seg.name, rev, record)
 
+    # ------------------------------------------------------------------ offload, policies
+    def segment_by_id(self, segment_id: int) -> SegmentState | None:
+        return self._segments_by_id.get(segment_id)
+
+    async def offload(self, name: str, up_to: int | None = None) -> dict[str, Any]:
+        """Start offloading the segment's sealed chunks that end at or before ``up_to``
+        (default: all of them) to the long-term store; returns the job's status at once.
+        ``OffloadRunningError`` if a job for this segment is running."""
+        return await self.offloader.request(self._segment(name), up_to)
+
+    async def offload_status(self, name: str) -> dict[str, Any]:
+        """NOT_RUN / RUNNING / SUCCESS / ERROR of the segment's latest offload job, its
+        progress, and how many of its sealed bytes are offloaded."""
+        seg = self._segment(name)
+        await self.chunks_of(seg)
+        return self.offloader.status(seg)
+
+    def _directory_record(self, name: str) -> Any:
+        return self._root_directory if name == "" else self._directories[name]
+
+    def _ancestors(self, name: str) -> builtins.list[str]:
+        """'' (the root) and every directory above ``name``, outermost first."""
+        parts = name.split("/") if name else []
+        return [""] + ["/".join(parts[:depth]) for depth in range(1, len(parts))]
+
+    def effective_policy(self, name: str) -> Policy:
+        """The policy that applies to ``name``: each key from the nearest directory
+        (itself included if it is one) that sets it."""
+        policy = Policy()
+        chain = self._ancestors(name) + ([name] if name in self._directories else [])
+        for directory in chain:
+            record = self._directory_record(directory)
+            if record.policy_set:
+                policy = Policy.from_record(record).over(policy)
+        return policy
+
+    def segments_with_policy(self) -> builtins.list[SegmentState]:
+        if not self._root_directory.policy_set and not any(
+            r.policy_set for r in self._directories.values()
+        ):
+            return []
+        return [seg for seg in list(self._segments.values())
+                if not self.effective_policy(seg.name).is_empty]
+
+    async def set_policy(self, name: str, assignments: dict[str, int | None]) -> dict[str, Any]:
+        """Set (or, with None, unset) policy keys on a directory ('' is the root)."""
+        self._check_open()
+        directory = names.canonical(name, allow_root=True)
+        async with self._namespace_lock:
+            if directory and directory not in self._directories:
+                if directory in self._segments:
+                    raise NotADirectoryError_(directory)
+                raise SegmentNotFoundError(directory)
+            old = self._directory_record(directory)
+            updated = type(old)()
+            updated.CopyFrom(old)
+            Policy.from_record(old).changed(assignments).store_in(updated)
+            # the change must leave every directory at and below this one consistent
+            saved = self._directory_record(directory)
+            self._set_directory_record(directory, updated)
+            try:
+                for inner in [directory, *self._directories]:
+                    if inner == directory or names.is_within(inner, directory) or directory == "":
+                        self.effective_policy(inner).check(inner)
+            except InvalidArgumentError:
+                self._set_directory_record(directory, saved)
+                raise
+            try:
+                await self.metadata_call(self.metadata.update_directory, directory, updated)
+            except BaseException:
+                self._set_directory_record(directory, saved)
+                raise
+        self.offloader.wake()
+        return self.get_policy(directory)
+
+    def _set_directory_record(self, name: str, record: Any) -> None:
+        if name == "":
+            self._root_directory = record
+        else:
+            self._directories[name] = record
+
+    def get_policy(self, name: str) -> dict[str, Any]:
+        """The keys set on ``name`` itself, and the effective value of each key with the
+        directory it comes from."""
+        self._check_open()
+        canonical = names.canonical(name, allow_root=True)
+        if canonical and canonical not in self._directories:
+            self._segment(canonical)  # not found / is a segment: still report effective
+        own = Policy.from_record(self._directory_record(canonical)).items() if (
+            canonical == "" or canonical in self._directories) else {}
+        effective: dict[str, dict[str, Any]] = {}
+        chain = self._ancestors(canonical) + ([canonical] if canonical in self._directories else [])
+        for directory in chain:
+            for key, value in Policy.from_record(self._directory_record(directory)).items().items():
+                effective[key] = {"value": value, "from": directory}
+        return {"path": canonical, "set": own, "effective": effective}
+
+    async def truncate_head(self, seg: SegmentState, chunks: builtins.list[Any]) -> None:
+        """Retention: delete whole head ``chunks`` (which must be the first ones, sealed
+        and flushed); bytes below the next chunk can no longer be read."""
+        async with seg.meta_lock:
+            current = await self.chunks_of(seg)
+            if seg.deleted or current[: len(chunks)] != chunks:
+                return
+            last = chunks[-1]
+            record = type(seg.record)()
+            record.CopyFrom(seg.record)
+            record.start_offset = int(last.start_offset + last.length)
+            record.chunk_count = max(0, record.chunk_count - len(chunks))
+            record.modified_ns = now_ns()
+            rev = await self.metadata_call(self.metadata.truncate_head, seg.row, record, chunks)
+            seg.row = SegmentRow(seg.segment_id, seg.name, rev, record)
+            seg.set_chunks(current[len(chunks):])
+        log.info("retention: deleted %d chunks of %r, it now starts at %d",
+                 len(chunks), seg.name, record.start_offset)
+        if self._nursery is not None:
+            self._nursery.start_soon(self._collect_garbage)
+
     # ------------------------------------------------------------------ info
     def _segment_info(self, seg: SegmentState) -> SegmentInfo:
         record = seg.record
@@ -587,6 +730,7 @@ class SegmentStore:
             chunk_count=int(record.chunk_count),
             created=record.created_ns / 1e9,
             modified=max(record.modified_ns / 1e9, seg.last_append_wall_s()),
+            start_offset=seg.start_offset,
         )
 
     async def stat(self, name: str) -> Info:
@@ -629,7 +773,7 @@ class SegmentStore:
         return [
             {
                 "name": c.name,
-                "url": self.chunk_storage.chunk_url(c.name),
+                "url": c.location or self.chunk_storage.chunk_url(c.name),
                 "start": int(c.start_offset),
                 "end": int(c.start_offset + c.length),
                 "crc32c": int(c.crc32c),
@@ -664,6 +808,12 @@ class SegmentStore:
             flushed_bytes=self.writer.flushed_bytes,
             flush_failures=self.writer.failures,
             journal_files_deleted=self.writer.journal_files_deleted,
+            offloaded_bytes=self.offloader.offloaded_bytes,
+            offloaded_chunks=self.offloader.offloaded_chunks,
+            offload_failures=self.offloader.failures,
+            offload_oldest_waiting_s=self.offloader.oldest_waiting_s,
+            hot_copies_deleted=self.offloader.hot_copies_deleted,
+            retention_deleted_bytes=self.offloader.retention_deleted_bytes,
             cache=self.block_cache.statistics(),
             recovery=self._recovery,
         )
@@ -681,6 +831,7 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.journal.run)
                 await nursery.start(store.writer.run)
+                await nursery.start(store.offloader.run)
                 store._nursery = nursery
                 nursery.start_soon(store._collect_garbage)
                 try:
