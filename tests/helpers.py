@@ -83,7 +83,7 @@ def free_port() -> int:
 class Mount:
     """A real ``tierfs mount --foreground`` process: the daemon serving a FUSE mount."""
 
-    def __init__(self, data_dir: Path, mountpoint: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, mountpoint: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.mountpoint = mountpoint
         self.socket = data_dir / "tierfs.sock"
@@ -91,7 +91,7 @@ class Mount:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), "-v",
              "mount", str(mountpoint), "--foreground", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})},
         )
         deadline = time.monotonic() + 30
         while not (os.path.isdir(mountpoint) and os.path.ismount(mountpoint) and self.socket.exists()):

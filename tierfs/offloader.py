@@ -193,6 +193,8 @@ class Offloader:
                 async with trio.open_nursery() as nursery:
                     for start in starts:
                         nursery.start_soon(self._offload_under_limit, seg, start, job)
+            # copies an earlier run completed but did not get to delete
+            await self._delete_due_hot_copies(self._store.clock(), seg.segment_id)
             job.state = SUCCESS
         except Exception as e:
             self.failures += 1
@@ -310,6 +312,7 @@ class Offloader:
 
     async def _delete_hot_copy(self, seg: SegmentState, start: int) -> None:
         store = self._store
+        await store.chunks_of(seg)
         chunk = seg.chunk_at(start)
         if seg.deleted or chunk is None or not chunk.offload_complete or chunk.offload_hot_deleted:
             self._hot_pending.pop((seg.segment_id, start), None)
@@ -326,6 +329,18 @@ class Offloader:
                 await self._commit_chunk(seg, updated)
         self._hot_pending.pop((seg.segment_id, start), None)
         self.hot_copies_deleted += 1
+
+    async def _delete_due_hot_copies(self, now_s: float, segment_id: int | None = None) -> None:
+        """Delete the chunk-store copies whose deletion lag has passed (of one segment,
+        or of all)."""
+        lag_s = self._config.offload_deletion_lag_s
+        for (owner, start), completed_s in list(self._hot_pending.items()):
+            if (segment_id is None or owner == segment_id) and now_s - completed_s >= lag_s:
+                seg = self._store.segment_by_id(owner)
+                if seg is None:
+                    self._hot_pending.pop((owner, start), None)
+                else:
+                    await self._delete_hot_copy(seg, start)
 
     # ------------------------------------------------------------------ reads
     async def read_block(self, chunk: Any, block: int) -> bytes:
@@ -389,14 +404,7 @@ class Offloader:
         """One evaluation of the deletion lag, retention and offload policies."""
         store = self._store
         now_s = store.clock()
-        lag_s = self._config.offload_deletion_lag_s
-        for (segment_id, start), completed_s in list(self._hot_pending.items()):
-            if now_s - completed_s >= lag_s:
-                seg = store.segment_by_id(segment_id)
-                if seg is None:
-                    self._hot_pending.pop((segment_id, start), None)
-                else:
-                    await self._delete_hot_copy(seg, start)
+        await self._delete_due_hot_copies(now_s)
         oldest_waiting: float | None = None
         for seg in store.segments_with_policy():
             policy = store.effective_policy(seg.name)
