@@ -18,12 +18,13 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand name -> module; later: offload, spark.
+# Subcommand name -> module; later: spark.
 BENCHMARKS: dict[str, str] = {
     "append": "tierfs.bench.append",
     "read": "tierfs.bench.read",
     "fsspec": "tierfs.bench.fsspec_api",
     "fuse": "tierfs.bench.fuse_mount",
+    "offload": "tierfs.bench.offload",
 }
 
 
