@@ -279,9 +279,9 @@ def high_water_rss_bytes() -> int:
     return 0
 
 
-async def sequential_scan(store: SegmentStore, size: int) -> tuple[float, SegmentReader]:
+async def sequential_scan(store: SegmentStore, size: int, segment: str = SEGMENT) -> tuple[float, SegmentReader]:
     """Read the segment front to back through one new reader; (seconds, the reader)."""
-    reader = store.open_reader(SEGMENT)
+    reader = store.open_reader(segment)
     offset = 0
     start_s = perf_counter()
     while offset < size:
@@ -292,27 +292,27 @@ async def sequential_scan(store: SegmentStore, size: int) -> tuple[float, Segmen
     return perf_counter() - start_s, reader
 
 
-async def set_up_client(store: SegmentStore) -> float:
-    """Untimed, as for the ceilings: one HEAD of the first chunk through the store's
-    tier-2 (sets up the S3 client; the block cache is not touched). Loads the chunk
-    list too. Returns the seconds it took."""
+async def set_up_client(store: SegmentStore, segment: str = SEGMENT) -> float:
+    """Untimed, as for the ceilings: one HEAD of the first chunk where it is (tier-2, or
+    the long-term store once offloaded): sets up the S3 client; the block cache is not
+    touched. Loads the chunk list too. Returns the seconds it took."""
     start_s = perf_counter()
-    first = (await store.chunk_layout(SEGMENT))[0]["name"]
-    await trio.to_thread.run_sync(store.chunk_storage.stat, first)
+    first = (await store.chunk_layout(segment))[0]
+    long_term = store.offloader.long_term
+    if first["offloaded"] and long_term is not None:
+        await trio.to_thread.run_sync(long_term.stat, long_term.key_of(first["url"]))
+    else:
+        await trio.to_thread.run_sync(store.chunk_storage.stat, first["name"])
     return perf_counter() - start_s
 
 
 async def cold_scan(spec: dict[str, Any], inherited_peak: int) -> ColdScan:
-    config = StoreConfig(
-        data_dir=Path(spec["data_dir"]),
-        tier2_url=spec["tier2_url"],
-        tier2_options=spec["tier2_options"],
-    )
+    config = StoreConfig(data_dir=Path(spec["data_dir"]), **spec["config"])
     async with open_store(config) as store:
-        setup_s = await set_up_client(store)
+        setup_s = await set_up_client(store, spec["segment"])
         rss_before = current_rss_bytes()
         high_water_before = high_water_rss_bytes()
-        seconds, reader = await sequential_scan(store, spec["size"])
+        seconds, reader = await sequential_scan(store, spec["size"], spec["segment"])
         peak, high_water = peak_rss_bytes(), high_water_rss_bytes()
         cache = dataclasses.asdict(store.block_cache.statistics())
         reader_stats = dataclasses.asdict(reader.statistics())
@@ -501,11 +501,15 @@ def store_config(directory: Path, name: str, options: dict[str, Any]) -> StoreCo
     )
 
 
-def cold_scan_spec(config: StoreConfig, size: int) -> dict[str, Any]:
+def cold_scan_spec(config: StoreConfig, size: int, segment: str = SEGMENT,
+                   **settings: Any) -> dict[str, Any]:
+    """What a ``ColdScanChild`` needs: the store (its data dir, tier-2 and any other
+    ``settings``), the segment and its size."""
     return {
         "data_dir": str(config.data_dir),
-        "tier2_url": config.tier2_url,
-        "tier2_options": dict(config.tier2_options),
+        "config": {"tier2_url": config.tier2_url, "tier2_options": dict(config.tier2_options),
+                   **settings},
+        "segment": segment,
         "size": size,
     }
 
