@@ -347,3 +347,15 @@ async def test_retention_deletes_only_whole_expired_chunks(ostore: SegmentStore)
     assert await ostore.read("r/seg", seg.start_offset) == PAYLOAD[seg.start_offset :]
     await ostore.append("r/seg", b"tail")
     assert (await ostore.read("r/seg", len(PAYLOAD))) == b"tail"
+
+
+async def test_concat_of_an_offloaded_segment_keeps_reading_it(ostore: SegmentStore) -> None:
+    await _write(ostore, "tx/part")
+    await ostore.offload("tx/part")
+    assert (await _wait_done(ostore, "tx/part"))["state"] == "SUCCESS"
+    await ostore.create("result")
+    await ostore.append("result", b"head")
+    await ostore.concat("result", "tx/part")
+    ostore.block_cache.clear()
+    assert await ostore.read("result") == b"head" + PAYLOAD
+    assert (await fsck(ostore)).problems == []

@@ -123,6 +123,9 @@ async def _cmd(args: argparse.Namespace, store: Any) -> int:
         await store.delete(args.path)
     elif command == "mv":
         await store.rename(args.source, args.target)
+    elif command == "concat":
+        info = await store.concat(args.target, args.source)
+        print(info.length)
     elif command == "sync":
         print(await store.sync(args.path))
     elif command == "flush":
@@ -326,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("mv", "rename a segment or directory (metadata only)")
     p.add_argument("source")
     p.add_argument("target")
+    p = add("concat", "append sealed SOURCE to TARGET and remove it (metadata only); prints the new length")
+    p.add_argument("target")
+    p.add_argument("source")
     p = add("sync", "make every appended byte durable; prints the durable length")
     p.add_argument("path", nargs="?")
     p = add("flush", "wait until tier-2 holds every durable byte")

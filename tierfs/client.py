@@ -243,6 +243,11 @@ class RemoteStore:
         _, durable = await self._call(self.client.follow_once, name, offset, timeout_s, 1)
         return int(durable)
 
+    async def concat(self, target: str, source: str) -> SegmentInfo:
+        info = info_from_json(await self._call(self.client.op, "concat", target=target, source=source))
+        assert isinstance(info, SegmentInfo)
+        return info
+
     async def offload(self, name: str, up_to: int | None = None) -> dict[str, Any]:
         result: dict[str, Any] = await self._call(self.client.op, "offload", path=name, up_to=up_to)
         return result

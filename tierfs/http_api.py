@@ -13,7 +13,7 @@ Routes (all under the daemon's Unix socket, or TCP with a bearer token):
                                               ?follow=1&offset=N&timeout=S long-polls
     DELETE /v1/segments/{path}                delete
     POST   /v1/op/{mkdir|rmdir|mv|seal|unseal|sync|flush|set_durability|fsck}  JSON body
-    POST   /v1/op/{offload|offload_status|policy_set|policy_get}               JSON body
+    POST   /v1/op/{offload|offload_status|policy_set|policy_get|concat}        JSON body
 
 Invariants:
 - Errors are JSON ``{"error": {"code", "message", "details"}}``; the code-to-status
@@ -77,7 +77,7 @@ READ_PIECE_BYTES = 4 << 20  # one streamed piece of a GET: bounded memory per re
 FOLLOW_MAX_TIMEOUT_S = 300.0
 OPERATIONS = (
     "mkdir", "rmdir", "mv", "seal", "unseal", "sync", "flush", "set_durability", "fsck",
-    "offload", "offload_status", "policy_set", "policy_get",
+    "offload", "offload_status", "policy_set", "policy_get", "concat",
 )
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -297,6 +297,8 @@ def build_app(store: SegmentStore) -> Starlette:
             await store.flush(path or None)
         elif op == "set_durability":
             result = info_json(await store.set_durability(path, str(args.get("durability", ""))))
+        elif op == "concat":
+            result = info_json(await store.concat(str(args.get("target", "")), str(args.get("source", ""))))
         elif op == "offload":
             result = await store.offload(path, args.get("up_to"))
         elif op == "offload_status":

@@ -279,6 +279,25 @@ class MetadataStore:
                 )
         return rev
 
+    def concat(self, target: SegmentRow, target_record: Any, source: SegmentRow, moved: list[Any]) -> int:
+        """Metadata-only concat: ``moved`` (the source's chunk records, re-addressed to
+        the target) join the target, the target gets its new record and the source
+        disappears, in one transaction conditional on both revisions. No object is
+        touched. Returns the target's new revision."""
+        with self._transaction():
+            rev = self._update_segment(target, target_record)
+            cursor = self._db.execute(
+                "DELETE FROM segments WHERE id=? AND rev=?", (source.segment_id, source.rev)
+            )
+            if cursor.rowcount != 1:
+                raise ConcurrentModificationError(f"segment {source.name!r} changed meanwhile")
+            self._db.execute("DELETE FROM chunks WHERE segment_id=?", (source.segment_id,))
+            self._db.executemany(
+                "INSERT INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
+                [(c.segment_id, c.start_offset, records.encode(c)) for c in moved],
+            )
+        return rev
+
     def truncate_head(self, row: SegmentRow, record: Any, chunks: list[Any]) -> int:
         """Delete head ``chunks`` (retention) and set the segment's new record (its
         start offset) in one transaction; their objects are queued for collection."""

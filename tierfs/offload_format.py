@@ -16,7 +16,9 @@ Invariants:
 - ``FORMAT_VERSION`` is written into the index record and into both objects' user
   metadata (``tierfs-format``); a reader rejects versions it does not know.
 - ``decode_index`` checks what it reads against what the metadata expects (chunk name,
-  length, CRCs): an index object that does not match is an error, never trusted.
+  length, CRCs): an index object that does not match is an error, never trusted. The
+  segment name, id and offset in the index record where the chunk was at offload time
+  (a rename or a concat moves the chunk, not its objects).
 """
 
 from __future__ import annotations
@@ -110,8 +112,6 @@ def decode_index(data: bytes, chunk: Any, url: str) -> Any:
         field
         for field, expected in (
             ("chunk_name", chunk.name),
-            ("segment_id", chunk.segment_id),
-            ("start_offset", chunk.start_offset),
             ("length", chunk.length),
             ("crc32c", chunk.crc32c),
             ("block_bytes", BLOCK_BYTES),

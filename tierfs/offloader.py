@@ -330,6 +330,15 @@ class Offloader:
         self._hot_pending.pop((seg.segment_id, start), None)
         self.hot_copies_deleted += 1
 
+    def chunks_moved(self, moves: dict[tuple[int, int], tuple[int, int]]) -> None:
+        """A concat re-addressed chunks: (segment id, start) before -> after."""
+        for before, after in moves.items():
+            if before in self._hot_pending:
+                self._hot_pending[after] = self._hot_pending.pop(before)
+
+    def is_running(self, seg: SegmentState) -> bool:
+        return seg.segment_id in self._running
+
     async def _delete_due_hot_copies(self, now_s: float, segment_id: int | None = None) -> None:
         """Delete the chunk-store copies whose deletion lag has passed (of one segment,
         or of all)."""

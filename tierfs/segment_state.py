@@ -32,6 +32,8 @@ class SegmentState:
     meta_lock: trio.Lock = dataclasses.field(default_factory=trio.Lock)
     deleted: bool = False
     sealing: bool = False
+    # set while a concat into this segment commits: appends wait for it (see store.concat)
+    merge_done: trio.Event | None = None
     last_append_s: float = 0.0  # time.monotonic() of the last append (0: none)
     # storage writer bookkeeping
     flushing: bool = False

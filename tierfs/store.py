@@ -37,9 +37,11 @@ from .errors import (
     AppendTooLargeError,
     BacklogFullError,
     BadOffsetError,
+    ConcurrentModificationError,
     InvalidArgumentError,
     IsADirectoryError_,
     NotADirectoryError_,
+    OffloadRunningError,
     OffsetOutOfRangeError,
     SegmentExistsError,
     SegmentNotFoundError,
@@ -420,6 +422,77 @@ class SegmentStore:
                     seg.row = dataclasses.replace(seg.row, name=after)
                     self._segments[after] = seg
 
+    async def concat(self, target: str, source: str) -> SegmentInfo:
+        """Append the sealed segment ``source`` to the end of ``target`` and remove
+        ``source``: metadata only (its chunks join the target's list, no byte is copied),
+        one metadata transaction. Appends to ``target`` that arrive meanwhile wait and
+        land after the source's bytes."""
+        dst = self._segment(target)
+        src = self._segment(source)
+        if dst is src:
+            raise InvalidArgumentError(f"cannot concat {dst.name!r} onto itself")
+        if not src.sealed:
+            raise InvalidArgumentError(f"concat source {src.name!r} must be sealed first")
+        if dst.sealed:
+            raise SegmentSealedError(dst.name)
+        if src.start_offset:
+            raise InvalidArgumentError(
+                f"concat source {src.name!r} lost its head to retention; it cannot be concatenated"
+            )
+        if self.offloader.is_running(src):
+            raise OffloadRunningError(src.name)
+        if dst.merge_done is not None:
+            raise ConcurrentModificationError(f"a concat into {dst.name!r} is running; retry")
+        await self.flush(src.name)
+        dst.merge_done = trio.Event()
+        try:
+            await self.flush(dst.name)  # appends wait from now on: this empties its tail
+            first, second = sorted((dst, src), key=lambda seg: seg.segment_id)
+            async with self._namespace_lock, first.meta_lock, second.meta_lock:
+                if src.deleted or dst.deleted:
+                    raise SegmentNotFoundError(src.name if src.deleted else dst.name)
+                if not src.sealed or src.flushed_length != src.appended_length:
+                    raise ConcurrentModificationError(f"{src.name!r} changed during the concat")
+                base = dst.flushed_length
+                if dst.appended_length != base:
+                    raise ConcurrentModificationError(f"{dst.name!r} changed during the concat")
+                source_chunks = await self.chunks_of(src)
+                await self.chunks_of(dst)
+                moved = []
+                for chunk in source_chunks:
+                    copy = type(chunk)()
+                    copy.CopyFrom(chunk)
+                    copy.segment_id = dst.segment_id
+                    copy.start_offset = base + chunk.start_offset
+                    moved.append(copy)
+                record = type(dst.record)()
+                record.CopyFrom(dst.record)
+                record.flushed_length = base + src.flushed_length
+                record.chunk_count = record.chunk_count + len(moved)
+                record.modified_ns = now_ns()
+                rev = await self.metadata_call(self.metadata.concat, dst.row, record, src.row, moved)
+                dst.row = SegmentRow(dst.segment_id, dst.name, rev, record)
+                assert dst.chunks is not None
+                dst.set_chunks([*dst.chunks, *moved])
+                length = src.flushed_length
+                dst.appended_length = dst.durable_length = base + length
+                src.deleted = True
+                del self._segments[src.name]
+                del self._segments_by_id[src.segment_id]
+                self.offloader.chunks_moved({
+                    (src.segment_id, int(c.start_offset)): (dst.segment_id, base + int(c.start_offset))
+                    for c in source_chunks
+                })
+        finally:
+            done, dst.merge_done = dst.merge_done, None
+            done.set()
+        src.notify_grew()
+        src.notify_flushed()
+        dst.notify_grew()
+        for listener in self.growth_listeners:
+            listener(dst)
+        return self._segment_info(dst)
+
     # ------------------------------------------------------------------ data
     async def append(
         self, name: str, data: bytes | bytearray | memoryview, *, expected_offset: int | None = None
@@ -440,6 +513,9 @@ class SegmentStore:
             not isinstance(expected_offset, int) or expected_offset < 0
         ):
             raise InvalidArgumentError(f"expected_offset must be an int >= 0, not {expected_offset!r}")
+        if seg.merge_done is not None:
+            await seg.merge_done.wait()  # a concat into this segment is committing
+            return await self.append(name, payload, expected_offset=expected_offset)
         if seg.sealed:
             raise SegmentSealedError(seg.name)
         offset = seg.appended_length
