@@ -25,6 +25,9 @@ command -v fusermount3 >/dev/null || apt_missing+=(fuse3)
 command -v pkg-config >/dev/null || apt_missing+=(pkg-config)
 { command -v pkg-config >/dev/null && pkg-config --exists fuse3; } || apt_missing+=(libfuse3-dev)
 command -v getfattr >/dev/null || apt_missing+=(attr)
+# Spark (PySpark >= 4 needs Java >= 17) for the data source and its tests
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
+{ command -v java >/dev/null && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || apt_missing+=(openjdk-17-jre-headless)
 if ((${#apt_missing[@]})); then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "dev.sh: installing ${apt_missing[*]}" >&2
@@ -49,6 +52,7 @@ case "$mode" in
     exec .venv/bin/python examples/quickstart.py
     ;;
   test)
+    export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
     .venv/bin/ruff check tierfs fuse fsspec_impl tests examples
     .venv/bin/mypy
     exec .venv/bin/pytest -q tests

@@ -39,6 +39,7 @@ setup(
             "types-cachetools",
             "pandas",
             "pyarrow",
+            "pyspark>=4.0",
         ],
     },
     entry_points={

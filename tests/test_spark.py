@@ -1,0 +1,124 @@
+"""The PySpark data source on local[2]: batch reads equal the segment bytes split into
+records, across chunk and partition boundaries, the long-term store and the unflushed
+tail; executors read chunks directly."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import Daemon, start_daemon
+
+pytestmark = pytest.mark.skipif(shutil.which("java") is None,
+                                reason="Spark needs a Java runtime (./dev.sh test installs one)")
+
+KiB = 1 << 10
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    from tierfs.spark_source import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("tierfs-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .getOrCreate())
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def sdaemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    env = {"TIERFS_FLUSH_INTERVAL_S": "3600", "TIERFS_FLUSH_BYTES": str(64 << 20),
+           "TIERFS_MAX_CHUNK_BYTES": str(256 * KiB), "TIERFS_MAX_FLUSH_BYTES": str(128 * KiB)}
+    running = start_daemon(tmp_path_factory.mktemp("spark") / "data", env=env)
+    yield running
+    running.stop()
+
+
+def _lines(rng: random.Random, count: int) -> list[bytes]:
+    return [json.dumps({"user": f"u{rng.randrange(50)}", "n": i,
+                        "pad": "x" * rng.randrange(0, 3000)}).encode() for i in range(count)]
+
+
+def _expected(data: bytes) -> list[tuple[int, bytes]]:
+    records, position = [], 0
+    for line in data.split(b"\n"):
+        records.append((position, line))
+        position += len(line) + 1
+    if data.endswith(b"\n"):
+        records.pop()
+    return records
+
+
+def test_batch_lines_and_json_across_chunks_partitions_and_the_tail(spark: Any, sdaemon: Daemon) -> None:
+    client = sdaemon.client()
+    rng = random.Random(7)
+    client.create("logs/a", parents=True)
+    flushed = b"".join(line + b"\n" for line in _lines(rng, 800))
+    for start in range(0, len(flushed), 10 * KiB):  # appends cut records anywhere
+        client.append("logs/a", flushed[start : start + 10 * KiB])
+    client.op("flush", path="logs/a")
+    tail = b"".join(line + b"\n" for line in _lines(rng, 30)) + b'{"user": "last", "n": -1, "pad": ""}'
+    client.append("logs/a", tail)
+    client.create("logs/b")
+    client.append("logs/b", b'{"user": "b", "n": 0, "pad": ""}\n')
+    layout = client.layout("logs/a")
+    assert len(layout) >= 4 and client.stat("logs/a").flushed_length < client.stat("logs/a").length
+    data = flushed + tail
+
+    frame = (spark.read.format("tierfs").option("data_dir", str(sdaemon.data_dir))
+             .option("partition_bytes", str(100 * KiB)).load("tierfs://logs/"))
+    assert frame.rdd.getNumPartitions() > 4
+    rows = frame.collect()
+    got_a = sorted((r.offset, r.value.encode()) for r in rows if r.path == "logs/a")
+    assert got_a == _expected(data)
+    assert [(r.offset, r.value) for r in rows if r.path == "logs/b"] == [(0, '{"user": "b", "n": 0, "pad": ""}')]
+
+    typed = (spark.read.format("tierfs").option("format", "json").option("data_dir", str(sdaemon.data_dir))
+             .option("partition_bytes", str(64 * KiB))
+             .schema("path string, offset long, user string, n long").load("tierfs://logs/a"))
+    counts = {r.user: r.c for r in typed.groupBy("user").count().withColumnRenamed("count", "c").collect()}
+    expected_users = [json.loads(line)["user"] for _, line in _expected(data)]
+    assert counts == {u: expected_users.count(u) for u in set(expected_users)}
+    assert typed.agg({"n": "sum"}).collect()[0][0] == sum(json.loads(line)["n"] for _, line in _expected(data))
+    client.close()
+
+
+def test_batch_raw_blocks(spark: Any, sdaemon: Daemon) -> None:
+    client = sdaemon.client()
+    payload = os.urandom(700 * KiB + 3)
+    client.create("blobs/b1", parents=True)
+    client.append("blobs/b1", payload[: 500 * KiB])
+    client.op("flush", path="blobs/b1")
+    client.append("blobs/b1", payload[500 * KiB :])
+    rows = (spark.read.format("tierfs").option("format", "raw").option("block_size", str(64 * KiB))
+            .option("partition_bytes", str(128 * KiB)).option("data_dir", str(sdaemon.data_dir))
+            .load("tierfs://blobs/b1").orderBy("offset").collect())
+    assert [r.offset for r in rows] == list(range(0, len(payload), 64 * KiB))
+    assert b"".join(bytes(r.value) for r in rows) == payload
+    client.close()
+
+
+def test_partition_planning_never_splits_or_repeats_a_byte() -> None:
+    from tierfs.spark_source import plan_partitions, plan_ranges
+
+    layout = [{"start": 0, "end": 300}, {"start": 300, "end": 350}, {"start": 350, "end": 1000}]
+    ranges = plan_ranges("s", 1200, layout, 200)
+    assert ranges[0].start == 0 and ranges[-1].end == 1200
+    assert all(a.end == b.start for a, b in zip(ranges, ranges[1:], strict=False))
+    assert all(r.end - r.start <= 200 or r.end == 1200 for r in ranges)
+    small = plan_ranges("t", 10, [], 200) + plan_ranges("u", 20, [], 200)
+    assert len(plan_partitions(small, 200)) == 1
+    truncated = plan_ranges("v", 900, [{"start": 400, "end": 800}], 1000)
+    assert [(r.start, r.end) for r in truncated] == [(400, 900)]
