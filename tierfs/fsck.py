@@ -65,7 +65,7 @@ async def fsck(store: SegmentStore) -> FsckReport:
                 if chunk.location:
                     long_term = store.offloader._require_long_term()
                     storage, key = long_term.storage, long_term.key_of(chunk.location)
-                    await store.offloader.index_of(chunk)
+                    await store.offloader.index_of(chunk, cached=False)
                 size = await trio.to_thread.run_sync(storage.stat, key, limiter=store.tier2_limiter)
             except TierFSError as e:
                 problems.append(Problem(info.name, chunk.name, str(e)))

@@ -237,10 +237,7 @@ class MetadataStore:
             if cursor.rowcount != 1:
                 raise ConcurrentModificationError(f"segment {row.name!r} changed meanwhile")
             self._db.execute("DELETE FROM chunks WHERE segment_id=?", (row.segment_id,))
-            self._db.executemany(
-                "INSERT OR IGNORE INTO garbage (name, queued_ns) VALUES (?, ?)",
-                [(name, stamp) for name in names],
-            )
+            self._insert_garbage(names, stamp)
         return names
 
     # ------------------------------------------------------------ chunks
@@ -309,10 +306,7 @@ class MetadataStore:
                     "DELETE FROM chunks WHERE segment_id=? AND start_offset=?",
                     (chunk.segment_id, chunk.start_offset),
                 )
-            self._db.executemany(
-                "INSERT OR IGNORE INTO garbage (name, queued_ns) VALUES (?, ?)",
-                [(name, stamp) for chunk in chunks for name in garbage_names(chunk)],
-            )
+            self._insert_garbage([name for chunk in chunks for name in garbage_names(chunk)], stamp)
         return rev
 
     def all_chunks(self) -> Iterator[Any]:
@@ -321,12 +315,15 @@ class MetadataStore:
 
     # ------------------------------------------------------------ garbage
     def queue_garbage(self, names: list[str]) -> None:
-        stamp = now_ns()
         with self._transaction():
-            self._db.executemany(
-                "INSERT OR IGNORE INTO garbage (name, queued_ns) VALUES (?, ?)",
-                [(name, stamp) for name in names],
-            )
+            self._insert_garbage(names, now_ns())
+
+    def _insert_garbage(self, names: list[str], stamp: int) -> None:
+        """Caller holds a transaction."""
+        self._db.executemany(
+            "INSERT OR IGNORE INTO garbage (name, queued_ns) VALUES (?, ?)",
+            [(name, stamp) for name in names],
+        )
 
     def garbage(self, limit: int = 1000) -> list[str]:
         return [n for (n,) in self._db.execute("SELECT name FROM garbage LIMIT ?", (limit,))]

@@ -34,6 +34,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+import cachetools
 import trio
 
 from .blockcache import BlockCache
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 
 NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 INDEX_CACHE_BYTES = 8 << 20  # index objects are ~300 B + 4 B per MiB of chunk
+INDEX_CACHE_ENTRIES = 4096
 
 
 @dataclasses.dataclass
@@ -98,7 +100,9 @@ class Offloader:
         self._jobs: dict[int, OffloadJob] = {}  # by segment id
         self._running: set[int] = set()
         self._chunk_limiter = trio.CapacityLimiter(config.offload_concurrency)
-        self._index_cache = BlockCache(INDEX_CACHE_BYTES)
+        self._index_cache = BlockCache(INDEX_CACHE_BYTES)  # raw index objects, single flight
+        # decoded and checked indexes: a block read does not parse its index again
+        self._indexes: cachetools.LRUCache[str, Any] = cachetools.LRUCache(maxsize=INDEX_CACHE_ENTRIES)
         # (segment id, chunk start) -> completion time (s) of offloads whose
         # chunk-store copy still exists
         self._hot_pending: dict[tuple[int, int], float] = {}
@@ -379,8 +383,9 @@ class Offloader:
 
         return await trio.to_thread.run_sync(fetch_and_verify, limiter=self._store.tier2_limiter)
 
-    async def index_of(self, chunk: Any) -> Any:
-        """The chunk's ``OffloadIndex``, fetched once and cached, checked against the record."""
+    async def index_of(self, chunk: Any, *, cached: bool = True) -> Any:
+        """The chunk's ``OffloadIndex``, fetched once and cached, checked against the
+        record; ``cached=False`` (fsck) reads the object again."""
         long_term = self._require_long_term()
         keys = OffloadKeys.for_attempt(chunk.name, chunk.offload_attempt_uuid)
 
@@ -389,8 +394,14 @@ class Offloader:
                 long_term.read_all, keys.index, limiter=self._store.tier2_limiter
             )
 
-        raw = await self._index_cache.get(keys.index, fetch)
-        return decode_index(raw, chunk, long_term.url_of(keys.index))
+        if not cached:
+            return decode_index(await fetch(), chunk, long_term.url_of(keys.index))
+        index = self._indexes.get(keys.index)
+        if index is None:  # the key names one attempt of one chunk: its checks hold for good
+            raw = await self._index_cache.get(keys.index, fetch)
+            index = decode_index(raw, chunk, long_term.url_of(keys.index))
+            self._indexes[keys.index] = index
+        return index
 
     # ------------------------------------------------------------------ policies
     def chunk_facts(self, seg: SegmentState, chunks: list[Any]) -> list[ChunkFacts]:
@@ -415,8 +426,7 @@ class Offloader:
         now_s = store.clock()
         await self._delete_due_hot_copies(now_s)
         oldest_waiting: float | None = None
-        for seg in store.segments_with_policy():
-            policy = store.effective_policy(seg.name)
+        for seg, policy in store.segments_with_policy():
             chunks = await store.chunks_of(seg)
             facts = self.chunk_facts(seg, chunks)
             expire = head_chunks_to_expire(facts, policy, now_s, seg.durable_length)

@@ -698,24 +698,29 @@ class SegmentStore:
         parts = name.split("/") if name else []
         return [""] + ["/".join(parts[:depth]) for depth in range(1, len(parts))]
 
+    def _policy_chain(self, name: str) -> builtins.list[str]:
+        """The directories whose policies apply to ``name``, outermost first (itself
+        included if it is a directory)."""
+        return self._ancestors(name) + ([name] if name in self._directories else [])
+
     def effective_policy(self, name: str) -> Policy:
         """The policy that applies to ``name``: each key from the nearest directory
         (itself included if it is one) that sets it."""
         policy = Policy()
-        chain = self._ancestors(name) + ([name] if name in self._directories else [])
-        for directory in chain:
+        for directory in self._policy_chain(name):
             record = self._directory_record(directory)
             if record.policy_set:
                 policy = Policy.from_record(record).over(policy)
         return policy
 
-    def segments_with_policy(self) -> builtins.list[SegmentState]:
+    def segments_with_policy(self) -> builtins.list[tuple[SegmentState, Policy]]:
+        """Every segment a policy applies to, with that policy."""
         if not self._root_directory.policy_set and not any(
             r.policy_set for r in self._directories.values()
         ):
             return []
-        return [seg for seg in list(self._segments.values())
-                if not self.effective_policy(seg.name).is_empty]
+        found = [(seg, self.effective_policy(seg.name)) for seg in list(self._segments.values())]
+        return [(seg, policy) for seg, policy in found if not policy.is_empty]
 
     async def set_policy(self, name: str, assignments: dict[str, int | None]) -> dict[str, Any]:
         """Set (or, with None, unset) policy keys on a directory ('' is the root)."""
@@ -730,20 +735,15 @@ class SegmentStore:
             updated = type(old)()
             updated.CopyFrom(old)
             Policy.from_record(old).changed(assignments).store_in(updated)
-            # the change must leave every directory at and below this one consistent
-            saved = self._directory_record(directory)
             self._set_directory_record(directory, updated)
             try:
+                # the change must leave every directory at and below this one consistent
                 for inner in [directory, *self._directories]:
-                    if inner == directory or names.is_within(inner, directory) or directory == "":
+                    if inner == directory or names.is_within(inner, directory):
                         self.effective_policy(inner).check(inner)
-            except InvalidArgumentError:
-                self._set_directory_record(directory, saved)
-                raise
-            try:
                 await self.metadata_call(self.metadata.update_directory, directory, updated)
             except BaseException:
-                self._set_directory_record(directory, saved)
+                self._set_directory_record(directory, old)
                 raise
         self.offloader.wake()
         return self.get_policy(directory)
@@ -764,8 +764,7 @@ class SegmentStore:
         own = Policy.from_record(self._directory_record(canonical)).items() if (
             canonical == "" or canonical in self._directories) else {}
         effective: dict[str, dict[str, Any]] = {}
-        chain = self._ancestors(canonical) + ([canonical] if canonical in self._directories else [])
-        for directory in chain:
+        for directory in self._policy_chain(canonical):
             for key, value in Policy.from_record(self._directory_record(directory)).items().items():
                 effective[key] = {"value": value, "from": directory}
         return {"path": canonical, "set": own, "effective": effective}
