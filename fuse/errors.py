@@ -36,6 +36,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "out_of_range": errno.EINVAL,
     "truncated": errno.ENODATA,  # retention deleted these bytes from the head
     "already_running": errno.EBUSY,
+    "already_committed": errno.EALREADY,
     "corrupt": errno.EIO,
     "backlog_full": errno.ENOSPC,  # the unflushed backlog is at its bound
     "in_use": errno.EBUSY,

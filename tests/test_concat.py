@@ -1,4 +1,4 @@
-"""concat(target, source): metadata-only, atomic, no bytes copied; the building block of
+"""concat(target, sources): metadata-only, atomic, no bytes copied; the building block of
 exactly-once writes (a task's transaction segment merged into the target at commit)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from helpers import small_config, start_daemon
 
 from tierfs import open_store
 from tierfs.errors import (
+    AlreadyCommittedError,
     InvalidArgumentError,
     SegmentNotFoundError,
     SegmentSealedError,
@@ -108,6 +109,46 @@ async def test_bad_concats_change_nothing(store: SegmentStore) -> None:
     assert await store.read("done2") == b"also sealed"
 
 
+async def test_many_sources_in_order_in_one_transaction(store: SegmentStore) -> None:
+    parts = [os.urandom(100 * KiB + i) for i in range(4)]
+    await _fill(store, "out/r", b"head", seal=False)
+    for i, part in enumerate(parts):
+        await _fill(store, f"tx/p{i}", part, seal=True)
+    await _fill(store, "tx/open", b"unsealed", seal=False)
+    with pytest.raises(InvalidArgumentError, match="must be sealed"):  # one bad source: none moves
+        await store.concat("out/r", ["tx/p0", "tx/p1", "tx/open"])
+    assert await store.read("out/r") == b"head"
+    assert await store.read("tx/p0") == parts[0]
+    info = await store.concat("out/r", [f"tx/p{i}" for i in (2, 0, 3, 1)])
+    assert await store.read("out/r") == b"head" + parts[2] + parts[0] + parts[3] + parts[1]
+    assert info.length == 4 + sum(map(len, parts))
+    assert [i.name for i in await store.walk_segments()] == ["out/r", "tx/open"]
+    await store.flush()
+    assert (await fsck(store)).problems == []
+
+
+async def test_writer_marks_make_a_replayed_commit_change_nothing(tmp_path: Path) -> None:
+    config = small_config(tmp_path / "data")
+    async with open_store(config) as store:
+        await _fill(store, "out", b"", seal=False)
+        await _fill(store, "b0", b"batch 0\n", seal=True)
+        await store.concat("out", "b0", writer="query-1", writer_seq=0)
+        await _fill(store, "b0-again", b"batch 0\n", seal=True)
+        with pytest.raises(AlreadyCommittedError):
+            await store.concat("out", "b0-again", writer="query-1", writer_seq=0)
+        assert await store.read("b0-again") == b"batch 0\n"  # left for the caller to delete
+        await _fill(store, "other", b"other writer\n", seal=True)
+        await store.concat("out", "other", writer="query-2", writer_seq=0)
+        with pytest.raises(InvalidArgumentError):
+            await store.concat("out", "b0-again", writer_seq=3)
+    async with open_store(config) as store:  # the marks are durable
+        with pytest.raises(AlreadyCommittedError):
+            await store.concat("out", "b0-again", writer="query-1", writer_seq=0)
+        await _fill(store, "b1", b"batch 1\n", seal=True)
+        await store.concat("out", "b1", writer="query-1", writer_seq=1)
+        assert await store.read("out") == b"batch 0\nother writer\nbatch 1\n"
+
+
 def test_concat_through_the_daemon_and_the_cli(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path / "data")
     try:
@@ -122,6 +163,15 @@ def test_concat_through_the_daemon_and_the_cli(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "11"
         assert client.read("t") == b"hello world"
+        for name, data in (("x", b"!"), ("y", b"?"), ("s2", b"again")):
+            client.create(name)
+            client.append(name, data)
+            client.op("seal", path=name)
+        info = client.op("concat", target="t", sources=["y", "x"], writer="job", writer_seq=7)
+        assert info["length"] == 13 and client.read("t") == b"hello world?!"
+        with pytest.raises(AlreadyCommittedError):
+            client.op("concat", target="t", sources=["s2"], writer="job", writer_seq=7)
+        assert client.read("t") == b"hello world?!" and client.read("s2") == b"again"
         refused = subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(daemon.data_dir),
                                   "concat", "t", "t"], capture_output=True, text=True, timeout=60)
         assert refused.returncode == 1 and "onto itself" in refused.stderr

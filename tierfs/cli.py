@@ -124,7 +124,7 @@ async def _cmd(args: argparse.Namespace, store: Any) -> int:
     elif command == "mv":
         await store.rename(args.source, args.target)
     elif command == "concat":
-        info = await store.concat(args.target, args.source)
+        info = await store.concat(args.target, args.sources)
         print(info.length)
     elif command == "sync":
         print(await store.sync(args.path))
@@ -329,9 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("mv", "rename a segment or directory (metadata only)")
     p.add_argument("source")
     p.add_argument("target")
-    p = add("concat", "append sealed SOURCE to TARGET and remove it (metadata only); prints the new length")
+    p = add("concat", "append sealed SOURCEs, in order, to TARGET and remove them "
+                      "(metadata only, one transaction); prints the new length")
     p.add_argument("target")
-    p.add_argument("source")
+    p.add_argument("sources", nargs="+", metavar="source")
     p = add("sync", "make every appended byte durable; prints the durable length")
     p.add_argument("path", nargs="?")
     p = add("flush", "wait until tier-2 holds every durable byte")

@@ -243,8 +243,13 @@ class RemoteStore:
         _, durable = await self._call(self.client.follow_once, name, offset, timeout_s, 1)
         return int(durable)
 
-    async def concat(self, target: str, source: str) -> SegmentInfo:
-        info = info_from_json(await self._call(self.client.op, "concat", target=target, source=source))
+    async def concat(
+        self, target: str, sources: str | list[str], *, writer: str = "", writer_seq: int | None = None
+    ) -> SegmentInfo:
+        source_list = [sources] if isinstance(sources, str) else list(sources)
+        info = info_from_json(await self._call(
+            self.client.op, "concat", target=target, sources=source_list, writer=writer, writer_seq=writer_seq
+        ))
         assert isinstance(info, SegmentInfo)
         return info
 

@@ -169,6 +169,20 @@ class OffloadRunningError(TierFSError):
         self.name = name
 
 
+class AlreadyCommittedError(TierFSError):
+    """A concat carried a writer transaction number the target has already committed
+    (a replayed Spark batch, a retried commit); nothing was changed."""
+
+    code = "already_committed"
+
+    def __init__(self, name: str, writer: str, writer_seq: int, committed_seq: int) -> None:
+        super().__init__(
+            f"{name!r} already holds transaction {committed_seq} of writer {writer!r}; "
+            f"{writer_seq} is not newer"
+        )
+        self.name = name
+
+
 class DataCorruptionError(TierFSError, OSError):
     """Stored bytes failed their CRC32C check; no data was returned."""
 

@@ -64,6 +64,7 @@ STATUS_BY_CODE = {
     "out_of_range": 416,
     "truncated": 410,
     "already_running": 409,
+    "already_committed": 409,
     "corrupt": 500,
     "journal_corrupt": 500,
     "internal": 500,
@@ -87,6 +88,18 @@ def error_response(code: str, message: str, details: dict[str, Any] | None = Non
     headers = {"Retry-After": "1"} if code == "backlog_full" else None
     body = {"error": {"code": code, "message": message, "details": details or {}}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _concat_arguments(args: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """``source`` (one name) or ``sources`` (a list, concatenated in order), and the
+    optional ``writer``/``writer_seq`` transaction mark."""
+    sources = args.get("sources", [args.get("source", "")])
+    if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+        raise InvalidArgumentError("sources must be a list of segment names")
+    writer, writer_seq = args.get("writer", ""), args.get("writer_seq")
+    if not isinstance(writer, str) or not (writer_seq is None or type(writer_seq) is int):
+        raise InvalidArgumentError("writer must be a string and writer_seq an integer")
+    return sources, {"writer": writer, "writer_seq": writer_seq}
 
 
 def info_json(info: Any) -> dict[str, Any]:
@@ -298,7 +311,8 @@ def build_app(store: SegmentStore) -> Starlette:
         elif op == "set_durability":
             result = info_json(await store.set_durability(path, str(args.get("durability", ""))))
         elif op == "concat":
-            result = info_json(await store.concat(str(args.get("target", "")), str(args.get("source", ""))))
+            sources, mark = _concat_arguments(args)
+            result = info_json(await store.concat(str(args.get("target", "")), sources, **mark))
         elif op == "offload":
             result = await store.offload(path, args.get("up_to"))
         elif op == "offload_status":

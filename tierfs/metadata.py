@@ -276,19 +276,20 @@ class MetadataStore:
                 )
         return rev
 
-    def concat(self, target: SegmentRow, target_record: Any, source: SegmentRow, moved: list[Any]) -> int:
-        """Metadata-only concat: ``moved`` (the source's chunk records, re-addressed to
-        the target) join the target, the target gets its new record and the source
-        disappears, in one transaction conditional on both revisions. No object is
+    def concat(self, target: SegmentRow, target_record: Any, sources: list[SegmentRow], moved: list[Any]) -> int:
+        """Metadata-only concat: ``moved`` (the sources' chunk records, re-addressed to
+        the target) join the target, the target gets its new record and the sources
+        disappear, in one transaction conditional on every revision. No object is
         touched. Returns the target's new revision."""
         with self._transaction():
             rev = self._update_segment(target, target_record)
-            cursor = self._db.execute(
-                "DELETE FROM segments WHERE id=? AND rev=?", (source.segment_id, source.rev)
-            )
-            if cursor.rowcount != 1:
-                raise ConcurrentModificationError(f"segment {source.name!r} changed meanwhile")
-            self._db.execute("DELETE FROM chunks WHERE segment_id=?", (source.segment_id,))
+            for source in sources:
+                cursor = self._db.execute(
+                    "DELETE FROM segments WHERE id=? AND rev=?", (source.segment_id, source.rev)
+                )
+                if cursor.rowcount != 1:
+                    raise ConcurrentModificationError(f"segment {source.name!r} changed meanwhile")
+                self._db.execute("DELETE FROM chunks WHERE segment_id=?", (source.segment_id,))
             self._db.executemany(
                 "INSERT INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
                 [(c.segment_id, c.start_offset, records.encode(c)) for c in moved],

@@ -60,6 +60,10 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("sealed_ns", "uint64", False),  # when it was last sealed (offload_after_s)
         # bytes below this offset were deleted by retention (whole chunks from the head)
         ("start_offset", "uint64", False),
+        # transactions committed by concat with a writer id (Pravega's segment
+        # attributes): parallel lists, writer id -> highest committed writer_seq
+        ("txn_writer_ids", "string", True),
+        ("txn_writer_seqs", "uint64", True),
     ],
     "ChunkRecord": [
         ("version", "uint32", False),

@@ -24,7 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
 import trio
@@ -34,6 +34,7 @@ from .blockcache import BlockCache, CacheStatistics
 from .chunkstore import ChunkStorage, open_chunk_storage
 from .config import DURABILITY_LEVELS, StoreConfig
 from .errors import (
+    AlreadyCommittedError,
     AppendTooLargeError,
     BacklogFullError,
     BadOffsetError,
@@ -85,6 +86,21 @@ class SegmentInfo:
     modified: float
     start_offset: int = 0  # retention deleted the bytes below it
     type: str = "segment"
+
+
+MAX_WRITER_MARKS = 1024  # per segment; the oldest writer's mark is dropped beyond this
+
+
+def _set_writer_mark(record: Any, writer: str, writer_seq: int) -> None:
+    """Record ``writer_seq`` as ``writer``'s last committed transaction, most recent last."""
+    marks = dict(zip(record.txn_writer_ids, record.txn_writer_seqs, strict=True))
+    marks.pop(writer, None)
+    marks[writer] = writer_seq
+    kept = list(marks.items())[-MAX_WRITER_MARKS:]
+    del record.txn_writer_ids[:]
+    del record.txn_writer_seqs[:]
+    record.txn_writer_ids.extend(name for name, _ in kept)
+    record.txn_writer_seqs.extend(seq for _, seq in kept)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,76 +438,116 @@ class SegmentStore:
                     seg.row = dataclasses.replace(seg.row, name=after)
                     self._segments[after] = seg
 
-    async def concat(self, target: str, source: str) -> SegmentInfo:
-        """Append the sealed segment ``source`` to the end of ``target`` and remove
-        ``source``: metadata only (its chunks join the target's list, no byte is copied),
-        one metadata transaction. Appends to ``target`` that arrive meanwhile wait and
-        land after the source's bytes."""
+    async def concat(
+        self, target: str, sources: str | list[str], *, writer: str = "", writer_seq: int | None = None
+    ) -> SegmentInfo:
+        """Append the sealed segment(s) ``sources``, in order, to the end of ``target``
+        and remove them: metadata only (their chunks join the target's list, no byte is
+        copied), one metadata transaction for all of them. Appends to ``target`` that
+        arrive meanwhile wait and land after the sources' bytes.
+
+        With ``writer`` and ``writer_seq`` the concat is also a deduplicated transaction
+        commit (Pravega's segment attributes): the target remembers the highest
+        ``writer_seq`` committed per ``writer``, and a concat whose ``writer_seq`` is not
+        above it raises ``AlreadyCommittedError`` and changes nothing."""
+        source_names = [sources] if isinstance(sources, str) else list(sources)
+        if not source_names:
+            raise InvalidArgumentError("concat needs at least one source")
+        if writer_seq is not None and (not writer or writer_seq < 0):
+            raise InvalidArgumentError("writer_seq needs a writer id and must be >= 0")
+        if writer and writer_seq is None:
+            raise InvalidArgumentError("a writer id needs a writer_seq")
         dst = self._segment(target)
-        src = self._segment(source)
-        if dst is src:
-            raise InvalidArgumentError(f"cannot concat {dst.name!r} onto itself")
-        if not src.sealed:
-            raise InvalidArgumentError(f"concat source {src.name!r} must be sealed first")
+        srcs = [self._segment(name) for name in source_names]
+        if len({id(seg) for seg in [dst, *srcs]}) != len(srcs) + 1:
+            raise InvalidArgumentError(f"cannot concat {dst.name!r} onto itself or name a source twice")
         if dst.sealed:
             raise SegmentSealedError(dst.name)
-        if src.start_offset:
-            raise InvalidArgumentError(
-                f"concat source {src.name!r} lost its head to retention; it cannot be concatenated"
-            )
-        if self.offloader.is_running(src):
-            raise OffloadRunningError(src.name)
+        self._check_writer_seq(dst, writer, writer_seq)
+        for src in srcs:
+            if not src.sealed:
+                raise InvalidArgumentError(f"concat source {src.name!r} must be sealed first")
+            if src.start_offset:
+                raise InvalidArgumentError(
+                    f"concat source {src.name!r} lost its head to retention; it cannot be concatenated"
+                )
+            if self.offloader.is_running(src):
+                raise OffloadRunningError(src.name)
         if dst.merge_done is not None:
             raise ConcurrentModificationError(f"a concat into {dst.name!r} is running; retry")
-        await self.flush(src.name)
+        for src in srcs:
+            await self.flush(src.name)
         dst.merge_done = trio.Event()
         try:
             await self.flush(dst.name)  # appends wait from now on: this empties its tail
-            first, second = sorted((dst, src), key=lambda seg: seg.segment_id)
-            async with self._namespace_lock, first.meta_lock, second.meta_lock:
-                if src.deleted or dst.deleted:
-                    raise SegmentNotFoundError(src.name if src.deleted else dst.name)
-                if not src.sealed or src.flushed_length != src.appended_length:
-                    raise ConcurrentModificationError(f"{src.name!r} changed during the concat")
-                base = dst.flushed_length
-                if dst.appended_length != base:
-                    raise ConcurrentModificationError(f"{dst.name!r} changed during the concat")
-                source_chunks = await self.chunks_of(src)
-                await self.chunks_of(dst)
-                moved = []
-                for chunk in source_chunks:
-                    copy = type(chunk)()
-                    copy.CopyFrom(chunk)
-                    copy.segment_id = dst.segment_id
-                    copy.start_offset = base + chunk.start_offset
-                    moved.append(copy)
-                record = type(dst.record)()
-                record.CopyFrom(dst.record)
-                record.flushed_length = base + src.flushed_length
-                record.chunk_count = record.chunk_count + len(moved)
-                record.modified_ns = now_ns()
-                rev = await self.metadata_call(self.metadata.concat, dst.row, record, src.row, moved)
-                dst.row = SegmentRow(dst.segment_id, dst.name, rev, record)
-                assert dst.chunks is not None
-                dst.set_chunks([*dst.chunks, *moved])
-                length = src.flushed_length
-                dst.appended_length = dst.durable_length = base + length
-                src.deleted = True
-                del self._segments[src.name]
-                del self._segments_by_id[src.segment_id]
-                self.offloader.chunks_moved({
-                    (src.segment_id, int(c.start_offset)): (dst.segment_id, base + int(c.start_offset))
-                    for c in source_chunks
-                })
+            async with AsyncExitStack() as locks:
+                await locks.enter_async_context(self._namespace_lock)
+                for seg in sorted([dst, *srcs], key=lambda seg: seg.segment_id):
+                    await locks.enter_async_context(seg.meta_lock)
+                moves = await self._concat_locked(dst, srcs, writer, writer_seq)
         finally:
             done, dst.merge_done = dst.merge_done, None
             done.set()
-        src.notify_grew()
-        src.notify_flushed()
+        self.offloader.chunks_moved(moves)
+        for src in srcs:
+            src.notify_grew()
+            src.notify_flushed()
         dst.notify_grew()
         for listener in self.growth_listeners:
             listener(dst)
         return self._segment_info(dst)
+
+    @staticmethod
+    def _check_writer_seq(dst: SegmentState, writer: str, writer_seq: int | None) -> None:
+        if writer and writer_seq is not None:
+            marks = dict(zip(dst.record.txn_writer_ids, dst.record.txn_writer_seqs, strict=True))
+            if writer in marks and writer_seq <= marks[writer]:
+                raise AlreadyCommittedError(dst.name, writer, writer_seq, marks[writer])
+
+    async def _concat_locked(
+        self, dst: SegmentState, srcs: list[SegmentState], writer: str, writer_seq: int | None
+    ) -> dict[tuple[int, int], tuple[int, int]]:
+        """The concat's one transaction; caller holds the namespace lock and every
+        segment's ``meta_lock``. Returns the moved chunks' old -> new addresses."""
+        for seg in [dst, *srcs]:
+            if seg.deleted:
+                raise SegmentNotFoundError(seg.name)
+        for src in srcs:
+            if not src.sealed or src.flushed_length != src.appended_length:
+                raise ConcurrentModificationError(f"{src.name!r} changed during the concat")
+        if dst.sealed or dst.appended_length != dst.flushed_length:
+            raise ConcurrentModificationError(f"{dst.name!r} changed during the concat")
+        self._check_writer_seq(dst, writer, writer_seq)
+        await self.chunks_of(dst)
+        base = dst.flushed_length
+        moved = []
+        moves: dict[tuple[int, int], tuple[int, int]] = {}
+        for src in srcs:
+            for chunk in await self.chunks_of(src):
+                copy = type(chunk)()
+                copy.CopyFrom(chunk)
+                copy.segment_id = dst.segment_id
+                copy.start_offset = base + chunk.start_offset
+                moved.append(copy)
+                moves[(src.segment_id, int(chunk.start_offset))] = (dst.segment_id, int(copy.start_offset))
+            base += src.flushed_length
+        record = type(dst.record)()
+        record.CopyFrom(dst.record)
+        record.flushed_length = base
+        record.chunk_count = record.chunk_count + len(moved)
+        record.modified_ns = now_ns()
+        if writer and writer_seq is not None:
+            _set_writer_mark(record, writer, writer_seq)
+        rev = await self.metadata_call(self.metadata.concat, dst.row, record, [s.row for s in srcs], moved)
+        dst.row = SegmentRow(dst.segment_id, dst.name, rev, record)
+        assert dst.chunks is not None
+        dst.set_chunks([*dst.chunks, *moved])
+        dst.appended_length = dst.durable_length = base
+        for src in srcs:
+            src.deleted = True
+            del self._segments[src.name]
+            del self._segments_by_id[src.segment_id]
+        return moves
 
     # ------------------------------------------------------------------ data
     async def append(
