@@ -1,4 +1,5 @@
-"""Shared fixtures: small-threshold store configs, an open store, an S3 server.
+"""Shared fixtures: small-threshold store configs, an open store, an S3 server, one
+SparkSession.
 
 The S3-protocol server is moto in server mode, started once per session on
 127.0.0.1 with a free port; buckets are created with boto3 (s3fs's mkdir sends a
@@ -8,6 +9,7 @@ location constraint moto rejects for us-east-1).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
@@ -108,3 +111,24 @@ def tfs(served_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> TierFileSyste
     fs = fsspec.filesystem("tierfs")
     assert isinstance(fs, TierFileSystem)
     return fs
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One SparkSession for the whole run: local[2] with up to 4 attempts per task (the
+    ``,4``), so a test can fail a task once and watch Spark retry it."""
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs a Java runtime (./dev.sh test installs one)")
+    from pyspark.sql import SparkSession
+
+    from tierfs.spark_source import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2,4]").appName("tierfs-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()

@@ -1,4 +1,4 @@
-"""The PySpark data source on local[2]: batch reads equal the segment bytes split into
+"""The PySpark data source on local[2] (the session-wide ``spark`` fixture): batch reads equal the segment bytes split into
 records, across chunk and partition boundaries, the long-term store and the unflushed
 tail; executors read chunks directly."""
 
@@ -8,8 +8,9 @@ import json
 import os
 import random
 import shutil
-import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,22 +20,6 @@ pytestmark = pytest.mark.skipif(shutil.which("java") is None,
                                 reason="Spark needs a Java runtime (./dev.sh test installs one)")
 
 KiB = 1 << 10
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from tierfs.spark_source import register
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("tierfs-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .getOrCreate())
-    register(session)
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
@@ -111,14 +96,64 @@ def test_batch_raw_blocks(spark: Any, sdaemon: Daemon) -> None:
 
 
 def test_partition_planning_never_splits_or_repeats_a_byte() -> None:
-    from tierfs.spark_source import plan_partitions, plan_ranges
+    from tierfs.spark_read import plan_partitions, plan_ranges
 
     layout = [{"start": 0, "end": 300}, {"start": 300, "end": 350}, {"start": 350, "end": 1000}]
-    ranges = plan_ranges("s", 1200, layout, 200)
+    ranges = plan_ranges("s", layout, 0, 1200, 200)
     assert ranges[0].start == 0 and ranges[-1].end == 1200
     assert all(a.end == b.start for a, b in zip(ranges, ranges[1:], strict=False))
     assert all(r.end - r.start <= 200 or r.end == 1200 for r in ranges)
-    small = plan_ranges("t", 10, [], 200) + plan_ranges("u", 20, [], 200)
+    small = plan_ranges("t", [], 0, 10, 200) + plan_ranges("u", [], 0, 20, 200)
     assert len(plan_partitions(small, 200)) == 1
-    truncated = plan_ranges("v", 900, [{"start": 400, "end": 800}], 1000)
+    truncated = plan_ranges("v", [{"start": 400, "end": 800}], 400, 900, 1000, 400)
     assert [(r.start, r.end) for r in truncated] == [(400, 900)]
+    middle = plan_ranges("w", layout, 320, 700, 200)  # a micro-batch's slice
+    assert middle[0].start == 320 and middle[-1].end == 700 and all(r.length == 700 for r in middle)
+    assert all(a.end == b.start and b.end - b.start <= 200 for a, b in zip(middle, middle[1:], strict=False))
+
+
+def test_batch_reads_history_offloaded_to_s3(
+    spark: Any, s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """After offload (hot copies deleted), executors read the long-term objects: directly
+    from S3 when given storage options (the daemon issues no GET), else via the daemon."""
+    url, options = s3_bucket
+    env = {"TIERFS_OFFLOAD_TO": f"s3://{url.split('/')[2]}/longterm",
+           "TIERFS_OFFLOAD_ENDPOINT_URL": str(options["endpoint_url"]),
+           "TIERFS_OFFLOAD_DELETION_LAG_S": "0", "TIERFS_FLUSH_INTERVAL_S": "3600",
+           "TIERFS_MAX_CHUNK_BYTES": str(256 * KiB), "TIERFS_MAX_FLUSH_BYTES": str(128 * KiB)}
+    daemon = start_daemon(tmp_path / "data", env=env)
+    try:
+        client = daemon.client()
+        data = b"".join(line + b"\n" for line in _lines(random.Random(3), 500))
+        client.create("hist/day1", parents=True)
+        for start in range(0, len(data), 7 * KiB):
+            client.append("hist/day1", data[start : start + 7 * KiB])
+        client.op("seal", path="hist/day1")
+        client.op("flush", path="hist/day1")
+        client.op("offload", path="hist/day1")
+        deadline = time.monotonic() + 60
+        while client.op("offload_status", path="hist/day1")["state"] == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        layout = client.layout("hist/day1")
+        assert len(layout) >= 3 and all(entry["url"].startswith("s3://") for entry in layout)
+        assert not list((daemon.data_dir / "chunks").rglob("e*-c*"))  # hot copies deleted
+
+        def read(**extra: str) -> list[tuple[int, bytes]]:
+            frame = (spark.read.format("tierfs").option("data_dir", str(daemon.data_dir))
+                     .option("partition_bytes", str(200 * KiB)))
+            for key, value in extra.items():
+                frame = frame.option(key, value)
+            return sorted((r.offset, r.value.encode()) for r in frame.load("tierfs://hist/").collect())
+
+        gets_before = client.metrics()["tierfs_tier2_gets_total"]
+        # credentials in the options: executors do not inherit this test's environment
+        direct = {**options, "key": "testing", "secret": "testing"}
+        assert read(chunk_storage_options=json.dumps(direct)) == _expected(data)
+        assert client.metrics()["tierfs_tier2_gets_total"] == gets_before  # the executors did the GETs
+        assert read() == _expected(data)
+        assert client.metrics()["tierfs_tier2_gets_total"] > gets_before  # through the daemon
+        client.close()
+    finally:
+        daemon.stop()

@@ -1,0 +1,260 @@
+"""Reading side of the Spark data source: plan partitions from chunk layouts, and turn
+segment bytes into rows (shared by batch and streaming reads).
+
+Invariants:
+- A partition covers ranges ``[start, end)`` of segment snapshots; ``length`` of a
+  snapshot bounds every read, so nothing past it is ever returned.
+- Ranges follow the chunk layout: chunks are merged up to ``partition_bytes`` and
+  larger ones split at that size; small segments share a partition.
+- A record belongs to the range its first byte is in: a range skips a record that began
+  before it and finishes the one that crosses its end, so each record is read exactly
+  once whatever the boundaries (chunks, partitions, micro-batches, the tail).
+- Executors read flushed bytes straight from chunk objects (``DirectChunkReader``, every
+  block CRC-checked; offloaded chunks from the long-term store when
+  ``chunk_storage_options`` are given) and only the rest, or chunks they cannot open,
+  through the daemon.
+- Directory walks skip names that start with ``_`` or ``.``, as Spark's file sources
+  do: that is where writers keep their transaction segments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from .client import TierClient, discover_url
+from .direct_read import ChunkUnavailable, DirectChunkReader, SegmentLayout
+from .errors import InvalidArgumentError
+from .names import basename
+from .store import SegmentInfo
+
+MiB = 1 << 20
+DEFAULT_PARTITION_BYTES = 64 * MiB
+READ_PIECE_BYTES = 4 * MiB
+FORMATS = ("lines", "json", "raw")
+DEFAULT_SCHEMAS = {
+    "lines": "path string, offset long, value string",
+    "raw": "path string, offset long, value binary",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentRange:
+    """Records starting in ``[start, end)`` of one segment snapshot."""
+
+    path: str
+    length: int  # the snapshot's readable length: nothing past it is read
+    start: int
+    end: int
+    layout: list[dict[str, Any]]
+    first: int = 0  # the segment's first readable byte (retention deleted those below)
+
+
+@dataclasses.dataclass(frozen=True)
+class TierPartition(InputPartition):
+    ranges: tuple[SegmentRange, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """The options every reader understands, validated once on the driver."""
+
+    path: str
+    format: str
+    block_size: int
+    partition_bytes: int
+    url: str | None
+    data_dir: str | None
+    token: str | None
+    chunk_storage_options: dict[str, Any] | None
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> ReadOptions:
+        form = options.get("format", "lines")
+        if form not in FORMATS:
+            raise InvalidArgumentError(f"format must be one of {FORMATS}, not {form!r}")
+        try:
+            block_size = int(options.get("block_size", MiB))
+            partition_bytes = int(options.get("partition_bytes", DEFAULT_PARTITION_BYTES))
+            storage = options.get("chunk_storage_options")
+            storage_options = json.loads(storage) if storage else None
+        except ValueError as e:
+            raise InvalidArgumentError(f"bad tierfs read option: {e}") from None
+        if block_size < 1 or partition_bytes < 1:
+            raise InvalidArgumentError("block_size and partition_bytes must be >= 1")
+        return cls(strip_scheme(options.get("path", "")), form, block_size, partition_bytes,
+                   options.get("url"), options.get("data_dir"), options.get("token"), storage_options)
+
+    def client(self) -> TierClient:
+        return TierClient(self.url or discover_url(self.data_dir or None), self.token)
+
+
+def strip_scheme(path: str) -> str:
+    return path[len("tierfs://"):] if path.startswith("tierfs://") else path
+
+
+def walk_segments(client: TierClient, path: str) -> list[SegmentInfo]:
+    """The segment at ``path``, or every segment below the directory ``path``."""
+    info = client.stat(path)
+    if isinstance(info, SegmentInfo):
+        return [info]
+    found: list[SegmentInfo] = []
+    for entry in client.ls(path):
+        if basename(entry.name).startswith(("_", ".")):
+            continue
+        found += [entry] if isinstance(entry, SegmentInfo) else walk_segments(client, entry.name)
+    return found
+
+
+def plan_ranges(path: str, layout: list[dict[str, Any]], start: int, end: int,
+                target_bytes: int, first: int = 0) -> list[SegmentRange]:
+    """Split ``[start, end)`` of one segment snapshot into ranges of about
+    ``target_bytes`` along chunk boundaries (chunks merged while they fit, large ones
+    cut at the target size)."""
+    bounds = [start]
+    for chunk in layout:
+        low, high = max(int(chunk["start"]), start), min(int(chunk["end"]), end)
+        if high <= low:
+            continue
+        position = low
+        while high - position > target_bytes:
+            position += target_bytes
+            bounds.append(position)
+        bounds.append(high)
+    if bounds[-1] < end:
+        bounds.append(end)
+    merged = [bounds[0]]  # consecutive pieces joined while they stay within the target
+    previous = bounds[0]
+    for bound in bounds[1:]:
+        if bound - merged[-1] > target_bytes and previous > merged[-1]:
+            merged.append(previous)
+        previous = bound
+    if merged[-1] != bounds[-1] or len(merged) == 1:
+        merged.append(bounds[-1])
+    return [SegmentRange(path, end, low, high, layout, first)
+            for low, high in zip(merged, merged[1:], strict=False) if high > low]
+
+
+def plan_partitions(ranges: list[SegmentRange], target_bytes: int) -> list[TierPartition]:
+    """Group ranges into partitions of about ``target_bytes`` (small segments share one)."""
+    partitions: list[TierPartition] = []
+    group: list[SegmentRange] = []
+    size = 0
+    for item in ranges:
+        if group and size + (item.end - item.start) > target_bytes:
+            partitions.append(TierPartition(tuple(group)))
+            group, size = [], 0
+        group.append(item)
+        size += item.end - item.start
+    if group:
+        partitions.append(TierPartition(tuple(group)))
+    return partitions
+
+
+class SegmentBytes:
+    """Bytes of one segment snapshot: chunks directly where possible, else the daemon."""
+
+    def __init__(self, client: TierClient, direct: DirectChunkReader, item: SegmentRange) -> None:
+        self._client = client
+        self._direct = direct
+        self._path = item.path
+        self._length = item.length
+        self._layout = SegmentLayout.from_json(item.layout)
+
+    def read(self, start: int, end: int) -> bytes:
+        end = min(end, self._length)
+        if end <= start:
+            return b""
+        flushed = min(end, self._layout.flushed_end)
+        pieces = []
+        if start < flushed:
+            try:
+                pieces.append(self._direct.read(self._layout, start, flushed))
+            except ChunkUnavailable:
+                pieces.append(self._client.read(self._path, start, flushed))
+            start = flushed
+        if start < end:
+            pieces.append(self._client.read(self._path, start, end))
+        return b"".join(pieces)
+
+
+def iter_lines(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, bytes]]:
+    """(offset, line without its newline) of every line that starts in the range."""
+    position = item.start
+    if position > item.first and source.read(position - 1, position) != b"\n":
+        # the line in progress at ``start`` belongs to the previous range: skip it
+        while True:
+            piece = source.read(position, position + READ_PIECE_BYTES)
+            if not piece:
+                return
+            newline = piece.find(b"\n")
+            if newline >= 0:
+                position += newline + 1
+                break
+            position += len(piece)
+    buffer = b""
+    buffer_start = position
+    while buffer_start < item.end:
+        piece = source.read(buffer_start + len(buffer), buffer_start + len(buffer) + READ_PIECE_BYTES)
+        if not piece:
+            if buffer:
+                yield buffer_start, buffer  # the last record, without a newline
+            return
+        buffer += piece
+        while buffer_start < item.end:
+            newline = buffer.find(b"\n")
+            if newline < 0:
+                break
+            yield buffer_start, buffer[:newline]
+            buffer = buffer[newline + 1 :]
+            buffer_start += newline + 1
+
+
+def iter_blocks(source: SegmentBytes, item: SegmentRange, block_size: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of every ``block_size`` block that starts in the range; blocks
+    are aligned to multiples of ``block_size``, except a first one cut by retention."""
+    offset = item.start if item.start == item.first else -(-item.start // block_size) * block_size
+    while offset < item.end:
+        block_end = (offset // block_size + 1) * block_size
+        yield offset, source.read(offset, block_end)
+        offset = block_end
+
+
+def _json_record(path: str, offset: int, line: bytes) -> dict[str, Any]:
+    if not line.strip():
+        return {}
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise InvalidArgumentError(f"{path!r} at offset {offset}: not a JSON line ({e})") from None
+    if not isinstance(record, dict):
+        raise InvalidArgumentError(f"{path!r} at offset {offset}: a JSON line must hold an object")
+    return record
+
+
+def read_partition(options: ReadOptions, schema: StructType, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    """The rows of one partition (runs on an executor)."""
+    assert isinstance(partition, TierPartition)
+    client = options.client()
+    direct = DirectChunkReader(options.chunk_storage_options)
+    names = schema.fieldNames()
+    try:
+        for item in partition.ranges:
+            source = SegmentBytes(client, direct, item)
+            if options.format == "raw":
+                for offset, block in iter_blocks(source, item, options.block_size):
+                    yield (item.path, offset, block)
+                continue
+            for offset, line in iter_lines(source, item):
+                if options.format == "lines":
+                    yield (item.path, offset, line.decode("utf-8", "replace"))
+                else:
+                    values = {**_json_record(item.path, offset, line), "path": item.path, "offset": offset}
+                    yield tuple(values.get(name) for name in names)
+    finally:
+        client.close()
