@@ -244,7 +244,7 @@ class RemoteStore:
         return int(durable)
 
     async def concat(
-        self, target: str, sources: str | list[str], *, writer: str = "", writer_seq: int | None = None
+        self, target: str, sources: str | builtins.list[str], *, writer: str = "", writer_seq: int | None = None
     ) -> SegmentInfo:
         source_list = [sources] if isinstance(sources, str) else list(sources)
         info = info_from_json(await self._call(

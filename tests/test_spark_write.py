@@ -1,0 +1,121 @@
+"""Exactly-once Spark writes into tierfs on local[2] (up to 4 attempts per task): a task
+that fails after writing part of its rows is retried and its partial transaction
+segment never reaches the target; an aborted job leaves the target as it was; nothing
+is left in ``_tierfs_tx``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import Daemon, start_daemon
+
+PAD = "x" * 3000  # ~3 KiB rows: a task appends (1 MiB buffers) well before it fails
+
+
+@pytest.fixture(scope="module")
+def sdaemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    running = start_daemon(tmp_path_factory.mktemp("write") / "data")
+    yield running
+    running.stop()
+
+
+def _frame(spark: Any, fail_at: int, always: bool) -> Any:
+    """Ids 0..3999 in 4 partitions with a payload; the row ``fail_at`` raises in the
+    first attempt of its task (or in every attempt with ``always``)."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import udf
+
+    @udf("string")
+    def payload(i: int) -> str:
+        context = TaskContext.get()
+        if i == fail_at and (always or context.attemptNumber() == 0):
+            raise RuntimeError(f"injected failure at row {i}")
+        return f"{i:06d}{PAD}"
+
+    return spark.range(0, 4000, 1, 4).withColumn("payload", payload("id"))
+
+
+def _appended(daemon: Daemon) -> float:
+    client = daemon.client()
+    try:
+        return client.metrics()["tierfs_appended_bytes_total"]
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def small_batches(spark: Any) -> Iterator[None]:
+    """Rows reach the writer 100 at a time (not 10,000), so a task fails mid-write."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    old = spark.conf.get(key)
+    spark.conf.set(key, "100")
+    yield
+    spark.conf.set(key, old)
+
+
+def test_a_failed_task_is_retried_and_its_partial_rows_never_land(
+    spark: Any, sdaemon: Daemon, small_batches: None
+) -> None:
+    before = _appended(sdaemon)
+    (_frame(spark, fail_at=1900, always=False).write.format("tierfs").mode("append")
+     .option("data_dir", str(sdaemon.data_dir)).save("tierfs://out/result"))
+    client = sdaemon.client()
+    data = client.read("out/result")
+    rows = [json.loads(line) for line in data.splitlines()]
+    assert sorted(r["id"] for r in rows) == list(range(4000))  # each row exactly once
+    assert all(r["payload"] == f"{r['id']:06d}{PAD}" for r in rows)
+    assert [r["id"] for r in rows] == list(range(4000))  # partitions land in order
+    # the failed attempt did write (at least one 1 MiB append) before it failed
+    assert _appended(sdaemon) - before >= len(data) + (1 << 20)
+    assert [e.name for e in client.ls("out")] == ["out/result"]  # _tierfs_tx cleaned up
+
+    (_frame(spark, fail_at=-1, always=False).limit(10).write.format("tierfs").mode("append")
+     .option("data_dir", str(sdaemon.data_dir)).save("tierfs://out/result"))
+    assert len(client.read("out/result").splitlines()) == 4010  # a second job appends
+    client.close()
+
+
+def test_an_aborted_job_leaves_the_target_unchanged(spark: Any, sdaemon: Daemon, small_batches: None) -> None:
+    client = sdaemon.client()
+    client.create("keep/result", parents=True)
+    client.append("keep/result", b'{"id": -1}\n')
+    before = _appended(sdaemon)
+    with pytest.raises(Exception, match="injected failure"):
+        (_frame(spark, fail_at=2500, always=True).write.format("tierfs").mode("append")
+         .option("data_dir", str(sdaemon.data_dir)).save("tierfs://keep/result"))
+    assert _appended(sdaemon) - before > 1 << 20  # tasks wrote transaction segments
+    assert client.read("keep/result") == b'{"id": -1}\n'
+    assert [e.name for e in client.ls("keep")] == ["keep/result"]
+    client.close()
+
+
+def test_lines_and_raw_formats_and_refusals(spark: Any, sdaemon: Daemon) -> None:
+    from tierfs.errors import InvalidArgumentError
+    from tierfs.spark_write import TierWriter
+
+    options = {"data_dir": str(sdaemon.data_dir)}
+    lines = spark.createDataFrame([(f"line {i}",) for i in range(100)], "value string").repartition(3)
+    lines.write.format("tierfs").mode("append").options(format="lines", **options).save("tierfs://fmt/lines")
+    blobs = spark.createDataFrame([(bytes([i]) * 10,) for i in range(20)], "value binary").coalesce(1)
+    blobs.write.format("tierfs").mode("append").options(format="raw", **options).save("tierfs://fmt/raw")
+    client = sdaemon.client()
+    assert sorted(client.read("fmt/lines").decode().splitlines()) == sorted(f"line {i}" for i in range(100))
+    assert client.read("fmt/raw") == b"".join(bytes([i]) * 10 for i in range(20))
+    back = spark.read.format("tierfs").options(**options).load("tierfs://fmt/lines")
+    assert back.count() == 100
+
+    with pytest.raises(Exception, match="append-only"):
+        lines.write.format("tierfs").mode("overwrite").options(**options).save("tierfs://fmt/lines")
+    with pytest.raises(InvalidArgumentError, match="exactly one string column"):
+        TierWriter({**options, "path": "fmt/x", "format": "lines"}, _frame(spark, -1, False).schema, False)
+    client.op("mkdir", path="fmt/dir")
+    with pytest.raises(InvalidArgumentError, match="is a directory"):
+        TierWriter({**options, "path": "fmt/dir"}, lines.schema, False)
+    client.op("seal", path="fmt/raw")
+    with pytest.raises(InvalidArgumentError, match="sealed"):
+        TierWriter({**options, "path": "fmt/raw", "format": "raw"}, blobs.schema, False)
+    assert client.read("fmt/raw") == b"".join(bytes([i]) * 10 for i in range(20))
+    client.close()
