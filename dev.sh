@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian/Ubuntu machine (see README.md):
-#   ./dev.sh demo     install what is missing, then run the demo on embedded defaults
+#   ./dev.sh demo     install what is missing, then run the example pipeline
+#                     (examples/pipeline.py) on embedded defaults
 #   ./dev.sh test     install what is missing, then run ruff, mypy and the test suite
 # It installs only what is missing: apt packages (as root, or through sudo), a .venv
 # with tierfs and its test dependencies. Re-running it is cheap.
@@ -47,12 +48,12 @@ if [ ! -f .venv/.installed ] || [ setup.py -nt .venv/.installed ]; then
   touch .venv/.installed
 fi
 
+export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 case "$mode" in
   demo)
-    exec .venv/bin/python examples/quickstart.py
+    exec .venv/bin/python examples/pipeline.py
     ;;
   test)
-    export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
     .venv/bin/ruff check tierfs fuse fsspec_impl tests examples
     .venv/bin/mypy
     exec .venv/bin/pytest -q tests
