@@ -13,6 +13,8 @@ Invariants:
   block CRC-checked; offloaded chunks from the long-term store when
   ``chunk_storage_options`` are given) and only the rest, or chunks they cannot open,
   through the daemon.
+- Executors fetch the next piece (``READ_PIECE_BYTES``) of a range while Spark consumes
+  the rows of the current one; at most one piece is in flight per partition.
 - Directory walks skip names that start with ``_`` or ``.``, as Spark's file sources
   do: that is where writers keep their transaction segments.
 """
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
@@ -182,47 +185,75 @@ class SegmentBytes:
             pieces.append(self._client.read(self._path, start, end))
         return b"".join(pieces)
 
+    def pieces(self, start: int, piece_bytes: int) -> Generator[tuple[int, bytes], None, None]:
+        """(offset, bytes) of consecutive pieces from ``start`` to the snapshot's end;
+        the next piece is fetched while the caller works on the current one."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tierfs-readahead") as pool:
+            position = start
+            pending = pool.submit(self.read, position, position + piece_bytes) if position < self._length else None
+            while pending is not None:
+                piece = pending.result()
+                if not piece:
+                    return
+                following = position + len(piece)
+                pending = (pool.submit(self.read, following, following + piece_bytes)
+                           if following < self._length else None)
+                yield position, piece
+                position = following
+
 
 def iter_lines(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, bytes]]:
     """(offset, line without its newline) of every line that starts in the range."""
-    position = item.start
-    if position > item.first and source.read(position - 1, position) != b"\n":
-        # the line in progress at ``start`` belongs to the previous range: skip it
-        while True:
-            piece = source.read(position, position + READ_PIECE_BYTES)
-            if not piece:
+    skip = item.start > item.first and source.read(item.start - 1, item.start) != b"\n"
+    stream = source.pieces(item.start, READ_PIECE_BYTES)
+    try:
+        buffer, buffer_start = b"", item.start
+        if skip:  # the line in progress at ``start`` belongs to the previous range
+            for piece_start, piece in stream:
+                newline = piece.find(b"\n")
+                if newline >= 0:
+                    buffer, buffer_start = piece[newline + 1 :], piece_start + newline + 1
+                    break
+            else:
                 return
-            newline = piece.find(b"\n")
-            if newline >= 0:
-                position += newline + 1
-                break
-            position += len(piece)
-    buffer = b""
-    buffer_start = position
-    while buffer_start < item.end:
-        piece = source.read(buffer_start + len(buffer), buffer_start + len(buffer) + READ_PIECE_BYTES)
-        if not piece:
-            if buffer:
-                yield buffer_start, buffer  # the last record, without a newline
-            return
-        buffer += piece
+        searched = 0  # bytes of ``buffer`` known to hold no newline
         while buffer_start < item.end:
-            newline = buffer.find(b"\n")
-            if newline < 0:
-                break
-            yield buffer_start, buffer[:newline]
-            buffer = buffer[newline + 1 :]
-            buffer_start += newline + 1
+            newline = buffer.find(b"\n", searched)
+            if newline >= 0:
+                yield buffer_start, buffer[:newline]
+                buffer = buffer[newline + 1 :]
+                buffer_start += newline + 1
+                searched = 0
+                continue
+            searched = len(buffer)
+            following = next(stream, None)
+            if following is None:
+                if buffer:
+                    yield buffer_start, buffer  # the last record, without a newline
+                return
+            buffer += following[1]
+    finally:
+        stream.close()
 
 
 def iter_blocks(source: SegmentBytes, item: SegmentRange, block_size: int) -> Iterator[tuple[int, bytes]]:
     """(offset, bytes) of every ``block_size`` block that starts in the range; blocks
     are aligned to multiples of ``block_size``, except a first one cut by retention."""
-    offset = item.start if item.start == item.first else -(-item.start // block_size) * block_size
-    while offset < item.end:
-        block_end = (offset // block_size + 1) * block_size
-        yield offset, source.read(offset, block_end)
-        offset = block_end
+    first = item.start if item.start == item.first else -(-item.start // block_size) * block_size
+    if first % block_size:  # a retention cut: the first block ends at the next multiple
+        cut = min(first - first % block_size + block_size, item.length)
+        yield first, source.read(first, cut)
+        first = cut
+    piece_bytes = max(1, READ_PIECE_BYTES // block_size) * block_size
+    stream = source.pieces(first, piece_bytes)
+    try:
+        for piece_start, piece in stream:
+            for offset in range(0, len(piece), block_size):
+                if piece_start + offset >= item.end:
+                    return
+                yield piece_start + offset, piece[offset : offset + block_size]
+    finally:
+        stream.close()
 
 
 def _json_record(path: str, offset: int, line: bytes) -> dict[str, Any]:

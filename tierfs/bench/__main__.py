@@ -18,13 +18,14 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand name -> module; later: spark.
+# Subcommand name -> module.
 BENCHMARKS: dict[str, str] = {
     "append": "tierfs.bench.append",
     "read": "tierfs.bench.read",
     "fsspec": "tierfs.bench.fsspec_api",
     "fuse": "tierfs.bench.fuse_mount",
     "offload": "tierfs.bench.offload",
+    "spark": "tierfs.bench.spark",
 }
 
 

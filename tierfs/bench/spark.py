@@ -1,0 +1,247 @@
+"""Spark benchmark: a batch read of a segment whose chunks are in S3, through the tierfs
+data source with 1 and with 2 executor cores, next to s3fs reading the same chunk
+objects in one process, in one run.
+
+One run starts its own S3-protocol server, s3rver (npm, see ``tierfs/bench/s3server.py``),
+on 127.0.0.1 with its data in the scratch directory ``tmp-tierfs-bench-*`` under ``--dir``
+(default: the current directory; RAM filesystems are refused). Set-up (untimed): a
+segment of ``--size-mib`` MiB (default 1024) by 1 MiB appends into a store whose tier-2
+is ``s3://tierfs-bench/chunks`` on that server (64 MiB chunks), flushed; then a tierfs
+daemon on that store, and a SparkSession per core count (PySpark, ``local[N]``).
+
+Each of ``--rounds`` rounds (default 2) measures, with the order of (a) and (b)
+alternating between rounds:
+
+- (a) ``spark.read.format("tierfs").option("format", "raw")`` with ``local[1]``:
+  ``sum(length(value))`` over 1 MiB rows, 64 MiB partitions along the chunks; executors
+  read the chunk objects directly (``chunk_storage_options``), 4 MiB at a time as
+  parallel 1 MiB ranged GETs, and check every block's CRC32C; the sum must equal the
+  size;
+- (b) the same with ``local[2]``;
+- (c) the I/O ceiling: s3fs ``cat_ranges`` of the same 1 MiB ranges of the chunk
+  objects, 16 in flight, in one process (no CRC, no Spark);
+- (d1), (d2) the Spark ceiling, in the same sessions as (a) and (b): a Python data
+  source with the same schema and partition count whose executors yield 1 MiB rows
+  from memory (``tierfs/bench/spark_ceiling.py``): what moving rows from Python
+  workers into the JVM costs here.
+
+Every Spark figure is the second of two identical jobs in its session (the first runs
+at a fraction of the speed while the JVM compiles and the workers start). Reported:
+(b)/(a), how the read scales from one executor core to two, (a)/(c), (b)/(c) and
+(a)/(d1), (b)/(d2). The issue sets no target; the figures go to docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from time import perf_counter
+from typing import Any, TextIO
+
+from tierfs.bench.common import (
+    EXIT_USAGE,
+    MiB,
+    Throughput,
+    add_scratch_arguments,
+    make_payload,
+    print_sections,
+    run_in_scratch,
+)
+
+HELP = "Spark batch read of a 1 GiB segment in S3 with 1 and 2 executor cores vs s3fs (s3rver)"
+BUCKET = "tierfs-bench"
+SEGMENT = "bench/read"  # what ``read.write_segment`` writes
+CEILING_IN_FLIGHT = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    one_core: Throughput
+    two_cores: Throughput
+    s3fs: Throughput
+    memory_one_core: Throughput  # (d) Spark's Python data source path, no I/O
+    memory_two_cores: Throughput
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    size_bytes: int
+    chunks: int
+    partitions: int
+    rounds: list[Round]
+
+    def median(self, field: str) -> float:
+        return statistics.median(getattr(r, field).mb_per_s for r in self.rounds)
+
+
+def _timed_sum(frame: Any, size: int) -> float:
+    """The second of two ``sum(length(value))`` jobs (the first warms the session up)."""
+    frame.selectExpr("sum(length(value))").collect()
+    started = perf_counter()
+    total = frame.selectExpr("sum(length(value))").collect()[0][0]
+    seconds = perf_counter() - started
+    if total != size:
+        raise RuntimeError(f"the data source read {total} bytes of {size}")
+    return seconds
+
+
+def _spark_read_seconds(
+    master: str, data_dir: Path, storage: dict[str, Any], size: int
+) -> tuple[float, float, int]:
+    """Wall time of one full read with a fresh ``local[N]`` session, after one untimed
+    read (the first job of a session runs at a fraction of the speed while the JVM
+    compiles and Python workers start); the same for the in-memory source with as many
+    partitions; and the partitions."""
+    from pyspark.sql import SparkSession
+
+    from tierfs.bench.spark_ceiling import MemorySource
+    from tierfs.spark_source import register
+
+    spark = (SparkSession.builder.master(master).appName("tierfs-bench")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        register(spark)
+        spark.dataSource.register(MemorySource)
+        frame = (spark.read.format("tierfs").option("format", "raw").option("data_dir", str(data_dir))
+                 .option("chunk_storage_options", json.dumps(storage)).load(f"tierfs://{SEGMENT}"))
+        partitions = frame.rdd.getNumPartitions()
+        memory = (spark.read.format("tierfs-bench-memory").option("size", str(size))
+                  .option("partitions", str(partitions)).load())
+        return _timed_sum(frame, size), _timed_sum(memory, size), partitions
+    finally:
+        spark.stop()
+
+
+def _s3fs_seconds(storage: dict[str, Any], layout: list[dict[str, Any]]) -> float:
+    from tierfs.bench.read import block_ranges, new_s3fs
+
+    fs, _ = new_s3fs(storage, layout[0]["url"])
+    paths, starts, ends = block_ranges(layout)
+    started = perf_counter()
+    blocks = fs.cat_ranges(paths, starts, ends, batch_size=CEILING_IN_FLIGHT, on_error="raise")
+    seconds = perf_counter() - started
+    if sum(len(b) for b in blocks) != sum(e - s for s, e in zip(starts, ends, strict=True)):
+        raise RuntimeError("s3fs returned short ranges")
+    return seconds
+
+
+def _start_daemon(data_dir: Path, config_file: Path, log: TextIO) -> subprocess.Popen[bytes]:
+    from tierfs.client import discover_url
+
+    daemon = subprocess.Popen([sys.executable, "-m", "tierfs.cli", "--config", str(config_file),
+                               "--data-dir", str(data_dir), "serve"],
+                              stdout=subprocess.DEVNULL, stderr=open(data_dir.parent / "daemon.log", "wb"))
+    socket_file = Path(discover_url(str(data_dir))[len("unix://"):])
+    deadline = time.monotonic() + 60
+    while not socket_file.exists():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            raise RuntimeError(f"the tierfs daemon did not start; see {data_dir.parent / 'daemon.log'}")
+        time.sleep(0.1)
+    print(f"daemon up on {socket_file}", file=log, flush=True)
+    return daemon
+
+
+def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
+    import trio
+
+    from tierfs.bench.read import write_segment
+    from tierfs.bench.s3server import s3_server
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    with s3_server(directory / "s3rver", log) as endpoint:
+        endpoint.create_bucket(BUCKET)
+        storage = endpoint.storage_options()
+        from tierfs import StoreConfig
+
+        data_dir = directory / "data"
+        config = StoreConfig(data_dir=data_dir, tier2_url=f"s3://{BUCKET}/chunks", tier2_options=storage)
+        print(f"s3rver at {endpoint.url}; writing {size // MiB} MiB ...", file=log, flush=True)
+        layout = trio.run(write_segment, config, make_payload(size, seed=7))
+        config_file = directory / "tierfs.toml"
+        config_file.write_text(
+            f'tier2_url = "s3://{BUCKET}/chunks"\n[tier2_options]\n'
+            + "".join(f'{key} = "{value}"\n' for key, value in storage.items())
+        )
+        daemon = _start_daemon(data_dir, config_file, log)
+        try:
+            measured = []
+            partitions = 0
+            for index in range(rounds):
+                order = ["local[1]", "local[2]"] if index % 2 == 0 else ["local[2]", "local[1]"]
+                seconds: dict[str, float] = {}
+                memory: dict[str, float] = {}
+                for master in order:
+                    seconds[master], memory[master], partitions = _spark_read_seconds(
+                        master, data_dir, storage, size)
+                    print(f"round {index + 1}: {master} {size / seconds[master] / 1e6:.0f} MB/s",
+                          file=log, flush=True)
+                ceiling_s = _s3fs_seconds(storage, layout)
+                print(f"round {index + 1}: s3fs {size / ceiling_s / 1e6:.0f} MB/s", file=log, flush=True)
+                measured.append(Round(Throughput.of("tierfs data source, local[1]", size, seconds["local[1]"]),
+                                      Throughput.of("tierfs data source, local[2]", size, seconds["local[2]"]),
+                                      Throughput.of("s3fs cat_ranges, one process", size, ceiling_s),
+                                      Throughput.of("memory source, local[1]", size, memory["local[1]"]),
+                                      Throughput.of("memory source, local[2]", size, memory["local[2]"])))
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=60)
+    return Results(size, len(layout), partitions, measured)
+
+
+def ratios(results: Results) -> dict[str, float]:
+    """The figures the issue asks for (it sets no target): medians over the rounds."""
+    one, two, ceiling = results.median("one_core"), results.median("two_cores"), results.median("s3fs")
+    return {"(b)/(a) scaling, 2 cores vs 1": two / one,
+            "(a)/(c) local[1] vs s3fs one process": one / ceiling,
+            "(b)/(c) local[2] vs s3fs one process": two / ceiling,
+            "(a)/(d1) local[1] vs memory source": one / results.median("memory_one_core"),
+            "(b)/(d2) local[2] vs memory source": two / results.median("memory_two_cores")}
+
+
+def print_report(machine: dict[str, Any], results: Results, figures: dict[str, float], out: TextIO) -> None:
+    header = [
+        f"spark benchmark: {results.size_bytes // MiB} MiB segment in {results.chunks} chunk objects "
+        f"on s3rver (127.0.0.1), {results.partitions} partitions, raw 1 MiB rows, executors read S3 directly",
+        f"machine: {machine}",
+    ]
+    rows = [f"{'round':<6} {'(a) local[1]':>13} {'(b) local[2]':>13} {'(c) s3fs':>9} "
+            f"{'(d1) mem[1]':>12} {'(d2) mem[2]':>12}   MB/s"]
+    for i, r in enumerate(results.rounds, start=1):
+        rows.append(f"{i:<6} {r.one_core.mb_per_s:13.0f} {r.two_cores.mb_per_s:13.0f} {r.s3fs.mb_per_s:9.0f} "
+                    f"{r.memory_one_core.mb_per_s:12.0f} {r.memory_two_cores.mb_per_s:12.0f}")
+    medians = [f"{name:<40} {value:6.3f} x (median of {len(results.rounds)} rounds)"
+               for name, value in figures.items()]
+    print_sections([header, rows, medians], out)
+
+
+def report_json(machine: dict[str, Any], results: Results, figures: dict[str, float]) -> dict[str, Any]:
+    return {"machine": machine, "results": dataclasses.asdict(results), "ratios": figures}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size-mib", type=int, default=1024, help="segment size in MiB (default 1024)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of (a), (b), (c) (default 2)")
+    add_scratch_arguments(parser, "store, S3 server data")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tierfs.bench.s3server import S3ServerError
+
+    if args.size_mib < 1 or args.rounds < 1:
+        print("--size-mib and --rounds must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    return run_in_scratch(
+        "spark", args.dir, args.json,
+        lambda directory: _measure(directory, args.size_mib * MiB, args.rounds, sys.stderr),
+        ratios, print_report, report_json, errors=(S3ServerError, RuntimeError),
+    )
