@@ -119,29 +119,30 @@ class _TierWriterBase:
         attempt = context.taskAttemptId() if context else 0
         name = f"{self.tx_dir}/p{partition:06d}-t{attempt}-{uuid.uuid4().hex[:8]}"
         client = self.client()
-        rows = written = 0
         created = False
+        rows = written = 0
+        buffer = bytearray()
+
+        def send() -> None:
+            nonlocal created, written
+            if not created:
+                client.create(name, durability="vd", parents=True)
+                created = True
+            client.append(name, bytes(buffer))
+            written += len(buffer)
+            buffer.clear()
+
         try:
-            buffer = bytearray()
             for row in iterator:
                 buffer += self._encode(row)
                 rows += 1
                 if len(buffer) >= APPEND_BUFFER_BYTES:
-                    if not created:
-                        client.create(name, durability="vd", parents=True)
-                        created = True
-                    client.append(name, bytes(buffer))
-                    written += len(buffer)
-                    buffer.clear()
+                    send()
             if buffer:
-                if not created:
-                    client.create(name, durability="vd", parents=True)
-                    created = True
-                client.append(name, bytes(buffer))
-                written += len(buffer)
+                send()
             if not created:
                 return TierCommitMessage(partition, None, rows, 0)
-            client.op("sync", path=name)
+            client.op("sync", path=name)  # the VD appends are durable before the seal
             client.op("seal", path=name)
             return TierCommitMessage(partition, name, rows, written)
         finally:
