@@ -172,6 +172,11 @@ def test_concat_through_the_daemon_and_the_cli(tmp_path: Path) -> None:
         with pytest.raises(AlreadyCommittedError):
             client.op("concat", target="t", sources=["s2"], writer="job", writer_seq=7)
         assert client.read("t") == b"hello world?!" and client.read("s2") == b"again"
+        with pytest.raises(InvalidArgumentError):
+            client.op("concat", target="t", sources="s2")
+        with pytest.raises(InvalidArgumentError):
+            client.op("concat", target="t", sources=["s2"], writer="job", writer_seq="8")
+        assert client.read("s2") == b"again"
         refused = subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(daemon.data_dir),
                                   "concat", "t", "t"], capture_output=True, text=True, timeout=60)
         assert refused.returncode == 1 and "onto itself" in refused.stderr
