@@ -49,7 +49,12 @@ class TierStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, Any]:
         return self.latestOffset() if self.starting == "latest" else {}
 
-    def latestOffset(self) -> dict[str, Any]:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        """Every segment's record-aligned durable length. PySpark >= 4.2 passes the batch's
+        ``start`` (and a read limit: tierfs sets none, so it is always "all available");
+        4.0 and 4.1 call it without arguments."""
+        for key, entry in (start or {}).items():  # after a restart: search from there
+            self._handed_out.setdefault(key, int(entry["offset"]))
         client = self.options.client()
         try:
             offsets: dict[str, Any] = {}
