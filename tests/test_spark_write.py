@@ -1,11 +1,12 @@
 """Exactly-once Spark writes into tierfs on local[2] (up to 4 attempts per task): a task
 that fails after writing part of its rows is retried and its partial transaction
 segment never reaches the target; an aborted job leaves the target as it was; nothing
-is left in ``_tierfs_tx``."""
+is left in ``_tierfs_tx`` but tombstones, which later jobs sweep."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,18 @@ def _frame(spark: Any, fail_at: int, always: bool) -> Any:
         return f"{i:06d}{PAD}"
 
     return spark.range(0, 4000, 1, 4).withColumn("payload", payload("id"))
+
+
+def _transactions_left(client: Any, directory: str) -> list[str]:
+    """What is under ``<directory>/_tierfs_tx`` besides tombstones (empty sealed
+    segments that keep late task attempts out)."""
+    from tierfs.store import SegmentInfo
+
+    try:
+        entries = client.ls(f"{directory}/_tierfs_tx")
+    except FileNotFoundError:
+        return []
+    return [e.name for e in entries if not (isinstance(e, SegmentInfo) and e.sealed and e.length == 0)]
 
 
 def _appended(daemon: Daemon) -> float:
@@ -70,7 +83,7 @@ def test_a_failed_task_is_retried_and_its_partial_rows_never_land(
     assert [r["id"] for r in rows] == list(range(4000))  # partitions land in order
     # the failed attempt did write (at least one 1 MiB append) before it failed
     assert _appended(sdaemon) - before >= len(data) + (1 << 20)
-    assert [e.name for e in client.ls("out")] == ["out/result"]  # _tierfs_tx cleaned up
+    assert _transactions_left(client, "out") == []
 
     (_frame(spark, fail_at=-1, always=False).limit(10).write.format("tierfs").mode("append")
      .option("data_dir", str(sdaemon.data_dir)).save("tierfs://out/result"))
@@ -78,7 +91,11 @@ def test_a_failed_task_is_retried_and_its_partial_rows_never_land(
     client.close()
 
 
-def test_an_aborted_job_leaves_the_target_unchanged(spark: Any, sdaemon: Daemon, small_batches: None) -> None:
+def test_an_aborted_job_leaves_the_target_unchanged(
+    spark: Any, sdaemon: Daemon, small_batches: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tierfs.spark_write import TierWriter
+
     client = sdaemon.client()
     client.create("keep/result", parents=True)
     client.append("keep/result", b'{"id": -1}\n')
@@ -88,6 +105,14 @@ def test_an_aborted_job_leaves_the_target_unchanged(spark: Any, sdaemon: Daemon,
          .option("data_dir", str(sdaemon.data_dir)).save("tierfs://keep/result"))
     assert _appended(sdaemon) - before > 1 << 20  # tasks wrote transaction segments
     assert client.read("keep/result") == b'{"id": -1}\n'
+    # attempts Spark was still killing when it aborted could not add segments afterwards
+    time.sleep(3)
+    assert _transactions_left(client, "keep") == []
+    assert client.read("keep/result") == b'{"id": -1}\n'
+    # a later job next to the same target sweeps tombstones older than the TTL
+    monkeypatch.setattr(TierWriter, "TOMBSTONE_TTL_S", 0.0)
+    TierWriter({"data_dir": str(sdaemon.data_dir), "path": "keep/result"}, _frame(spark, -1, False).schema,
+               False).abort([])
     assert [e.name for e in client.ls("keep")] == ["keep/result"]
     client.close()
 

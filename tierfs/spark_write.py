@@ -7,7 +7,8 @@ sync covers them all), seals it, and
 reports its name to the driver. The job commit appends the reported segments, in
 partition order, to the target with one metadata-only ``concat`` (one metadata
 transaction, no byte copied), then deletes what failed or speculative attempts left
-behind. An abort deletes the job's transaction segments. Rows are written as JSON lines
+behind. An abort deletes the job's transaction segments. A batch job then leaves a
+tombstone (see ``TierWriter``) so that attempts still running cannot add segments. Rows are written as JSON lines
 (``format`` ``json``, default), as one string column per line (``lines``) or as the
 bytes of one binary column (``raw``).
 
@@ -29,6 +30,7 @@ import datetime
 import decimal
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -39,7 +41,15 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from .client import TierClient, discover_url
-from .errors import AlreadyCommittedError, InvalidArgumentError, SegmentNotFoundError, TierFSError
+from .errors import (
+    AlreadyCommittedError,
+    DirectoryNotEmptyError,
+    InvalidArgumentError,
+    NotADirectoryError_,
+    SegmentExistsError,
+    SegmentNotFoundError,
+    TierFSError,
+)
 from .names import basename, canonical, parent_of
 from .spark_read import strip_scheme
 from .store import SegmentInfo
@@ -174,24 +184,36 @@ class _TierWriterBase:
     def _clean_up(self, client: TierClient) -> None:
         """Delete every transaction segment of this writer that is still there (failed
         or speculative attempts, an aborted job), then the empty directories."""
-        try:
-            leftovers = client.ls(self.tx_dir)
-        except SegmentNotFoundError:
-            return
-        for entry in leftovers:
-            try:
-                client.delete(entry.name)
-            except SegmentNotFoundError:
-                pass
+        self._delete_transactions(client)
         for directory in (self.tx_dir, self.tx_root):
             try:
                 client.op("rmdir", path=directory)
             except TierFSError:
                 break  # another job's segments are still there
 
+    def _delete_transactions(self, client: TierClient) -> None:
+        try:
+            leftovers = client.ls(self.tx_dir)
+        except (SegmentNotFoundError, NotADirectoryError_):
+            return
+        for entry in leftovers:
+            try:
+                client.delete(entry.name)
+            except SegmentNotFoundError:
+                pass
+
 
 class TierWriter(_TierWriterBase, DataSourceWriter):
-    """``df.write.format("tierfs").mode("append")``: one job, one transaction."""
+    """``df.write.format("tierfs").mode("append")``: one job, one transaction.
+
+    Spark may still be running (killed, or speculative) task attempts when it calls
+    ``commit`` or ``abort``. So both end by replacing the job's transaction directory
+    with a *tombstone*: an empty sealed segment of the same name, under which no late
+    attempt can create its segment (and one created just before had its segment
+    deleted, so its appends fail). Tombstones older than ``TOMBSTONE_TTL_S`` are swept
+    by later jobs writing next to the same target."""
+
+    TOMBSTONE_TTL_S = 3600.0
 
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite, uuid.uuid4().hex[:16])
@@ -201,6 +223,42 @@ class TierWriter(_TierWriterBase, DataSourceWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._abort()
+
+    def _clean_up(self, client: TierClient) -> None:
+        for _ in range(100):  # each round loses only to an attempt that created meanwhile
+            self._delete_transactions(client)
+            try:
+                client.op("rmdir", path=self.tx_dir)
+            except (SegmentNotFoundError, NotADirectoryError_):
+                pass
+            except DirectoryNotEmptyError:
+                continue
+            try:
+                client.create(self.tx_dir, durability="vd", parents=True)
+                client.op("seal", path=self.tx_dir)
+                break
+            except SegmentExistsError:
+                continue  # a late attempt re-created the directory
+        self._sweep_tombstones(client)
+
+    def _sweep_tombstones(self, client: TierClient) -> None:
+        prefix = f"{self.tx_root}/{basename(self.target)}-"
+        try:
+            entries = client.ls(self.tx_root)
+        except (SegmentNotFoundError, NotADirectoryError_):
+            return
+        now = time.time()
+        for entry in entries:
+            if (isinstance(entry, SegmentInfo) and entry.name.startswith(prefix) and entry.sealed
+                    and entry.length == 0 and now - entry.modified >= self.TOMBSTONE_TTL_S):
+                try:
+                    client.delete(entry.name)
+                except SegmentNotFoundError:
+                    pass
+        try:
+            client.op("rmdir", path=self.tx_root)
+        except TierFSError:
+            pass  # tombstones younger than the TTL, or another job's transactions
 
 
 class TierStreamWriter(_TierWriterBase, DataSourceStreamWriter):
