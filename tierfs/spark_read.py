@@ -204,11 +204,13 @@ class SegmentBytes:
 
 def iter_lines(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, bytes]]:
     """(offset, line without its newline) of every line that starts in the range."""
-    skip = item.start > item.first and source.read(item.start - 1, item.start) != b"\n"
-    stream = source.pieces(item.start, READ_PIECE_BYTES)
+    # Past the segment's first byte, records of this range begin after the first newline
+    # at or after ``start - 1``: a line in progress at ``start`` belongs to the range before.
+    skip = item.start > item.first
+    stream = source.pieces(item.start - 1 if skip else item.start, READ_PIECE_BYTES)
     try:
         buffer, buffer_start = b"", item.start
-        if skip:  # the line in progress at ``start`` belongs to the previous range
+        if skip:
             for piece_start, piece in stream:
                 newline = piece.find(b"\n")
                 if newline >= 0:

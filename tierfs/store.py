@@ -463,7 +463,7 @@ class SegmentStore:
             raise InvalidArgumentError(f"cannot concat {dst.name!r} onto itself or name a source twice")
         if dst.sealed:
             raise SegmentSealedError(dst.name)
-        self._check_writer_seq(dst, writer, writer_seq)
+        self._check_writer_seq(dst, writer, writer_seq)  # early: a replay flushes nothing
         for src in srcs:
             if not src.sealed:
                 raise InvalidArgumentError(f"concat source {src.name!r} must be sealed first")

@@ -231,3 +231,31 @@ def run_in_scratch(
     if as_json:
         print(json.dumps(to_json(machine, results, checks), indent=2))
     return EXIT_OK
+
+
+def add_size_rounds_arguments(parser: argparse.ArgumentParser, size_mib: int, rounds: int, what: str) -> None:
+    """``--size-mib``, ``--rounds`` and the scratch options of a benchmark of rounds."""
+    parser.add_argument("--size-mib", type=int, default=size_mib, help=f"segment size in MiB (default {size_mib})")
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"rounds (default {rounds}; medians)")
+    add_scratch_arguments(parser, what)
+
+
+def run_size_rounds(
+    name: str,
+    args: argparse.Namespace,
+    measure: Callable[[Path, int, int], Any],
+    evaluate: Callable[[Any], Any],
+    report: Callable[[dict[str, Any], Any, Any, Any], None],
+    to_json: Callable[[dict[str, Any], Any, Any], dict[str, Any]],
+    errors: tuple[type[Exception], ...],
+) -> int:
+    """``run_in_scratch`` for a benchmark of rounds: checks ``--size-mib`` and
+    ``--rounds``, then calls ``measure(directory, size_bytes, rounds)``."""
+    if args.size_mib < 1 or args.rounds < 1:
+        print("--size-mib and --rounds must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    return run_in_scratch(
+        name, args.dir, args.json,
+        lambda directory: measure(directory, args.size_mib * MiB, args.rounds),
+        evaluate, report, to_json, errors=errors,
+    )

@@ -56,12 +56,12 @@ from tierfs.bench.common import (
     Check,
     MiB,
     Throughput,
-    add_scratch_arguments,
+    add_size_rounds_arguments,
     checks_json,
     clean_environment,
     format_checks,
     make_payload,
-    run_in_scratch,
+    run_size_rounds,
     warm_cache_bytes,
 )
 
@@ -320,18 +320,12 @@ def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dic
 
 # ------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size-mib", type=int, default=256, help="segment size in MiB (default 256)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3; medians)")
-    add_scratch_arguments(parser, "data dir, S3 server data, mount points")
+    add_size_rounds_arguments(parser, 256, 3, "data dir, S3 server data, mount points")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.size_mib < 1 or args.rounds < 1:
-        print("--size-mib and --rounds must be >= 1", file=sys.stderr)
-        return EXIT_USAGE
-    opts = Options(args.size_mib * MiB, args.rounds)
-    return run_in_scratch(
-        "fuse", args.dir, args.json, lambda directory: measure(directory, opts, sys.stderr),
+    return run_size_rounds(
+        "fuse", args, lambda directory, size, rounds: measure(directory, Options(size, rounds), sys.stderr),
         evaluate_targets, print_report, report_json, errors=(BenchError, RuntimeError),
     )
 

@@ -48,16 +48,15 @@ from time import perf_counter
 from typing import Any, TextIO
 
 from tierfs.bench.common import (
-    EXIT_USAGE,
     Check,
     MiB,
     Throughput,
-    add_scratch_arguments,
+    add_size_rounds_arguments,
     checks_json,
     format_checks,
     make_payload,
     print_sections,
-    run_in_scratch,
+    run_size_rounds,
 )
 
 HELP = "offload of a 1 GiB segment to S3 vs s3fs parallel multipart upload (s3rver)"
@@ -266,19 +265,13 @@ def report_json(machine: dict[str, Any], results: Results, checks: list[Check]) 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size-mib", type=int, default=1024, help="segment size in MiB (default 1024)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of (a) and (c) (default 3)")
-    add_scratch_arguments(parser, "store, S3 server data")
+    add_size_rounds_arguments(parser, 1024, 3, "store, S3 server data")
 
 
 def run(args: argparse.Namespace) -> int:
     from tierfs.bench.s3server import S3ServerError
 
-    if args.size_mib < 1 or args.rounds < 1:
-        print("--size-mib and --rounds must be >= 1", file=sys.stderr)
-        return EXIT_USAGE
-    return run_in_scratch(
-        "offload", args.dir, args.json,
-        lambda directory: run_all(directory, args.size_mib * MiB, args.rounds, sys.stderr),
+    return run_size_rounds(
+        "offload", args, lambda directory, size, rounds: run_all(directory, size, rounds, sys.stderr),
         evaluate_targets, print_report, report_json, errors=(S3ServerError, RuntimeError),
     )

@@ -46,19 +46,17 @@ from time import perf_counter
 from typing import Any, TextIO
 
 from tierfs.bench.common import (
-    EXIT_USAGE,
     MiB,
     Throughput,
-    add_scratch_arguments,
+    add_size_rounds_arguments,
     make_payload,
     print_sections,
-    run_in_scratch,
+    run_size_rounds,
 )
 
 HELP = "Spark batch read of a 1 GiB segment in S3 with 1 and 2 executor cores vs s3fs (s3rver)"
 BUCKET = "tierfs-bench"
 SEGMENT = "bench/read"  # what ``read.write_segment`` writes
-CEILING_IN_FLIGHT = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,17 +118,13 @@ def _spark_read_seconds(
         spark.stop()
 
 
-def _s3fs_seconds(storage: dict[str, Any], layout: list[dict[str, Any]]) -> float:
-    from tierfs.bench.read import block_ranges, new_s3fs
+def _s3fs_seconds(storage: dict[str, Any], layout: list[dict[str, Any]], size: int) -> float:
+    from tierfs.bench.read import raw_cat_ranges
 
-    fs, _ = new_s3fs(storage, layout[0]["url"])
-    paths, starts, ends = block_ranges(layout)
-    started = perf_counter()
-    blocks = fs.cat_ranges(paths, starts, ends, batch_size=CEILING_IN_FLIGHT, on_error="raise")
-    seconds = perf_counter() - started
-    if sum(len(b) for b in blocks) != sum(e - s for s, e in zip(starts, ends, strict=True)):
-        raise RuntimeError("s3fs returned short ranges")
-    return seconds
+    ceiling = raw_cat_ranges(storage, layout)
+    if ceiling.nbytes != size:
+        raise RuntimeError(f"s3fs returned {ceiling.nbytes} of {size} bytes")
+    return ceiling.seconds
 
 
 def _start_daemon(data_dir: Path, config_file: Path, log: TextIO) -> subprocess.Popen[bytes]:
@@ -153,6 +147,7 @@ def _start_daemon(data_dir: Path, config_file: Path, log: TextIO) -> subprocess.
 def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
     import trio
 
+    from tierfs import StoreConfig
     from tierfs.bench.read import write_segment
     from tierfs.bench.s3server import s3_server
 
@@ -161,8 +156,6 @@ def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
     with s3_server(directory / "s3rver", log) as endpoint:
         endpoint.create_bucket(BUCKET)
         storage = endpoint.storage_options()
-        from tierfs import StoreConfig
-
         data_dir = directory / "data"
         config = StoreConfig(data_dir=data_dir, tier2_url=f"s3://{BUCKET}/chunks", tier2_options=storage)
         print(f"s3rver at {endpoint.url}; writing {size // MiB} MiB ...", file=log, flush=True)
@@ -185,7 +178,7 @@ def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
                         master, data_dir, storage, size)
                     print(f"round {index + 1}: {master} {size / seconds[master] / 1e6:.0f} MB/s",
                           file=log, flush=True)
-                ceiling_s = _s3fs_seconds(storage, layout)
+                ceiling_s = _s3fs_seconds(storage, layout, size)
                 print(f"round {index + 1}: s3fs {size / ceiling_s / 1e6:.0f} MB/s", file=log, flush=True)
                 measured.append(Round(Throughput.of("tierfs data source, local[1]", size, seconds["local[1]"]),
                                       Throughput.of("tierfs data source, local[2]", size, seconds["local[2]"]),
@@ -229,19 +222,13 @@ def report_json(machine: dict[str, Any], results: Results, figures: dict[str, fl
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size-mib", type=int, default=1024, help="segment size in MiB (default 1024)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of (a), (b), (c) (default 2)")
-    add_scratch_arguments(parser, "store, S3 server data")
+    add_size_rounds_arguments(parser, 1024, 2, "store, S3 server data")
 
 
 def run(args: argparse.Namespace) -> int:
     from tierfs.bench.s3server import S3ServerError
 
-    if args.size_mib < 1 or args.rounds < 1:
-        print("--size-mib and --rounds must be >= 1", file=sys.stderr)
-        return EXIT_USAGE
-    return run_in_scratch(
-        "spark", args.dir, args.json,
-        lambda directory: _measure(directory, args.size_mib * MiB, args.rounds, sys.stderr),
+    return run_size_rounds(
+        "spark", args, lambda directory, size, rounds: _measure(directory, size, rounds, sys.stderr),
         ratios, print_report, report_json, errors=(S3ServerError, RuntimeError),
     )
