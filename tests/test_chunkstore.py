@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tierfs.chunkstore import ChunkStorage, LocalChunkStorage, open_chunk_storage
+from tierfs.chunkstore import (
+    S3_CHECKSUM_DEFAULTS,
+    ChunkStorage,
+    FsspecChunkStorage,
+    LocalChunkStorage,
+    open_chunk_storage,
+    open_filesystem,
+)
 from tierfs.errors import ChunkMissingError, InvalidArgumentError
 
 
@@ -52,3 +59,29 @@ def test_local_storage_is_chosen_for_paths(tmp_path: Path) -> None:
     assert isinstance(open_chunk_storage(f"file://{tmp_path}"), LocalChunkStorage)
     with pytest.raises(InvalidArgumentError):
         open_chunk_storage("nosuchprotocol://x")
+
+
+def test_s3_defaults_ask_for_checksums_only_where_required() -> None:
+    fs, _ = open_filesystem("s3://bucket/prefix", {"endpoint_url": "http://127.0.0.1:1"})
+    assert fs.config_kwargs == S3_CHECKSUM_DEFAULTS
+    override = {"config_kwargs": {"request_checksum_calculation": "when_supported"}}
+    fs, _ = open_filesystem("s3://bucket/prefix", {"endpoint_url": "http://127.0.0.1:1", **override})
+    assert fs.config_kwargs["request_checksum_calculation"] == "when_supported"
+    assert fs.config_kwargs["response_checksum_validation"] == "when_required"
+    fs, _ = open_filesystem("memory://x")
+    assert not hasattr(fs, "config_kwargs")
+
+
+def test_s3_chunk_puts_carry_no_second_checksum(s3_bucket: tuple[str, dict[str, object]]) -> None:
+    url, options = s3_bucket
+    storage = open_chunk_storage(url, options)
+    assert isinstance(storage, FsspecChunkStorage)
+    storage.write("first", 0, b"x")  # connects the client
+    sent: list[dict[str, str]] = []
+    storage.fs.s3.meta.events.register(
+        "before-send.s3.PutObject", lambda request, **_: sent.append(dict(request.headers))
+    )
+    storage.write("second", 0, b"chunk bytes")
+    assert storage.read("second", 0, 11) == b"chunk bytes"
+    assert len(sent) == 1
+    assert not [name for name in sent[0] if name.lower().startswith("x-amz-checksum")], sent[0]

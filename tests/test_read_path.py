@@ -15,6 +15,7 @@ from helpers import small_config
 
 from tierfs import open_store
 from tierfs.chunkstore import ChunkStorage, FsspecChunkStorage
+from tierfs.config import StoreConfig
 from tierfs.errors import DataCorruptionError, Tier2Error
 from tierfs.store import SegmentStore
 
@@ -178,6 +179,7 @@ async def test_tail_reader_wakes_on_durable_append(s3_store: SegmentStore) -> No
 async def test_large_unflushed_backlog_keeps_memory_bounded(tmp_path: Path, s3_bucket) -> None:  # type: ignore[no-untyped-def]
     config = s3_config(
         tmp_path, s3_bucket, tail_memory_bytes=2 * MiB, flush_bytes=1 << 30, flush_interval_s=3600,
+        tail_keep_max_bytes=MiB,  # every append is kept until the budget forces it out
     )
     async with open_store(config) as store:
         await store.create("backlog")
@@ -190,6 +192,31 @@ async def test_large_unflushed_backlog_keeps_memory_bounded(tmp_path: Path, s3_b
         assert data == b"".join(bytes([i]) * (512 * 1024) for i in range(6, 10))
         await store.flush("backlog")
         assert (await store.read("backlog", 31 * 512 * 1024)) == bytes([31]) * (512 * 1024)
+
+
+@pytest.mark.parametrize("durability", ["vd", "pd"])
+async def test_large_appends_leave_memory_once_written(tmp_path: Path, durability: str) -> None:
+    config = StoreConfig(data_dir=tmp_path, durability=durability, flush_bytes=1 << 30,
+                         flush_interval_s=3600, tail_keep_max_bytes=64 * 1024)
+    payloads = [bytes([i]) * (256 * 1024) for i in range(8)]
+    async with open_store(config) as store:
+        await store.create("big")
+        await store.create("small")
+        for payload in payloads:
+            await store.append("big", payload)
+            await store.append("small", payload[: 64 * 1024])
+        await store.sync("big")
+        assert store.tail_budget.released_large_entries == 8
+        assert store.tail_budget.used_bytes == 8 * 64 * 1024  # only the small appends
+        assert store.tail_budget.evicted_entries == 0
+        # tail readers and the storage writer read the large appends from the journal
+        assert await store.read("big", 100, 512 * 1024) == b"".join(payloads)[100 : 100 + 512 * 1024]
+        assert await store.read("big") == b"".join(payloads)
+        await store.flush("big")
+        assert await store.read("big") == b"".join(payloads)
+    async with open_store(config) as store:  # and after a restart (journal replay)
+        assert await store.read("big") == b"".join(payloads)
+        assert await store.read("small") == b"".join(p[: 64 * 1024] for p in payloads)
 
 
 async def test_corrupted_s3_object_fails_the_read(tmp_path: Path, s3_bucket) -> None:  # type: ignore[no-untyped-def]

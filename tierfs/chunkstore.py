@@ -47,6 +47,28 @@ RETRY_INITIAL_S = 0.05
 _PERMANENT_ERRNOS = {errno.EINVAL, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.ENOSPC}
 
 
+# botocore (1.36 and later) adds a CRC32 of every PUT body and asks for response
+# checksums by default. Chunks carry their own CRC32C per 1 MiB block, checked on every
+# read, so that is the same work done twice on the upload path (and some S3-compatible
+# servers reject the new headers). Checksums are asked for only where the S3 API
+# requires them, unless the storage options say otherwise.
+S3_CHECKSUM_DEFAULTS = {
+    "request_checksum_calculation": "when_required",
+    "response_checksum_validation": "when_required",
+}
+
+
+def open_filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs`` with tierfs's defaults for S3 (see above)."""
+    options = dict(storage_options or {})
+    if fsspec.utils.get_protocol(url) in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        for key, value in S3_CHECKSUM_DEFAULTS.items():
+            config.setdefault(key, value)
+        options["config_kwargs"] = config
+    return fsspec.core.url_to_fs(url, **options)
+
+
 def _is_transient(error: Exception) -> bool:
     if isinstance(error, (ValueError, TypeError, NotImplementedError)):
         return False
@@ -193,7 +215,7 @@ class FsspecChunkStorage(ChunkStorage):
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url
-        fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        fs, root = open_filesystem(url, storage_options)
         self.fs = fs
         self.root = root.rstrip("/")
 

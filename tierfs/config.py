@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
+KiB = 1 << 10
 MiB = 1 << 20
 DURABILITY_LEVELS = ("pd", "vd")
 
@@ -53,6 +54,9 @@ class StoreConfig:
     max_backlog_bytes: int = 1024 * MiB
     # Unflushed bytes kept in RAM; older unflushed bytes are re-read from the journal.
     tail_memory_bytes: int = 64 * MiB
+    # Larger appends leave memory once written to the journal and are read back from
+    # it (the page cache) when flushed or read: their buffers are reused, not held.
+    tail_keep_max_bytes: int = 64 * KiB
     max_append_bytes: int = 64 * MiB
     journal_file_bytes: int = 64 * MiB
     # Concurrent blocking tier-2 calls (worker threads).
@@ -93,8 +97,10 @@ class StoreConfig:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise InvalidArgumentError(f"{name} must be > 0, not {getattr(self, name)!r}")
-        if self.tail_memory_bytes < 0 or self.readahead_max_bytes < 0:
-            raise InvalidArgumentError("tail_memory_bytes and readahead_max_bytes must be >= 0")
+        if min(self.tail_memory_bytes, self.tail_keep_max_bytes, self.readahead_max_bytes) < 0:
+            raise InvalidArgumentError(
+                "tail_memory_bytes, tail_keep_max_bytes and readahead_max_bytes must be >= 0"
+            )
         if not 5 * MiB <= self.offload_part_bytes <= 64 * MiB:
             raise InvalidArgumentError(
                 "offload_part_bytes must be within 5 MiB..64 MiB (S3 multipart limits)"

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import cachetools
-import fsspec
 
 from .checksums import BLOCK_BYTES, crc32c
+from .chunkstore import open_filesystem
 from .errors import DataCorruptionError
 
 DEFAULT_REMOTE_CACHE_BYTES = 64 << 20
@@ -164,7 +164,7 @@ class DirectChunkReader:
         missing = [i for i, block in enumerate(cached) if block is None]
         if missing:
             try:
-                fs, path = fsspec.core.url_to_fs(url, **(self._storage_options or {}))
+                fs, path = open_filesystem(url, self._storage_options)
                 fetched = fs.cat_ranges([path] * len(missing), [spans[i][0] for i in missing],
                                         [spans[i][1] for i in missing], on_error="return")
             except Exception as e:  # any fsspec backend's error: the daemon can still serve

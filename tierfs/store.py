@@ -153,7 +153,7 @@ class SegmentStore:
         self.tier2_limiter = trio.CapacityLimiter(config.tier2_concurrency)
         self._metadata_limiter = trio.CapacityLimiter(1)
         self._namespace_lock = trio.Lock()
-        self.tail_budget = TailBudget(config.tail_memory_bytes)
+        self.tail_budget = TailBudget(config.tail_memory_bytes, config.tail_keep_max_bytes)
         self.block_cache = BlockCache(config.block_cache_bytes)
         self.reader = Reader(self)
         self.writer = StorageWriter(self)
@@ -599,7 +599,7 @@ class SegmentStore:
             await journal.wait_durable(end_lsn)
             return offset
         journal.write_queued()
-        if self.tail_budget.used_bytes > self.tail_budget.limit_bytes:
+        if self.tail_budget.over:
             self.tail_budget.evict(journal.written_lsn)
         if now_s - self._last_yield_s >= YIELD_EVERY_S:
             self._last_yield_s = now_s

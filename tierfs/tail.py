@@ -8,6 +8,9 @@ Invariants:
   has reached the journal file) readable from its journal frame at ``frame_lsn``.
 - Memory held by tails never exceeds the budget by more than the frames still queued
   for the next journal write.
+- An append larger than the budget's ``keep_max_bytes`` keeps its bytes in memory only
+  until its frame is written to the journal file; from then on it is read back from
+  the journal (where the page cache already holds it), so its buffer can be reused.
 """
 
 from __future__ import annotations
@@ -88,20 +91,36 @@ class Tail:
 
 
 class TailBudget:
-    """Bytes of tail data held in memory by all segments, evicting oldest first."""
+    """Bytes of tail data held in memory by all segments, evicting oldest first.
 
-    def __init__(self, limit_bytes: int) -> None:
+    Large entries (over ``keep_max_bytes``) are released as soon as they are written:
+    holding each appender's fresh buffer would cost a page fault per 4 KiB of it, while a
+    released buffer is reused by the allocator for the next append (and the bytes would
+    otherwise be in memory twice, here and in the journal file's page cache).
+    """
+
+    def __init__(self, limit_bytes: int, keep_max_bytes: int | None = None) -> None:
         self.limit_bytes = limit_bytes
+        self.keep_max_bytes = keep_max_bytes
         self.used_bytes = 0
-        self.evicted_entries = 0
+        self.evicted_entries = 0  # dropped to stay within limit_bytes
+        self.released_large_entries = 0  # dropped because larger than keep_max_bytes
         self._held_entries = 0
         self._fifo: collections.deque[TailEntry] = collections.deque()
+        self._large: collections.deque[TailEntry] = collections.deque()
+
+    @property
+    def over(self) -> bool:
+        """True while ``evict`` has something to do once the journal is written."""
+        return self.used_bytes > self.limit_bytes or bool(self._large)
 
     def hold(self, entry: TailEntry) -> None:
         assert entry.data is not None
         self.used_bytes += entry.length
         self._held_entries += 1
         self._fifo.append(entry)
+        if self.keep_max_bytes is not None and entry.length > self.keep_max_bytes:
+            self._large.append(entry)
         if len(self._fifo) > 4 * self._held_entries + 1024:
             # Released entries pile up behind an old held one: keep the FIFO (and so
             # memory) proportional to what is actually held.
@@ -114,7 +133,16 @@ class TailBudget:
             self._held_entries -= 1
 
     def evict(self, written_lsn: int) -> None:
-        """Drop in-memory bytes of the oldest entries already written to the journal."""
+        """Drop in-memory bytes of large entries and of the oldest entries, of those
+        already written to the journal."""
+        large = self._large
+        while large and large[0].end_lsn <= written_lsn:
+            entry = large.popleft()
+            if entry.data is not None:
+                self.release(entry)
+                self.released_large_entries += 1
+        while large and large[0].data is None:  # released meanwhile (flushed, deleted)
+            large.popleft()
         fifo = self._fifo
         while self.used_bytes > self.limit_bytes and fifo:
             entry = fifo[0]

@@ -14,9 +14,10 @@ chunks are S3 objects. Then for each mode, ``direct_io`` (the default of ``tierf
 mount``) and ``page_cache`` (``--page-cache``):
 
 - ceiling: ``python -m tierfs.bench.fuse_ceiling`` mounts a minimal pyfuse3 filesystem
-  (same ``FileInfo`` options) serving ``data`` from memory and discarding writes to
-  ``sink``; per round ``dd if=data of=/dev/null bs=1M`` and ``dd if=/dev/zero of=sink
-  bs=1M count=<size>``;
+  (same ``FileInfo`` options) serving ``data`` from memory, discarding writes to
+  ``sink`` and passing writes to ``journal`` on to a file on the data disk with one
+  ``write(2)`` each; per round ``dd if=data of=/dev/null bs=1M``, ``dd if=/dev/zero
+  of=sink bs=1M count=<size>`` and the same into ``journal``;
 - tierfs: the mount daemon is started afresh (empty block cache), then per round
   ``dd if=cold-<r> bs=1M`` (cold: every block is a ranged GET to S3; the daemon's
   ``tierfs_tier2_gets_total`` before/after gives the GETs) and again (warm: the block
@@ -25,15 +26,22 @@ mount``) and ``page_cache`` (``--page-cache``):
   to S3, so no round's background upload overlaps the next measurement;
 - raw: s3fs ``cat_file`` of each chunk object of ``cold-<r>``, whole, one after another
   (fresh s3fs instance, its client set up by one untimed HEAD): what reading those
-  objects costs without tierfs; and ``dd if=/dev/zero of=<scratch>/raw-<r> bs=1M``
-  (no sync, like a VD write): what writing the bytes once to the data dir's disk costs.
+  objects costs without tierfs; s3fs ``cat_ranges`` of the same bytes as 1 MiB ranges,
+  16 in flight: what the read path's one GET per 1 MiB block costs on this server
+  without tierfs; and ``dd if=/dev/zero of=<scratch>/raw-<r> bs=1M`` (no sync, like a
+  VD write): what writing the bytes once to the data dir's disk costs.
+
+Every timed write starts after an untimed ``sync(2)``, so no measurement pays for the
+writeback of what an earlier step left dirty.
 
 Throughput is dd's own figure (bytes / its elapsed seconds). Each row is the median of
 the rounds; the ratios are computed from the medians.
 
 Targets (issue 5), in the default mode (direct_io): warm read >= 0.5 x the ceiling's
 read; VD write >= 0.5 x the ceiling's discarding write; cold read >= 1.0 x raw s3fs
-``cat_file`` of the same chunks. A missed target is reported, not an error.
+``cat_file`` of the same chunks. A missed target is reported, not an error. Two more
+ratios show what the hardware allows for the work tierfs must do: VD write / the
+ceiling's ``journal`` write, and cold read / raw 1 MiB ranged GETs.
 """
 
 from __future__ import annotations
@@ -95,6 +103,13 @@ def dd(source: Path | str, target: Path | str, count_mib: int | None = None) -> 
     return Throughput.of(f"dd {source} -> {target}", int(match.group(1)), float(match.group(2)))
 
 
+def dd_write(target: Path, count_mib: int) -> Throughput:
+    """``dd if=/dev/zero bs=1M`` into ``target`` after an untimed sync(2), so the kernel
+    is not still writing back what earlier steps left dirty while this write is timed."""
+    os.sync()
+    return dd("/dev/zero", target, count_mib)
+
+
 def wait_for_mount(mountpoint: Path, process: subprocess.Popen[bytes], extra: Path | None = None) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while not (os.path.ismount(mountpoint) and (extra is None or extra.exists())):
@@ -116,10 +131,11 @@ def unmount(mountpoint: Path, process: subprocess.Popen[bytes]) -> None:
 
 
 class CeilingMount:
-    def __init__(self, mountpoint: Path, size: int, mode: str, log: Path) -> None:
+    def __init__(self, mountpoint: Path, size: int, mode: str, log: Path, journal_dir: Path) -> None:
         self.mountpoint = mountpoint
         mountpoint.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "tierfs.bench.fuse_ceiling", str(mountpoint), str(size)]
+        args = [sys.executable, "-m", "tierfs.bench.fuse_ceiling", str(mountpoint), str(size),
+                "--journal-dir", str(journal_dir)]
         if mode == "direct_io":
             args.append("--direct-io")
         with open(log, "ab") as sink:
@@ -160,6 +176,7 @@ class ModeResult:
     mode: str
     ceiling_read: list[Throughput]
     ceiling_write: list[Throughput]
+    ceiling_journal_write: list[Throughput]
     cold_read: list[Throughput]
     warm_read: list[Throughput]
     vd_write: list[Throughput]
@@ -175,6 +192,7 @@ class Results:
     size_bytes: int
     chunks_per_segment: int
     raw_cat_file: list[Throughput]
+    raw_cat_ranges: list[Throughput]
     raw_disk_write: list[Throughput]
     modes: dict[str, ModeResult]
 
@@ -191,7 +209,7 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
             raise BenchError(f"{tool} is not installed")
     if not os.path.exists("/dev/fuse"):
         raise BenchError("/dev/fuse is missing")
-    from tierfs.bench.read import raw_cat_file
+    from tierfs.bench.read import raw_cat_file, raw_cat_ranges
     from tierfs.bench.s3server import s3_server
 
     size_mib = opts.size // MiB
@@ -211,11 +229,14 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
         modes: dict[str, ModeResult] = {}
         for mode in MODES:
             print(f"[{mode}] ceiling: minimal pyfuse3 filesystem ...", file=log, flush=True)
-            ceiling = CeilingMount(directory / "ceiling-mnt", opts.size, mode, directory / "ceiling.log")
+            ceiling = CeilingMount(directory / "ceiling-mnt", opts.size, mode, directory / "ceiling.log",
+                                   journal_dir=directory)
             try:
                 ceiling_read = [dd(ceiling.mountpoint / "data", "/dev/null") for _ in range(opts.rounds)]
-                ceiling_write = [dd("/dev/zero", ceiling.mountpoint / "sink", size_mib)
+                ceiling_write = [dd_write(ceiling.mountpoint / "sink", size_mib)
                                  for _ in range(opts.rounds)]
+                ceiling_journal_write = [dd_write(ceiling.mountpoint / "journal", size_mib)
+                                         for _ in range(opts.rounds)]
             finally:
                 ceiling.close()
             mount = TierMount(data_dir, config, mnt, mode, env, directory / "tierfs.log")
@@ -234,18 +255,21 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
                     warm.append(dd(mnt / f"cold-{r}", "/dev/null"))
                 for r in range(opts.rounds):
                     print(f"[{mode}] round {r + 1}/{opts.rounds}: VD write ...", file=log, flush=True)
-                    writes.append(dd("/dev/zero", mnt / f"vd-{mode}-{r}", size_mib))
+                    writes.append(dd_write(mnt / f"vd-{mode}-{r}", size_mib))
                     mount.client.op("flush")  # untimed: the next round starts with no backlog
             finally:
                 mount.close()
-            modes[mode] = ModeResult(mode, ceiling_read, ceiling_write, cold, warm, writes, gets)
-        print("raw s3fs cat_file of the same chunks; raw dd to the disk ...", file=log, flush=True)
+            modes[mode] = ModeResult(mode, ceiling_read, ceiling_write, ceiling_journal_write, cold, warm,
+                                     writes, gets)
+        print("raw s3fs cat_file and cat_ranges of the same chunks; raw dd to the disk ...",
+              file=log, flush=True)
         raw = [raw_cat_file(endpoint.storage_options(), layout) for layout in layouts]
+        ranges = [raw_cat_ranges(endpoint.storage_options(), layout) for layout in layouts]
         disk = []
         for r in range(opts.rounds):
-            disk.append(dd("/dev/zero", directory / f"raw-{r}", size_mib))
+            disk.append(dd_write(directory / f"raw-{r}", size_mib))
             (directory / f"raw-{r}").unlink()
-    return Results(opts.size, len(layouts[0]), raw, disk, modes)
+    return Results(opts.size, len(layouts[0]), raw, ranges, disk, modes)
 
 
 def write_cold_segment(mount: TierMount, index: int, size: int) -> list[dict[str, Any]]:
@@ -284,6 +308,7 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
     rows = (
         ("ceiling: minimal pyfuse3, read from memory", "ceiling_read"),
         ("ceiling: minimal pyfuse3, discarding write", "ceiling_write"),
+        ("ceiling: minimal pyfuse3, write(2) to disk", "ceiling_journal_write"),
         ("tierfs cold read (chunks in S3)", "cold_read"),
         ("tierfs warm read (block cache)", "warm_read"),
         ("tierfs VD write (new segment)", "vd_write"),
@@ -293,6 +318,8 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
         print(f"{label:<44} " + " ".join(f"{v:>12,.1f}" for v in values), file=out)
     raw = ModeResult.median(r.raw_cat_file)
     print(f"{'raw s3fs cat_file, same chunk objects':<44} {raw:>12,.1f}", file=out)
+    ranges = ModeResult.median(r.raw_cat_ranges)
+    print(f"{'raw s3fs 1 MiB ranged GETs, 16 in flight':<44} {ranges:>12,.1f}", file=out)
     disk = ModeResult.median(r.raw_disk_write)
     print(f"{'raw dd write to a file on the data disk':<44} {disk:>12,.1f}", file=out)
     print(file=out)
@@ -301,7 +328,9 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
         m = r.modes[mode]
         print(f"{mode}: warm/ceiling {m.median(m.warm_read) / m.median(m.ceiling_read):.3f}, "
               f"write/ceiling {m.median(m.vd_write) / m.median(m.ceiling_write):.3f}, "
-              f"cold/raw {m.median(m.cold_read) / raw:.3f}, write/raw disk "
+              f"write/journal ceiling {m.median(m.vd_write) / m.median(m.ceiling_journal_write):.3f}, "
+              f"cold/raw {m.median(m.cold_read) / raw:.3f}, cold/1 MiB GETs "
+              f"{m.median(m.cold_read) / ranges:.3f}, write/raw disk "
               f"{m.median(m.vd_write) / disk:.3f}; GETs per cold read {m.cold_gets} "
               f"for {blocks} blocks", file=out)
     print(file=out)
