@@ -53,22 +53,20 @@ class InodeTable:
         return inode
 
     def forget(self, inode: int, count: int) -> None:
-        remaining = self._lookups.get(inode, 0) - count
-        if remaining > 0:
-            self._lookups[inode] = remaining
-            return
-        self._lookups.pop(inode, None)
-        self._drop_if_unused(inode)
+        self._release(self._lookups, inode, count)
 
     def opened(self, inode: int) -> None:
         self._open_handles[inode] = self._open_handles.get(inode, 0) + 1
 
     def closed(self, inode: int) -> None:
-        remaining = self._open_handles.get(inode, 0) - 1
+        self._release(self._open_handles, inode, 1)
+
+    def _release(self, counts: dict[int, int], inode: int, count: int) -> None:
+        remaining = counts.get(inode, 0) - count
         if remaining > 0:
-            self._open_handles[inode] = remaining
+            counts[inode] = remaining
             return
-        self._open_handles.pop(inode, None)
+        counts.pop(inode, None)
         self._drop_if_unused(inode)
 
     def removed(self, name: str) -> None:

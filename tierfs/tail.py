@@ -99,7 +99,7 @@ class TailBudget:
     otherwise be in memory twice, here and in the journal file's page cache).
     """
 
-    def __init__(self, limit_bytes: int, keep_max_bytes: int | None = None) -> None:
+    def __init__(self, limit_bytes: int, keep_max_bytes: int) -> None:
         self.limit_bytes = limit_bytes
         self.keep_max_bytes = keep_max_bytes
         self.used_bytes = 0
@@ -119,7 +119,7 @@ class TailBudget:
         self.used_bytes += entry.length
         self._held_entries += 1
         self._fifo.append(entry)
-        if self.keep_max_bytes is not None and entry.length > self.keep_max_bytes:
+        if entry.length > self.keep_max_bytes:
             self._large.append(entry)
         if len(self._fifo) > 4 * self._held_entries + 1024:
             # Released entries pile up behind an old held one: keep the FIFO (and so
@@ -136,13 +136,11 @@ class TailBudget:
         """Drop in-memory bytes of large entries and of the oldest entries, of those
         already written to the journal."""
         large = self._large
-        while large and large[0].end_lsn <= written_lsn:
+        while large and (large[0].data is None or large[0].end_lsn <= written_lsn):
             entry = large.popleft()
-            if entry.data is not None:
+            if entry.data is not None:  # else released meanwhile (flushed, deleted)
                 self.release(entry)
                 self.released_large_entries += 1
-        while large and large[0].data is None:  # released meanwhile (flushed, deleted)
-            large.popleft()
         fifo = self._fifo
         while self.used_bytes > self.limit_bytes and fifo:
             entry = fifo[0]

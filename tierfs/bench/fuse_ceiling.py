@@ -45,6 +45,7 @@ class CeilingOperations(pyfuse3.Operations):
         self.names = {b"data": DATA_INODE, b"sink": SINK_INODE}
         self.journal_dir = journal_dir
         self.journal_files = 0
+        self.journal_path = ""
         self.journal_fd = -1
         if journal_dir is not None:
             self._new_journal_file()
@@ -52,13 +53,12 @@ class CeilingOperations(pyfuse3.Operations):
 
     def _new_journal_file(self) -> None:
         assert self.journal_dir is not None
-        old = os.path.join(self.journal_dir, f"{JOURNAL_NAME}-{self.journal_files}")
         if self.journal_fd >= 0:
             os.close(self.journal_fd)
-            os.unlink(old)
+            os.unlink(self.journal_path)
         self.journal_files += 1
-        path = os.path.join(self.journal_dir, f"{JOURNAL_NAME}-{self.journal_files}")
-        self.journal_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        self.journal_path = os.path.join(self.journal_dir, f"{JOURNAL_NAME}-{self.journal_files}")
+        self.journal_fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
 
     def _attr(self, inode: pyfuse3.InodeT) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
