@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -209,33 +209,52 @@ def iter_lines(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, 
     skip = item.start > item.first
     stream = source.pieces(item.start - 1 if skip else item.start, READ_PIECE_BYTES)
     try:
-        buffer, buffer_start = b"", item.start
-        if skip:
-            for piece_start, piece in stream:
-                newline = piece.find(b"\n")
-                if newline >= 0:
-                    buffer, buffer_start = piece[newline + 1 :], piece_start + newline + 1
-                    break
-            else:
-                return
-        searched = 0  # bytes of ``buffer`` known to hold no newline
-        while buffer_start < item.end:
-            newline = buffer.find(b"\n", searched)
-            if newline >= 0:
-                yield buffer_start, buffer[:newline]
-                buffer = buffer[newline + 1 :]
-                buffer_start += newline + 1
-                searched = 0
-                continue
-            searched = len(buffer)
-            following = next(stream, None)
-            if following is None:
-                if buffer:
-                    yield buffer_start, buffer  # the last record, without a newline
-                return
-            buffer += following[1]
+        yield from split_lines(stream, item.end, skip_first=skip)
     finally:
         stream.close()
+
+
+def split_lines(
+    pieces: Iterable[tuple[int, bytes]], end: int, *, skip_first: bool = False
+) -> Iterator[tuple[int, bytes]]:
+    """(offset, line without its newline) of every line that starts before ``end`` in a
+    stream of consecutive (offset, bytes) pieces; with ``skip_first`` the bytes up to and
+    including the first newline belong to an earlier range and are skipped.
+
+    Linear in the bytes: each piece is searched from an index that moves forward, and
+    only a record that continues into the next piece is copied (into ``pending``, which
+    grows by appending), so no byte is copied more than twice whatever the line lengths.
+    """
+    pending = bytearray()  # the start of a record that continues into the next piece
+    pending_start = -1  # its offset; -1 while no record is pending
+    for piece_start, piece in pieces:
+        position = 0
+        if skip_first:
+            newline = piece.find(b"\n")
+            if newline < 0:
+                continue
+            skip_first = False
+            position = newline + 1
+        while position < len(piece):
+            record_start = pending_start if pending_start >= 0 else piece_start + position
+            if record_start >= end:
+                return
+            newline = piece.find(b"\n", position)
+            if newline < 0:
+                pending += memoryview(piece)[position:]
+                pending_start = record_start
+                break
+            if pending_start >= 0:
+                pending += memoryview(piece)[position:newline]
+                line = bytes(pending)
+                pending.clear()
+                pending_start = -1
+            else:
+                line = piece[position:newline]
+            yield record_start, line
+            position = newline + 1
+    if pending_start >= 0 and pending_start < end:
+        yield pending_start, bytes(pending)  # the last record, without a newline
 
 
 def iter_blocks(source: SegmentBytes, item: SegmentRange, block_size: int) -> Iterator[tuple[int, bytes]]:
