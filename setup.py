@@ -7,7 +7,11 @@ setup(
     python_requires=">=3.11",
     # fuse/ and fsspec_impl/ live at the top of the repository (design card) but are
     # installed inside the tierfs namespace, so `import fuse` (fusepy) is never taken.
-    packages=["tierfs", "tierfs.bench", "tierfs.fuse", "tierfs.fsspec_impl"],
+    packages=[
+        "tierfs", "tierfs.contracts", "tierfs.blocks", "tierfs.engine", "tierfs.offload",
+        "tierfs.store", "tierfs.server", "tierfs.remote", "tierfs.spark", "tierfs.bench",
+        "tierfs.fuse", "tierfs.fsspec_impl",
+    ],
     package_dir={
         "tierfs": "tierfs",
         "tierfs.bench": "tierfs/bench",

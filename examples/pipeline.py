@@ -138,7 +138,7 @@ def expected_per_minute(events: list[dict[str, Any]]) -> dict[tuple[str, str], t
 def spark_session() -> Any:
     from pyspark.sql import SparkSession
 
-    from tierfs.spark_source import register
+    from tierfs.spark import register
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -194,7 +194,7 @@ def offload_events(client: Any) -> None:
 
 
 def main(work: Path) -> int:
-    from tierfs.client import TierClient, discover_url
+    from tierfs.remote.client import TierClient, discover_url
 
     shutil.rmtree(work, ignore_errors=True)
     data_dir, mountpoint, checkpoint = work / "store", work / "mnt", work / "checkpoint"

@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 
 from tierfs import StoreConfig, open_store
-from tierfs.fsck import fsck
+from tierfs.store.fsck import fsck
 
 
 def where(info) -> str:  # type: ignore[no-untyped-def]

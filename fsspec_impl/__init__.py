@@ -1,4 +1,4 @@
 """fsspec plugin of tierfs (installed as ``tierfs.fsspec_impl``; protocol ``tierfs``)."""
 
-from .filesystem import TierFile as TierFile
-from .filesystem import TierFileSystem as TierFileSystem
+from tierfs.fsspec_impl.filesystem import TierFile as TierFile
+from tierfs.fsspec_impl.filesystem import TierFileSystem as TierFileSystem

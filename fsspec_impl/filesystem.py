@@ -13,7 +13,7 @@ Semantics (append-only):
   (``FileExistsError``): segments are never overwritten. ``pipe_file`` likewise.
 - Sizes come from the daemon on every call: the listings cache is off, so a growing
   segment's size is never stale.
-- Flushed bytes are read straight from the chunk objects (``tierfs.direct_read``: the
+- Flushed bytes are read straight from the chunk objects (``tierfs.remote.direct_read``: the
   daemon's chunk layout, then ``pread`` of local chunk files, or ranged reads of remote
   ones when ``chunk_storage_options`` are given), each 1 MiB block verified against its
   CRC32C; only the unflushed tail, and chunks that cannot be read directly, come through
@@ -36,10 +36,10 @@ from typing import Any
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
-from tierfs.client import TierClient, discover_url
-from tierfs.direct_read import ChunkUnavailable, DirectChunkReader, SegmentLayout
-from tierfs.errors import SegmentExistsError, SegmentNotFoundError
-from tierfs.store import DirectoryInfo, Info, SegmentInfo
+from tierfs.contracts.errors import ChunkUnavailable, SegmentExistsError, SegmentNotFoundError
+from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.remote.client import TierClient, discover_url
+from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
 
 READ_BLOCK_BYTES = 1 << 20  # one block-cache block = one daemon block = one ranged GET
 # Blocks an open file keeps. Few: a block fetched again costs a pread and a CRC check,

@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
 
-from tierfs.errors import TierFSError
+from tierfs.contracts.errors import TierFSError
 
 log = logging.getLogger("tierfs.fuse")
 

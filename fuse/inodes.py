@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pyfuse3
 
-from tierfs.errors import SegmentNotFoundError
+from tierfs.contracts.errors import SegmentNotFoundError
 
 ROOT_INODE = int(pyfuse3.ROOT_INODE)
 

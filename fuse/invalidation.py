@@ -21,10 +21,9 @@ import logging
 
 import pyfuse3
 import trio
+from tierfs.fuse.inodes import InodeTable
 
-from tierfs.segment_state import SegmentState
-
-from .inodes import InodeTable
+from tierfs.engine.segment_state import SegmentState
 
 log = logging.getLogger("tierfs.fuse")
 

@@ -27,13 +27,12 @@ from pathlib import Path
 
 import pyfuse3
 import trio
+from tierfs.fuse.invalidation import KernelNotifier
+from tierfs.fuse.operations import ATTR_TIMEOUT_S, TierOperations
 
-from tierfs.config import StoreConfig
-from tierfs.daemon import serve
-from tierfs.store import SegmentStore
-
-from .invalidation import KernelNotifier
-from .operations import ATTR_TIMEOUT_S, TierOperations
+from tierfs.contracts.config import StoreConfig
+from tierfs.server.daemon import serve
+from tierfs.store.facade import SegmentStore
 
 log = logging.getLogger("tierfs.fuse")
 

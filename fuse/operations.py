@@ -27,20 +27,20 @@ from collections.abc import Sequence
 
 import pyfuse3
 import trio
+from tierfs.fuse.errors import fuse_errors
+from tierfs.fuse.inodes import ROOT_INODE, InodeTable
 
-from tierfs.config import DURABILITY_LEVELS
-from tierfs.errors import (
+from tierfs.contracts.config import DURABILITY_LEVELS
+from tierfs.contracts.errors import (
     IsADirectoryError_,
     NotADirectoryError_,
     OffsetOutOfRangeError,
     SegmentExistsError,
     SegmentSealedError,
 )
-from tierfs.readahead import SegmentReader
-from tierfs.store import DirectoryInfo, Info, SegmentInfo, SegmentStore
-
-from .errors import fuse_errors
-from .inodes import ROOT_INODE, InodeTable
+from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.engine.readahead import SegmentReader
+from tierfs.store.facade import SegmentStore
 
 ATTR_TIMEOUT_S = 1.0  # the kernel also hears of growth at once (see invalidation.py)
 ENTRY_TIMEOUT_S = 1.0  # names changed through the API become visible within this

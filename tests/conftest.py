@@ -25,7 +25,7 @@ from helpers import Daemon, small_config, start_daemon
 from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import StoreConfig, open_store
-from tierfs.store import SegmentStore
+from tierfs.store.facade import SegmentStore
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def spark() -> Iterator[Any]:
         pytest.skip("Spark needs a Java runtime (./dev.sh test installs one)")
     from pyspark.sql import SparkSession
 
-    from tierfs.spark_source import register
+    from tierfs.spark import register
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

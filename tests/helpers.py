@@ -41,7 +41,7 @@ class Daemon:
         self.socket = data_dir / "tierfs.sock"
 
     def client(self):  # type: ignore[no-untyped-def]
-        from tierfs.client import TierClient
+        from tierfs.remote.client import TierClient
 
         return TierClient(f"unix://{self.socket}")
 
@@ -106,7 +106,7 @@ class Mount:
         return self.mountpoint / name
 
     def client(self):  # type: ignore[no-untyped-def]
-        from tierfs.client import TierClient
+        from tierfs.remote.client import TierClient
 
         return TierClient(f"unix://{self.socket}")
 

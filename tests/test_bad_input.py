@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tierfs.errors import (
+from tierfs.contracts.errors import (
     BadOffsetError,
     DirectoryNotEmptyError,
     InvalidArgumentError,
@@ -17,7 +17,7 @@ from tierfs.errors import (
     SegmentSealedError,
     TierFSError,
 )
-from tierfs.store import SegmentStore
+from tierfs.store.facade import SegmentStore
 
 BAD_NAMES = ["", "../x", "a/../b", "a//b", "a\x00b", "x" * 256, ".", 42]
 

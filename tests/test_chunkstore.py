@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tierfs.chunkstore import (
-    S3_CHECKSUM_DEFAULTS,
+from tierfs.blocks.filesystems import S3_CHECKSUM_DEFAULTS, open_filesystem
+from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError
+from tierfs.engine.chunkstore import (
     ChunkStorage,
     FsspecChunkStorage,
     LocalChunkStorage,
     open_chunk_storage,
-    open_filesystem,
 )
-from tierfs.errors import ChunkMissingError, InvalidArgumentError
 
 
 @pytest.fixture(params=["local", "memory", "s3"])

@@ -13,14 +13,14 @@ import trio
 from helpers import small_config, start_daemon
 
 from tierfs import open_store
-from tierfs.errors import (
+from tierfs.contracts.errors import (
     AlreadyCommittedError,
     InvalidArgumentError,
     SegmentNotFoundError,
     SegmentSealedError,
 )
-from tierfs.fsck import fsck
-from tierfs.store import SegmentStore
+from tierfs.store.facade import SegmentStore
+from tierfs.store.fsck import fsck
 
 KiB = 1 << 10
 

@@ -10,7 +10,7 @@ import pytest
 from helpers import small_config
 
 from tierfs import open_store
-from tierfs.errors import ChunkMissingError, DataCorruptionError
+from tierfs.contracts.errors import ChunkMissingError, DataCorruptionError
 
 
 async def _flushed_segment(data: Path, payload: bytes) -> dict:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from helpers import Daemon, free_port, start_daemon
 
-from tierfs.errors import (
+from tierfs.contracts.errors import (
     BadOffsetError,
     InvalidNameError,
     SegmentExistsError,
@@ -148,7 +148,7 @@ def test_tcp_needs_the_bearer_token_which_is_never_logged(tmp_path: Path) -> Non
         assert httpx.get(f"{url}/v1/health", headers={"Authorization": "Bearer wrong"}).status_code == 401
         ok = httpx.get(f"{url}/v1/health", headers={"Authorization": f"Bearer {token}"})
         assert ok.status_code == 200 and ok.json()["status"] == "ok"
-        from tierfs.client import TierClient
+        from tierfs.remote.client import TierClient
 
         TierClient(url, token=token).create("over-tcp")
     finally:

@@ -11,9 +11,9 @@ from helpers import Daemon, small_config
 from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import open_store
-from tierfs.checksums import BLOCK_BYTES
-from tierfs.direct_read import ChunkRef, ChunkUnavailable, DirectChunkReader, SegmentLayout
-from tierfs.errors import DataCorruptionError
+from tierfs.blocks.checksums import BLOCK_BYTES
+from tierfs.contracts.errors import ChunkUnavailable, DataCorruptionError
+from tierfs.remote.direct_read import ChunkRef, DirectChunkReader, SegmentLayout
 
 MiB = 1 << 20
 

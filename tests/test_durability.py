@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tierfs.errors import InvalidArgumentError
-from tierfs.store import SegmentStore
+from tierfs.contracts.errors import InvalidArgumentError
+from tierfs.store.facade import SegmentStore
 
 
 async def test_pd_append_is_durable_when_acknowledged(store: SegmentStore) -> None:

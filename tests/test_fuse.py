@@ -311,7 +311,7 @@ def test_mount_and_fsspec_read_each_others_files(mount: Mount, tfs: TierFileSyst
 def test_every_engine_error_code_has_one_errno() -> None:
     from tierfs.fuse.errors import ERRNO_BY_CODE
 
-    from tierfs.errors import all_error_classes
+    from tierfs.contracts.errors import all_error_classes
 
     assert set(all_error_classes()) <= set(ERRNO_BY_CODE)
     assert ERRNO_BY_CODE["bad_offset"] == ERRNO_BY_CODE["sealed"] == errno.EPERM
@@ -321,7 +321,7 @@ async def test_an_unexpected_exception_becomes_eio_and_a_log_line(caplog: pytest
     import pyfuse3
     from tierfs.fuse.errors import fuse_errors
 
-    from tierfs.errors import SegmentNotFoundError
+    from tierfs.contracts.errors import SegmentNotFoundError
 
     @fuse_errors
     async def broken() -> None:

@@ -4,7 +4,14 @@ from pathlib import Path
 
 import trio
 
-from tierfs.journal import FRAME_OVERHEAD, Journal, ScanResult, encode_append, list_files, scan
+from tierfs.engine.journal import (
+    FRAME_OVERHEAD,
+    Journal,
+    ScanResult,
+    encode_append,
+    list_files,
+    scan,
+)
 
 
 def _scan(directory: Path) -> tuple[list, ScanResult]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from tierfs.spark_read import split_lines
+from tierfs.spark.read import split_lines
 
 
 def reference(data: bytes, base: int, end: int, skip_first: bool) -> list[tuple[int, bytes]]:

@@ -1,7 +1,7 @@
 import pytest
 
-from tierfs import names
-from tierfs.errors import InvalidNameError
+from tierfs.contracts import names
+from tierfs.contracts.errors import InvalidNameError
 
 
 @pytest.mark.parametrize(

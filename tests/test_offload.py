@@ -16,7 +16,7 @@ import trio
 from helpers import small_config
 
 from tierfs import open_store
-from tierfs.errors import (
+from tierfs.contracts.errors import (
     ChunkMissingError,
     DataCorruptionError,
     InvalidArgumentError,
@@ -24,16 +24,12 @@ from tierfs.errors import (
     OffloadRunningError,
     TruncatedError,
 )
-from tierfs.fsck import fsck
-from tierfs.offload_format import FORMAT_METADATA_KEY, OffloadKeys, decode_index
-from tierfs.policy import (
-    ChunkFacts,
-    Policy,
-    chunks_to_offload,
-    head_chunks_to_expire,
-    parse_assignments,
-)
-from tierfs.store import SegmentStore
+from tierfs.contracts.policy import Policy, parse_assignments
+from tierfs.engine.object_keys import OffloadKeys
+from tierfs.offload.offload_format import FORMAT_METADATA_KEY, decode_index
+from tierfs.offload.planning import ChunkFacts, chunks_to_offload, head_chunks_to_expire
+from tierfs.store.facade import SegmentStore
+from tierfs.store.fsck import fsck
 
 KiB = 1 << 10
 PAYLOAD = os.urandom(1100 * KiB)  # 5 chunks of at most 256 KiB under small_config

@@ -20,8 +20,8 @@ from helpers import Mount, small_config, start_daemon
 from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import open_store
-from tierfs.fsck import fsck
-from tierfs.offload_format import OffloadKeys
+from tierfs.engine.object_keys import OffloadKeys
+from tierfs.store.fsck import fsck
 
 KiB = 1 << 10
 PAYLOAD = os.urandom(1100 * KiB)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from tierfs import __version__, records
-from tierfs.checksums import BLOCK_BYTES, block_crcs_of
-from tierfs.errors import DataCorruptionError
-from tierfs.offload_format import (
+from tierfs import __version__
+from tierfs.blocks.checksums import BLOCK_BYTES, block_crcs_of
+from tierfs.contracts.errors import DataCorruptionError
+from tierfs.engine import records
+from tierfs.engine.object_keys import OffloadKeys, new_attempt_uuid
+from tierfs.offload.offload_format import (
     FORMAT_METADATA_KEY,
     FORMAT_VERSION,
-    OffloadKeys,
     decode_index,
     encode_index,
-    new_attempt_uuid,
     object_metadata,
 )
 

@@ -14,10 +14,10 @@ import trio
 from helpers import small_config
 
 from tierfs import open_store
-from tierfs.chunkstore import ChunkStorage, FsspecChunkStorage
-from tierfs.config import StoreConfig
-from tierfs.errors import DataCorruptionError, Tier2Error
-from tierfs.store import SegmentStore
+from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import DataCorruptionError, Tier2Error
+from tierfs.engine.chunkstore import ChunkStorage, FsspecChunkStorage
+from tierfs.store.facade import SegmentStore
 
 MiB = 1 << 20
 

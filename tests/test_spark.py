@@ -96,7 +96,7 @@ def test_batch_raw_blocks(spark: Any, sdaemon: Daemon) -> None:
 
 
 def test_partition_planning_never_splits_or_repeats_a_byte() -> None:
-    from tierfs.spark_read import plan_partitions, plan_ranges
+    from tierfs.spark.read import plan_partitions, plan_ranges
 
     layout = [{"start": 0, "end": 300}, {"start": 300, "end": 350}, {"start": 350, "end": 1000}]
     ranges = plan_ranges("s", layout, 0, 1200, 200)

@@ -114,8 +114,8 @@ def test_stream_picks_up_appends_while_running(spark: Any, sdaemon: Daemon) -> N
 
 
 def test_stream_options_are_checked(spark: Any, sdaemon: Daemon) -> None:
-    from tierfs.errors import InvalidArgumentError
-    from tierfs.spark_stream import TierStreamReader
+    from tierfs.contracts.errors import InvalidArgumentError
+    from tierfs.spark.stream import TierStreamReader
 
     with pytest.raises(InvalidArgumentError, match="starting"):
         TierStreamReader({"path": "x", "starting": "yesterday"}, None)  # type: ignore[arg-type]

@@ -42,7 +42,7 @@ def _frame(spark: Any, fail_at: int, always: bool) -> Any:
 def _transactions_left(client: Any, directory: str) -> list[str]:
     """What is under ``<directory>/_tierfs_tx`` besides tombstones (empty sealed
     segments that keep late task attempts out)."""
-    from tierfs.store import SegmentInfo
+    from tierfs.contracts.info import SegmentInfo
 
     try:
         entries = client.ls(f"{directory}/_tierfs_tx")
@@ -94,7 +94,7 @@ def test_a_failed_task_is_retried_and_its_partial_rows_never_land(
 def test_an_aborted_job_leaves_the_target_unchanged(
     spark: Any, sdaemon: Daemon, small_batches: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tierfs.spark_write import TierWriter
+    from tierfs.spark.write import TierWriter
 
     client = sdaemon.client()
     client.create("keep/result", parents=True)
@@ -118,8 +118,8 @@ def test_an_aborted_job_leaves_the_target_unchanged(
 
 
 def test_lines_and_raw_formats_and_refusals(spark: Any, sdaemon: Daemon) -> None:
-    from tierfs.errors import InvalidArgumentError
-    from tierfs.spark_write import TierWriter
+    from tierfs.contracts.errors import InvalidArgumentError
+    from tierfs.spark.write import TierWriter
 
     options = {"data_dir": str(sdaemon.data_dir)}
     lines = spark.createDataFrame([(f"line {i}",) for i in range(100)], "value string").repartition(3)

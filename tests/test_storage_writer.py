@@ -9,8 +9,8 @@ import trio
 from helpers import KiB, small_config
 
 from tierfs import open_store
-from tierfs.chunkstore import LocalChunkStorage
-from tierfs.errors import BacklogFullError, Tier2Error
+from tierfs.contracts.errors import BacklogFullError, Tier2Error
+from tierfs.engine.chunkstore import LocalChunkStorage
 
 
 async def _wait(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]

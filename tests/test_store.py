@@ -8,14 +8,15 @@ import pytest
 import trio
 
 from tierfs import open_store
-from tierfs.errors import (
+from tierfs.contracts.errors import (
     BadOffsetError,
     DirectoryNotEmptyError,
     SegmentExistsError,
     SegmentNotFoundError,
     SegmentSealedError,
 )
-from tierfs.store import DirectoryInfo, SegmentInfo, SegmentStore
+from tierfs.contracts.info import DirectoryInfo, SegmentInfo
+from tierfs.store.facade import SegmentStore
 
 
 async def test_create_append_read_stat(store: SegmentStore) -> None:
@@ -144,7 +145,7 @@ async def test_data_survives_restart(config) -> None:  # type: ignore[no-untyped
 
 
 async def test_second_opener_is_refused(config) -> None:  # type: ignore[no-untyped-def]
-    from tierfs.errors import StoreInUseError
+    from tierfs.contracts.errors import StoreInUseError
 
     async with open_store(config):
         with pytest.raises(StoreInUseError, match="in use by pid"):

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from tierfs import records
-from tierfs.blockcache import BlockCache
-from tierfs.checksums import BLOCK_BYTES, BlockCrcs, block_crcs_of, crc32c
-from tierfs.config import load_config
-from tierfs.errors import ConcurrentModificationError, InvalidArgumentError
-from tierfs.metadata import MetadataStore
+from tierfs.blocks.checksums import BLOCK_BYTES, BlockCrcs, block_crcs_of, crc32c
+from tierfs.contracts.config import load_config
+from tierfs.contracts.errors import ConcurrentModificationError, InvalidArgumentError
+from tierfs.engine import records
+from tierfs.engine.blockcache import BlockCache
+from tierfs.engine.metadata import MetadataStore
 
 
 def test_config_precedence(tmp_path: Path) -> None:

@@ -21,13 +21,15 @@ from typing import Any
 
 import trio
 
-from .client import RemoteStore, connect_if_serving
-from .config import DURABILITY_LEVELS, StoreConfig, load_config
-from .daemon import serve
-from .errors import IsADirectoryError_, StoreInUseError, TierFSError
-from .fsck import Problem, fsck
-from .policy import POLICY_KEYS, parse_assignments
-from .store import DirectoryInfo, SegmentInfo, open_store
+from tierfs.contracts.config import DURABILITY_LEVELS, StoreConfig, load_config
+from tierfs.contracts.errors import IsADirectoryError_, StoreInUseError, TierFSError
+from tierfs.contracts.info import DirectoryInfo, SegmentInfo
+from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
+from tierfs.remote.client import connect_if_serving
+from tierfs.remote.remote_store import RemoteStore
+from tierfs.server.daemon import serve
+from tierfs.store.facade import open_store
+from tierfs.store.fsck import Problem, fsck
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
 STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
@@ -440,7 +442,7 @@ def _mount_commands(args: argparse.Namespace, config: StoreConfig) -> int:
     """``mount`` / ``umount``: imported here, so the rest of the CLI works without FUSE."""
     from pathlib import Path
 
-    from .fuse.mount import MountError, mount_command, unmount_command
+    from tierfs.fuse.mount import MountError, mount_command, unmount_command
 
     if args.command == "umount":
         return unmount_command(Path(args.mountpoint))

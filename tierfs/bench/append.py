@@ -71,7 +71,7 @@ from tierfs.bench.common import (
     percentile,
     run_in_scratch,
 )
-from tierfs.store import SegmentStore
+from tierfs.store.facade import SegmentStore
 
 HELP = "1 KiB appends (PD/VD, 1 and 32 writers) vs raw write/fdatasync ceilings"
 

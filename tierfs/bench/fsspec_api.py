@@ -106,7 +106,8 @@ from tierfs.bench.common import (
     run_in_scratch,
     warm_cache_bytes,
 )
-from tierfs.store import SegmentInfo, SegmentStore
+from tierfs.contracts.info import SegmentInfo
+from tierfs.store.facade import SegmentStore
 
 HELP = "warm sequential reads via fsspec in another process and 1 KiB appends via the HTTP API vs the engine in-process"
 
@@ -222,7 +223,7 @@ class Daemon:
         return self._log_path.read_text(errors="replace")[-3000:]
 
     def wait_until_serving(self) -> None:
-        from tierfs.client import TierClient
+        from tierfs.remote.client import TierClient
 
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -243,7 +244,7 @@ class Daemon:
 
     def metrics(self) -> dict[str, float]:
         """The daemon's /metrics as {name: value}."""
-        from tierfs.client import TierClient
+        from tierfs.remote.client import TierClient
 
         client = TierClient(self.url)
         try:
@@ -417,7 +418,7 @@ class Child:
 def write_through_api(daemon: Daemon, payload: bytes) -> None:
     """The segment by 4 MiB appends, flushed, then read once (fills the daemon's cache)
     and compared with the payload."""
-    from tierfs.client import TierClient
+    from tierfs.remote.client import TierClient
 
     client = TierClient(daemon.url)
     try:
@@ -554,7 +555,7 @@ async def engine_small_reads(store: SegmentStore, offsets: list[int]) -> Latency
 
 def api_appends(url: str, segment: str, durability: str, count: int) -> AppendCase:
     """``count`` timed 1 KiB appends by ``TierClient.append`` (blocking, this thread)."""
-    from tierfs.client import TierClient
+    from tierfs.remote.client import TierClient
 
     record = b"a" * APPEND_BYTES
     client = TierClient(url)

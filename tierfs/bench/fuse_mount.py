@@ -158,7 +158,7 @@ class TierMount:
         with open(log, "ab") as sink:
             self.process = subprocess.Popen(args, stdout=sink, stderr=sink, env=env)
         wait_for_mount(mountpoint, self.process, data_dir / "tierfs.sock")
-        from tierfs.client import TierClient
+        from tierfs.remote.client import TierClient
 
         self.client = TierClient(f"unix://{data_dir / 'tierfs.sock'}")
 

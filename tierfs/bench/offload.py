@@ -163,7 +163,7 @@ def _measure(directory: Path, size: int, rounds: int, child: Any, log: TextIO) -
     from tierfs import StoreConfig, open_store
     from tierfs.bench.read import cold_scan_spec
     from tierfs.bench.s3server import s3_server
-    from tierfs.offload_format import OffloadKeys
+    from tierfs.engine.object_keys import OffloadKeys
 
     payload = make_payload(size, seed=6)
     with s3_server(directory / "s3rver", log) as endpoint:

@@ -99,8 +99,8 @@ from tierfs.bench.common import (
     scratch_parent_problem,
     warm_cache_bytes,
 )
-from tierfs.readahead import SegmentReader
-from tierfs.store import SegmentStore
+from tierfs.engine.readahead import SegmentReader
+from tierfs.store.facade import SegmentStore
 
 if TYPE_CHECKING:
     from tierfs.bench.s3server import S3Endpoint

@@ -100,7 +100,7 @@ def _spark_read_seconds(
     from pyspark.sql import SparkSession
 
     from tierfs.bench.spark_ceiling import MemorySource
-    from tierfs.spark_source import register
+    from tierfs.spark.source import register
 
     spark = (SparkSession.builder.master(master).appName("tierfs-bench")
              .config("spark.ui.enabled", "false").getOrCreate())
@@ -128,7 +128,7 @@ def _s3fs_seconds(storage: dict[str, Any], layout: list[dict[str, Any]], size: i
 
 
 def _start_daemon(data_dir: Path, config_file: Path, log: TextIO) -> subprocess.Popen[bytes]:
-    from tierfs.client import discover_url
+    from tierfs.remote.client import discover_url
 
     daemon = subprocess.Popen([sys.executable, "-m", "tierfs.cli", "--config", str(config_file),
                                "--data-dir", str(data_dir), "serve"],

@@ -1,0 +1,196 @@
+"""Store configuration: defaults, TOML file, ``TIERFS_*`` environment, flags.
+
+Invariants:
+- Precedence is flags > environment > TOML file > defaults; embedded defaults need no
+  configuration at all.
+- Every value is validated once, here, with an error naming the setting; the rest of
+  the code trusts a ``StoreConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tierfs.contracts.datadir import default_data_dir
+from tierfs.contracts.errors import InvalidArgumentError
+
+KiB = 1 << 10
+MiB = 1 << 20
+DURABILITY_LEVELS = ("pd", "vd")
+
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreConfig:
+    """Everything a store needs; sizes in bytes, times in seconds."""
+
+    data_dir: Path = dataclasses.field(default_factory=default_data_dir)
+    # tier-2 chunk store URL; empty means "<data_dir>/chunks" on the local disk.
+    tier2_url: str = ""
+    # Storage options passed to fsspec for tier-2 (endpoint_url, key, ...).
+    tier2_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # S3-compatible endpoint for an s3:// tier-2 (else AWS_ENDPOINT_URL / AWS config).
+    tier2_endpoint_url: str = ""
+    durability: str = "pd"
+    # VD segments are fsynced at least this often (BP-14 bounded interval).
+    vd_sync_interval_s: float = 1.0
+    # Storage writer triggers (Pravega's aggregation thresholds).
+    flush_bytes: int = 4 * MiB
+    flush_interval_s: float = 1.0
+    max_chunk_bytes: int = 64 * MiB
+    # One flush writes at most this much, so a huge backlog is flushed in bounded steps.
+    max_flush_bytes: int = 16 * MiB
+    # Appends are refused once this many bytes wait to be flushed to tier-2.
+    max_backlog_bytes: int = 1024 * MiB
+    # Unflushed bytes kept in RAM; older unflushed bytes are re-read from the journal.
+    tail_memory_bytes: int = 64 * MiB
+    # Larger appends leave memory once written to the journal and are read back from
+    # it (the page cache) when flushed or read: their buffers are reused, not held.
+    tail_keep_max_bytes: int = 64 * KiB
+    max_append_bytes: int = 64 * MiB
+    journal_file_bytes: int = 64 * MiB
+    # Concurrent blocking tier-2 calls (worker threads).
+    tier2_concurrency: int = 16
+    tier2_retry_initial_s: float = 0.2
+    tier2_retry_max_s: float = 30.0
+    block_cache_bytes: int = 256 * MiB
+    # Sequential readers prefetch up to this far ahead (see readahead.py).
+    readahead_max_bytes: int = 32 * MiB
+    # Long-term store for offloaded chunks (any fsspec URL, typically s3://bucket/prefix);
+    # empty: offload is off.
+    offload_url: str = ""
+    offload_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    offload_endpoint_url: str = ""
+    # The chunk-store copy of an offloaded chunk is deleted this long after the offload
+    # completed (Pulsar's deletion lag; 0 deletes it at once).
+    offload_deletion_lag_s: float = 4 * 3600.0
+    # Chunks offloaded at once, and parallel multipart parts per chunk.
+    offload_concurrency: int = 2
+    offload_upload_concurrency: int = 8
+    offload_part_bytes: int = 8 * MiB
+    # How often policies (offload_after_s, offload_hot_bytes, retention) and the
+    # deletion lag are evaluated.
+    policy_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.durability not in DURABILITY_LEVELS:
+            raise InvalidArgumentError(
+                f"durability must be one of {DURABILITY_LEVELS}, not {self.durability!r}"
+            )
+        positive = (
+            "vd_sync_interval_s flush_bytes flush_interval_s max_chunk_bytes "
+            "max_flush_bytes max_backlog_bytes max_append_bytes journal_file_bytes "
+            "tier2_concurrency tier2_retry_initial_s tier2_retry_max_s "
+            "block_cache_bytes offload_concurrency offload_upload_concurrency "
+            "policy_interval_s"
+        ).split()
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise InvalidArgumentError(f"{name} must be > 0, not {getattr(self, name)!r}")
+        if min(self.tail_memory_bytes, self.tail_keep_max_bytes, self.readahead_max_bytes) < 0:
+            raise InvalidArgumentError(
+                "tail_memory_bytes, tail_keep_max_bytes and readahead_max_bytes must be >= 0"
+            )
+        if not 5 * MiB <= self.offload_part_bytes <= 64 * MiB:
+            raise InvalidArgumentError(
+                "offload_part_bytes must be within 5 MiB..64 MiB (S3 multipart limits)"
+            )
+        if self.offload_deletion_lag_s < 0:
+            raise InvalidArgumentError("offload_deletion_lag_s must be >= 0")
+        if self.max_append_bytes > self.max_backlog_bytes:
+            raise InvalidArgumentError("max_append_bytes must not exceed max_backlog_bytes")
+
+    @property
+    def chunk_store_url(self) -> str:
+        return self.tier2_url or str(self.data_dir / "chunks")
+
+    @property
+    def chunk_store_options(self) -> dict[str, Any]:
+        """fsspec storage options for tier-2: ``tier2_options`` plus the endpoint."""
+        options = dict(self.tier2_options)
+        if self.tier2_endpoint_url:
+            options.setdefault("endpoint_url", self.tier2_endpoint_url)
+        return options
+
+    @property
+    def long_term_options(self) -> dict[str, Any]:
+        """fsspec storage options for the long-term store: ``offload_options`` plus
+        the endpoint."""
+        options = dict(self.offload_options)
+        if self.offload_endpoint_url:
+            options.setdefault("endpoint_url", self.offload_endpoint_url)
+        return options
+
+    def replace(self, **changes: Any) -> StoreConfig:
+        return dataclasses.replace(self, **changes)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(StoreConfig)}
+_OPTION_TABLES = ("tier2_options", "offload_options")
+# environment names that differ from TIERFS_<FIELD>
+_ENV_NAMES = {"tier2_url": "TIERFS_TIER2", "offload_url": "TIERFS_OFFLOAD_TO"}
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    default = StoreConfig.__dataclass_fields__[name].default
+    if name == "data_dir":
+        return Path(os.path.expanduser(str(raw)))
+    if name in _OPTION_TABLES:
+        if not isinstance(raw, Mapping):
+            raise InvalidArgumentError(f"{name} must be a table of options")
+        return dict(raw)
+    try:
+        if isinstance(default, bool):
+            return str(raw).lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"setting {name}: cannot use {raw!r}") from None
+    return str(raw)
+
+
+def load_config(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+) -> StoreConfig:
+    """Build a config from defaults < TOML file < ``TIERFS_*`` environment < overrides.
+
+    The TOML file is ``config_file``, else ``$TIERFS_CONFIG``; it is optional. Keys are
+    the ``StoreConfig`` field names; unknown keys are an error so typos do not pass.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    path = config_file or env.get("TIERFS_CONFIG")
+    if path:
+        try:
+            with open(path, "rb") as f:
+                table = tomllib.load(f)
+        except FileNotFoundError:
+            raise InvalidArgumentError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise InvalidArgumentError(f"config file {path}: {e}") from None
+        section = table.get("tierfs", table)
+        for key, raw in section.items():
+            if key not in _FIELDS:
+                raise InvalidArgumentError(f"config file {path}: unknown setting {key!r}")
+            values[key] = _coerce(key, raw)
+    for key in _FIELDS:
+        env_name = _ENV_NAMES.get(key, "TIERFS_" + key.upper())
+        if env_name in env and key not in _OPTION_TABLES:
+            values[key] = _coerce(key, env[env_name])
+    for key, raw in (overrides or {}).items():
+        if raw is None:
+            continue
+        if key not in _FIELDS:
+            raise InvalidArgumentError(f"unknown setting {key!r}")
+        values[key] = _coerce(key, raw)
+    return StoreConfig(**values)

@@ -1,0 +1,45 @@
+"""Facts about a data directory that both the daemon and its clients need: where it
+is by default, where the daemon's socket and TCP token live.
+
+Invariants:
+- The socket is ``<data_dir>/tierfs.sock`` and the token ``<data_dir>/token``; nothing
+  else names these paths.
+- The token is generated once (``secrets.token_urlsafe``), stored owner-only (0600,
+  created exclusively) and never logged.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+SOCKET_NAME = "tierfs.sock"
+TOKEN_NAME = "token"
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/tierfs``, else ``~/.local/share/tierfs``."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "tierfs"
+
+
+def socket_path(data_dir: Path) -> Path:
+    return data_dir / SOCKET_NAME
+
+
+def token_path(data_dir: Path) -> Path:
+    return data_dir / TOKEN_NAME
+
+
+def load_or_create_token(data_dir: Path) -> str:
+    path = token_path(data_dir)
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

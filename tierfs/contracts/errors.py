@@ -1,0 +1,309 @@
+"""Every error tierfs raises on purpose.
+
+Invariants:
+- Each error carries the facts a user needs to act (``BadOffsetError(expected, actual)``)
+  and a stable ``code`` string that front ends translate to an errno or HTTP status in
+  exactly one place each.
+- Errors that mean "the thing is not there / already there / bad argument" also derive
+  from the matching builtin (``FileNotFoundError``, ``FileExistsError``, ``ValueError``)
+  so generic Python code (fsspec, pandas) handles them naturally.
+- Raising any of these before a state change guarantees that nothing changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+
+class TierFSError(Exception):
+    """Base class of every error raised deliberately by tierfs."""
+
+    code = "internal"
+
+    def __str__(self) -> str:
+        # OSError subclasses would otherwise print "[Errno None] None: ...".
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class InvalidNameError(TierFSError, ValueError):
+    """A segment or directory name was rejected; nothing was changed."""
+
+    code = "invalid_name"
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"invalid name {name!r}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+class InvalidArgumentError(TierFSError, ValueError):
+    """An argument other than a name was out of range; nothing was changed."""
+
+    code = "invalid_argument"
+
+
+class AppendTooLargeError(InvalidArgumentError):
+    """One append larger than ``max_append_bytes``; nothing was written."""
+
+    code = "too_large"
+
+    def __init__(self, size: int, limit_bytes: int) -> None:
+        super().__init__(f"append of {size} bytes exceeds max_append_bytes ({limit_bytes})")
+        self.length = size
+        self.limit_bytes = limit_bytes
+
+
+class SegmentNotFoundError(TierFSError, FileNotFoundError):
+    """No segment or directory exists under this name."""
+
+    code = "not_found"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no such segment or directory: {name!r}")
+        self.name = name
+        self.filename = name
+
+
+class SegmentExistsError(TierFSError, FileExistsError):
+    """A segment or directory already exists under this name."""
+
+    code = "exists"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"already exists: {name!r}")
+        self.name = name
+        self.filename = name
+
+
+class NotADirectoryError_(TierFSError, NotADirectoryError):
+    """A path component that must be a directory is a segment (or is missing)."""
+
+    code = "not_a_directory"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"not a directory: {name!r}")
+        self.name = name
+
+
+class IsADirectoryError_(TierFSError, IsADirectoryError):
+    """A segment operation was asked of a directory."""
+
+    code = "is_a_directory"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"is a directory, not a segment: {name!r}")
+        self.name = name
+
+
+class DirectoryNotEmptyError(TierFSError, OSError):
+    """rmdir of a directory that still holds entries."""
+
+    code = "not_empty"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"directory not empty: {name!r}")
+        self.name = name
+
+
+class BadOffsetError(TierFSError):
+    """A conditional append's expected offset did not match; nothing was written."""
+
+    code = "bad_offset"
+
+    def __init__(self, name: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"conditional append to {name!r} expected offset {expected} "
+            f"but the segment length is {actual}; nothing was written"
+        )
+        self.name = name
+        self.expected = expected
+        self.actual = actual
+
+
+class SegmentSealedError(TierFSError, PermissionError):
+    """An append (or other change) was refused because the segment is sealed."""
+
+    code = "sealed"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"segment is sealed: {name!r}")
+        self.name = name
+
+
+class OffsetOutOfRangeError(TierFSError, ValueError):
+    """A read started past the readable end of the segment."""
+
+    code = "out_of_range"
+
+    def __init__(self, name: str, offset: int, length: int) -> None:
+        super().__init__(f"offset {offset} is past the end ({length}) of {name!r}")
+        self.name = name
+        self.offset = offset
+        self.length = length
+
+
+class TruncatedError(OffsetOutOfRangeError):
+    """A read asked for bytes that retention deleted from the segment's head."""
+
+    code = "truncated"
+
+    def __init__(self, name: str, offset: int, start_offset: int) -> None:
+        TierFSError.__init__(
+            self,
+            f"bytes of {name!r} below offset {start_offset} were deleted by retention; "
+            f"offset {offset} cannot be read (read from {start_offset} on)",
+        )
+        self.name = name
+        self.offset = offset
+        self.length = start_offset
+
+
+class OffloadRunningError(TierFSError):
+    """An offload of this segment is already running; nothing new was started."""
+
+    code = "already_running"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"an offload of {name!r} is already running")
+        self.name = name
+
+
+class AlreadyCommittedError(TierFSError):
+    """A concat carried a writer transaction number the target has already committed
+    (a replayed Spark batch, a retried commit); nothing was changed."""
+
+    code = "already_committed"
+
+    def __init__(self, name: str, writer: str, writer_seq: int, committed_seq: int) -> None:
+        super().__init__(
+            f"{name!r} already holds transaction {committed_seq} of writer {writer!r}; "
+            f"{writer_seq} is not newer"
+        )
+        self.name = name
+
+
+class DataCorruptionError(TierFSError, OSError):
+    """Stored bytes failed their CRC32C check; no data was returned."""
+
+    code = "corrupt"
+
+
+class BacklogFullError(TierFSError, OSError):
+    """Appends refused: the unflushed backlog reached its configured bound.
+
+    Raised while tier-2 cannot keep up (or is failing); nothing was written. Retry once
+    the storage writer has caught up.
+    """
+
+    code = "backlog_full"
+
+    def __init__(self, backlog_bytes: int, limit_bytes: int) -> None:
+        super().__init__(
+            f"append refused: {backlog_bytes} bytes wait to be flushed to tier-2, "
+            f"the limit is {limit_bytes} (max_backlog_bytes); retry later"
+        )
+        self.backlog_bytes = backlog_bytes
+        self.limit_bytes = limit_bytes
+
+
+class StoreInUseError(TierFSError):
+    """Another process owns the data directory."""
+
+    code = "in_use"
+
+    def __init__(self, data_dir: str, pid: int | None) -> None:
+        who = f"pid {pid}" if pid else "another process"
+        super().__init__(f"data directory {data_dir} is in use by {who}")
+        self.data_dir = data_dir
+        self.pid = pid
+
+
+class StoreClosedError(TierFSError):
+    """The store was closed by its owner; no further operations are accepted."""
+
+    code = "closed"
+
+
+class Tier2Error(TierFSError, OSError):
+    """Tier-2 (chunk store or long-term store) failed or refused a request."""
+
+    code = "tier2"
+
+
+class ChunkMissingError(Tier2Error):
+    """A chunk object named by the metadata is missing from tier-2."""
+
+    code = "chunk_missing"
+
+
+class ConcurrentModificationError(TierFSError):
+    """A conditional metadata update found the record changed underneath it."""
+
+    code = "conflict"
+
+
+class JournalCorruptionError(TierFSError):
+    """The journal holds damage recovery cannot cut off as a torn tail."""
+
+    code = "journal_corrupt"
+
+
+class DaemonUnavailableError(TierFSError, ConnectionError):
+    """No daemon answers at the address tried."""
+
+    code = "unavailable"
+
+
+class ChunkUnavailable(OSError):
+    """A chunk object cannot be read directly (the daemon can still serve its bytes)."""
+
+
+def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+@contextlib.contextmanager
+def single_error() -> Iterator[None]:
+    """Re-raise the first error of an exception group from parallel tasks unwrapped,
+    so callers of tierfs see ``DataCorruptionError``, not a trio nursery's group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        for leaf in leaves:
+            if isinstance(leaf, Exception):
+                raise leaf from None
+        raise leaves[0] from None
+
+
+def all_error_classes() -> dict[str, type[TierFSError]]:
+    """Every error class by its stable ``code`` (for clients rebuilding remote errors)."""
+    found: dict[str, type[TierFSError]] = {}
+    pending: list[type[TierFSError]] = [TierFSError]
+    while pending:
+        cls = pending.pop()
+        found.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def rebuild_error(code: str, message: str, details: dict[str, object] | None = None) -> TierFSError:
+    """The error a remote tierfs reported, as the same class with the same message and
+    facts (``expected``/``actual`` of ``BadOffsetError``, ...)."""
+    cls = all_error_classes().get(code, TierFSError)
+    error = cls.__new__(cls)
+    error.args = (message,)
+    for key, value in (details or {}).items():
+        setattr(error, key, value)
+    return error
+
+
+def error_details(error: TierFSError) -> dict[str, object]:
+    """The facts an error carries, JSON-ready (no message, no traceback)."""
+    facts = ("name", "expected", "actual", "offset", "length", "backlog_bytes", "limit_bytes", "pid")
+    return {key: getattr(error, key) for key in facts if isinstance(getattr(error, key, None), (str, int))}

@@ -1,0 +1,65 @@
+"""Segment and directory names.
+
+Invariants:
+- A canonical name is a '/'-joined sequence of components with no leading or trailing
+  slash; the root directory is the empty string.
+- Every component is 1..255 UTF-8 bytes, is not '.' or '..', and holds no NUL and no '/'.
+- Validation happens before any state change, so a bad name changes nothing.
+"""
+
+from __future__ import annotations
+
+from tierfs.contracts.errors import InvalidNameError
+
+MAX_COMPONENT_BYTES = 255  # the POSIX NAME_MAX most filesystems and tools assume
+MAX_NAME_BYTES = 4096  # PATH_MAX: keeps names usable through a FUSE mount
+
+
+def canonical(name: str, *, allow_root: bool = False) -> str:
+    """Return the canonical form of ``name`` or raise :class:`InvalidNameError`.
+
+    One leading '/' and one trailing '/' are accepted and dropped; anything else that
+    is not a plain component is rejected rather than silently repaired.
+    """
+    if not isinstance(name, str):
+        raise InvalidNameError(repr(name), "a name must be a string")
+    stripped = name
+    if stripped.startswith("/"):
+        stripped = stripped[1:]
+    if stripped.endswith("/"):
+        stripped = stripped[:-1]
+    if stripped == "":
+        if allow_root:
+            return ""
+        raise InvalidNameError(name, "the name is empty (the root is a directory)")
+    if "\x00" in stripped:
+        raise InvalidNameError(name, "NUL bytes are not allowed")
+    if len(stripped.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise InvalidNameError(name, f"longer than {MAX_NAME_BYTES} bytes")
+    for component in stripped.split("/"):
+        if component == "":
+            raise InvalidNameError(name, "empty path component ('//' or a stray '/')")
+        if component in (".", ".."):
+            raise InvalidNameError(name, f"'{component}' components are not allowed")
+        if len(component.encode("utf-8", "surrogatepass")) > MAX_COMPONENT_BYTES:
+            raise InvalidNameError(
+                name, f"component longer than {MAX_COMPONENT_BYTES} bytes"
+            )
+    return stripped
+
+
+def parent_of(name: str) -> str:
+    """The canonical parent directory of a canonical name ('' for top level)."""
+    head, _, _ = name.rpartition("/")
+    return head
+
+
+def basename(name: str) -> str:
+    return name.rpartition("/")[2]
+
+
+def is_within(name: str, directory: str) -> bool:
+    """True when ``name`` lies strictly below ``directory`` (canonical names)."""
+    if directory == "":
+        return name != ""
+    return name.startswith(directory + "/")

@@ -1,0 +1,112 @@
+"""Offload and retention policies: set on directories, inherited below them.
+
+Keys (all whole numbers, seconds or bytes, as their names say):
+
+- ``offload_after_s``: offload a chunk once it has been sealed that long (a chunk is
+  sealed when a later chunk exists, or when its segment is sealed and fully flushed);
+- ``offload_hot_bytes``: while a segment holds more than this many bytes that are not
+  offloaded, offload its oldest sealed chunks;
+- ``retention_s``: delete whole chunks from the head once sealed that long;
+- ``retention_bytes``: delete whole chunks from the head while the segment keeps at
+  least this many bytes without them.
+
+Invariants:
+- Each key is inherited on its own from the nearest directory (or the root) that sets
+  it; unset keys do nothing.
+- An effective offload threshold at or above the matching retention threshold is
+  rejected (the chunk would be deleted before it is offloaded, or at once after).
+- The planning functions are pure: they look at chunk facts and a time, never at
+  storage, so they are tested without a store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tierfs.contracts.errors import InvalidArgumentError
+
+POLICY_KEYS = ("offload_after_s", "offload_hot_bytes", "retention_s", "retention_bytes")
+_UNSET = ("", "none", "unset")
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    offload_after_s: int | None = None
+    offload_hot_bytes: int | None = None
+    retention_s: int | None = None
+    retention_bytes: int | None = None
+
+    @classmethod
+    def from_record(cls, record: Any) -> Policy:
+        """The keys a ``DirectoryRecord`` sets (bit i of ``policy_set`` = POLICY_KEYS[i])."""
+        values = {
+            key: int(getattr(record, key))
+            for bit, key in enumerate(POLICY_KEYS)
+            if record.policy_set & (1 << bit)
+        }
+        return cls(**values)
+
+    def store_in(self, record: Any) -> None:
+        record.policy_set = 0
+        for bit, key in enumerate(POLICY_KEYS):
+            value = getattr(self, key)
+            setattr(record, key, value or 0)
+            if value is not None:
+                record.policy_set |= 1 << bit
+
+    def items(self) -> dict[str, int]:
+        return {key: getattr(self, key) for key in POLICY_KEYS if getattr(self, key) is not None}
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.items()
+
+    def over(self, inherited: Policy) -> Policy:
+        """This policy's keys, and ``inherited``'s where this one sets none."""
+        return Policy(**{**inherited.items(), **self.items()})
+
+    def changed(self, assignments: Mapping[str, int | None]) -> Policy:
+        values: dict[str, int | None] = dict(self.items())
+        values.update(assignments)
+        return Policy(**{k: v for k, v in values.items() if v is not None})
+
+    def check(self, where: str) -> None:
+        """Reject an offload threshold at or above its retention threshold."""
+        for offload_key, retention_key in (
+            ("offload_after_s", "retention_s"), ("offload_hot_bytes", "retention_bytes")
+        ):
+            offload, retention = getattr(self, offload_key), getattr(self, retention_key)
+            if offload is not None and retention is not None and offload >= retention:
+                raise InvalidArgumentError(
+                    f"policy of {where or '/'}: {offload_key}={offload} is at or above "
+                    f"{retention_key}={retention}; chunks would be deleted before they "
+                    f"are offloaded (set {offload_key} below {retention_key})"
+                )
+
+
+def parse_assignments(items: Iterable[str]) -> dict[str, int | None]:
+    """``["offload_after_s=3600", "retention_bytes=none"]`` -> values (None unsets)."""
+    result: dict[str, int | None] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in POLICY_KEYS:
+            raise InvalidArgumentError(
+                f"policy setting {item!r}: use KEY=VALUE with KEY one of {', '.join(POLICY_KEYS)}"
+            )
+        raw = raw.strip()
+        if raw.lower() in _UNSET:
+            result[key] = None
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"policy setting {key}: {raw!r} is not a whole number (or 'none' to unset)"
+            ) from None
+        if value < 0:
+            raise InvalidArgumentError(f"policy setting {key}: must be >= 0, not {value}")
+        result[key] = value
+    return result

@@ -1,0 +1,364 @@
+"""Metadata: segment, directory and chunk records in SQLite (WAL, synchronous=FULL).
+
+This is the only index of the store: nothing lists tier-2 to find data.
+
+Invariants:
+- Values are protobuf records (``records.py``) carrying a version.
+- Every change that touches more than one row runs in one transaction; updates of a
+  segment are conditional on its revision, so a stale writer fails instead of
+  overwriting (``ConcurrentModificationError``) and changes nothing.
+- Segment ids come from AUTOINCREMENT and are never reused, so journal frames of a
+  deleted segment can never be mistaken for another segment's bytes.
+- Methods here block (SQLite + fsync); the store calls them from one worker thread at a
+  time through a limiter, which also serializes use of the connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tierfs.contracts.errors import (
+    ConcurrentModificationError,
+    DirectoryNotEmptyError,
+    SegmentExistsError,
+    SegmentNotFoundError,
+)
+from tierfs.engine import records
+from tierfs.engine.object_keys import garbage_names
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS store (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS directories (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS segments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE,
+    rev INTEGER NOT NULL,
+    value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    segment_id INTEGER NOT NULL,
+    start_offset INTEGER NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (segment_id, start_offset)
+);
+CREATE TABLE IF NOT EXISTS garbage (name TEXT PRIMARY KEY, queued_ns INTEGER NOT NULL);
+"""
+
+
+@dataclasses.dataclass
+class SegmentRow:
+    segment_id: int
+    name: str
+    rev: int
+    record: Any  # records.SegmentRecord
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+class MetadataStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    # ------------------------------------------------------------ store record
+    def load_store_record(self) -> Any:
+        row = self._db.execute("SELECT value FROM store WHERE key='store'").fetchone()
+        if row is None:
+            return records.StoreRecord(created_ns=now_ns())
+        return records.decode(records.StoreRecord, row[0])
+
+    def save_store_record(self, record: Any) -> None:
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO store (key, value) VALUES ('store', ?)",
+                (records.encode(record),),
+            )
+
+    def begin_epoch(self) -> Any:
+        """Increase the owner epoch (one transaction) and return the store record."""
+        with self._transaction():
+            record = self.load_store_record()
+            record.epoch += 1
+            self._db.execute(
+                "INSERT OR REPLACE INTO store (key, value) VALUES ('store', ?)",
+                (records.encode(record),),
+            )
+        return record
+
+    # ------------------------------------------------------------ namespace
+    def load_root_directory(self) -> Any:
+        row = self._db.execute("SELECT value FROM store WHERE key='root_directory'").fetchone()
+        return records.DirectoryRecord() if row is None else records.decode(records.DirectoryRecord, row[0])
+
+    def update_directory(self, name: str, record: Any) -> None:
+        """Replace a directory's record ('' is the root)."""
+        with self._transaction():
+            if name == "":
+                self._db.execute(
+                    "INSERT OR REPLACE INTO store (key, value) VALUES ('root_directory', ?)",
+                    (records.encode(record),),
+                )
+                return
+            cursor = self._db.execute(
+                "UPDATE directories SET value=? WHERE name=?", (records.encode(record), name)
+            )
+            if cursor.rowcount != 1:
+                raise SegmentNotFoundError(name)
+
+    def load_directories(self) -> dict[str, Any]:
+        return {
+            name: records.decode(records.DirectoryRecord, value)
+            for name, value in self._db.execute("SELECT name, value FROM directories")
+        }
+
+    def load_segments(self) -> list[SegmentRow]:
+        return [
+            SegmentRow(seg_id, name, rev, records.decode(records.SegmentRecord, value))
+            for seg_id, name, rev, value in self._db.execute(
+                "SELECT id, name, rev, value FROM segments"
+            )
+        ]
+
+    def _name_taken(self, name: str) -> bool:
+        return (
+            self._db.execute("SELECT 1 FROM directories WHERE name=?", (name,)).fetchone()
+            is not None
+            or self._db.execute("SELECT 1 FROM segments WHERE name=?", (name,)).fetchone()
+            is not None
+        )
+
+    def _require_parent(self, parent: str) -> None:
+        if parent and self._db.execute(
+            "SELECT 1 FROM directories WHERE name=?", (parent,)
+        ).fetchone() is None:
+            raise SegmentNotFoundError(parent)
+
+    def mkdir(self, name: str, parent: str) -> Any:
+        record = records.DirectoryRecord(created_ns=now_ns())
+        with self._transaction():
+            self._require_parent(parent)
+            if self._name_taken(name):
+                raise SegmentExistsError(name)
+            self._db.execute(
+                "INSERT INTO directories (name, value) VALUES (?, ?)",
+                (name, records.encode(record)),
+            )
+        return record
+
+    def rmdir(self, name: str) -> None:
+        pattern = _escape_like(name) + "/%"
+        with self._transaction():
+            for table in ("directories", "segments"):
+                if self._db.execute(
+                    f"SELECT 1 FROM {table} WHERE name LIKE ? ESCAPE '\\' LIMIT 1", (pattern,)
+                ).fetchone():
+                    raise DirectoryNotEmptyError(name)
+            cursor = self._db.execute("DELETE FROM directories WHERE name=?", (name,))
+            if cursor.rowcount != 1:
+                raise SegmentNotFoundError(name)
+
+    def create_segment(self, name: str, parent: str, record: Any) -> SegmentRow:
+        with self._transaction():
+            self._require_parent(parent)
+            if self._name_taken(name):
+                raise SegmentExistsError(name)
+            cursor = self._db.execute(
+                "INSERT INTO segments (name, rev, value) VALUES (?, 1, ?)",
+                (name, records.encode(record)),
+            )
+            segment_id = cursor.lastrowid
+            assert segment_id is not None
+            record.segment_id = segment_id
+            self._db.execute(
+                "UPDATE segments SET value=? WHERE id=?", (records.encode(record), segment_id)
+            )
+        return SegmentRow(segment_id, name, 1, record)
+
+    def update_segment(self, row: SegmentRow, record: Any) -> int:
+        """Conditionally replace a segment's record; returns the new revision."""
+        with self._transaction():
+            return self._update_segment(row, record)
+
+    def _update_segment(self, row: SegmentRow, record: Any) -> int:
+        cursor = self._db.execute(
+            "UPDATE segments SET value=?, rev=rev+1 WHERE id=? AND rev=?",
+            (records.encode(record), row.segment_id, row.rev),
+        )
+        if cursor.rowcount != 1:
+            raise ConcurrentModificationError(
+                f"segment {row.name!r} (id {row.segment_id}) changed or vanished "
+                f"since revision {row.rev}"
+            )
+        return row.rev + 1
+
+    def rename(self, old: str, new: str, new_parent: str, is_directory: bool) -> None:
+        """Rename a segment, or a directory with everything below it, in one transaction."""
+        with self._transaction():
+            self._require_parent(new_parent)
+            if self._name_taken(new):
+                raise SegmentExistsError(new)
+            table = "directories" if is_directory else "segments"
+            cursor = self._db.execute(f"UPDATE {table} SET name=? WHERE name=?", (new, old))
+            if cursor.rowcount != 1:
+                raise SegmentNotFoundError(old)
+            if is_directory:
+                pattern = _escape_like(old) + "/%"
+                for inner in ("directories", "segments"):
+                    self._db.execute(
+                        f"UPDATE {inner} SET name=? || substr(name, ?) "
+                        f"WHERE name LIKE ? ESCAPE '\\'",
+                        (new, len(old) + 1, pattern),
+                    )
+
+    def delete_segment(self, row: SegmentRow) -> list[str]:
+        """Delete a segment and its chunk records; queue its chunks for collection."""
+        stamp = now_ns()
+        with self._transaction():
+            names = [n for c in self._chunks(row.segment_id) for n in garbage_names(c)]
+            cursor = self._db.execute(
+                "DELETE FROM segments WHERE id=? AND rev=?", (row.segment_id, row.rev)
+            )
+            if cursor.rowcount != 1:
+                raise ConcurrentModificationError(f"segment {row.name!r} changed meanwhile")
+            self._db.execute("DELETE FROM chunks WHERE segment_id=?", (row.segment_id,))
+            self._insert_garbage(names, stamp)
+        return names
+
+    # ------------------------------------------------------------ chunks
+    def _chunks(self, segment_id: int) -> Iterator[Any]:
+        for (value,) in self._db.execute(
+            "SELECT value FROM chunks WHERE segment_id=? ORDER BY start_offset", (segment_id,)
+        ):
+            yield records.decode(records.ChunkRecord, value)
+
+    def load_chunks(self, segment_id: int) -> list[Any]:
+        return list(self._chunks(segment_id))
+
+    def commit_flush(self, row: SegmentRow, record: Any, chunk: Any) -> int:
+        """Record a chunk write (new chunk or grown chunk) and the segment's new flushed
+        length in one transaction; conditional on the segment revision."""
+        with self._transaction():
+            rev = self._update_segment(row, record)
+            self._db.execute(
+                "INSERT OR REPLACE INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
+                (chunk.segment_id, chunk.start_offset, records.encode(chunk)),
+            )
+        return rev
+
+    def commit_chunk_update(self, row: SegmentRow, chunk: Any) -> int:
+        """Replace an existing chunk record (offload progress), conditional on the
+        segment revision, which it advances; returns the new revision."""
+        with self._transaction():
+            rev = self._update_segment(row, row.record)
+            cursor = self._db.execute(
+                "UPDATE chunks SET value=? WHERE segment_id=? AND start_offset=?",
+                (records.encode(chunk), chunk.segment_id, chunk.start_offset),
+            )
+            if cursor.rowcount != 1:
+                raise ConcurrentModificationError(
+                    f"chunk {chunk.name} of segment {row.name!r} is gone"
+                )
+        return rev
+
+    def concat(self, target: SegmentRow, target_record: Any, sources: list[SegmentRow], moved: list[Any]) -> int:
+        """Metadata-only concat: ``moved`` (the sources' chunk records, re-addressed to
+        the target) join the target, the target gets its new record and the sources
+        disappear, in one transaction conditional on every revision. No object is
+        touched. Returns the target's new revision."""
+        with self._transaction():
+            rev = self._update_segment(target, target_record)
+            for source in sources:
+                cursor = self._db.execute(
+                    "DELETE FROM segments WHERE id=? AND rev=?", (source.segment_id, source.rev)
+                )
+                if cursor.rowcount != 1:
+                    raise ConcurrentModificationError(f"segment {source.name!r} changed meanwhile")
+                self._db.execute("DELETE FROM chunks WHERE segment_id=?", (source.segment_id,))
+            self._db.executemany(
+                "INSERT INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
+                [(c.segment_id, c.start_offset, records.encode(c)) for c in moved],
+            )
+        return rev
+
+    def truncate_head(self, row: SegmentRow, record: Any, chunks: list[Any]) -> int:
+        """Delete head ``chunks`` (retention) and set the segment's new record (its
+        start offset) in one transaction; their objects are queued for collection."""
+        stamp = now_ns()
+        with self._transaction():
+            rev = self._update_segment(row, record)
+            for chunk in chunks:
+                self._db.execute(
+                    "DELETE FROM chunks WHERE segment_id=? AND start_offset=?",
+                    (chunk.segment_id, chunk.start_offset),
+                )
+            self._insert_garbage([name for chunk in chunks for name in garbage_names(chunk)], stamp)
+        return rev
+
+    def all_chunks(self) -> Iterator[Any]:
+        for (value,) in self._db.execute("SELECT value FROM chunks ORDER BY segment_id, start_offset"):
+            yield records.decode(records.ChunkRecord, value)
+
+    # ------------------------------------------------------------ garbage
+    def queue_garbage(self, names: list[str]) -> None:
+        with self._transaction():
+            self._insert_garbage(names, now_ns())
+
+    def _insert_garbage(self, names: list[str], stamp: int) -> None:
+        """Caller holds a transaction."""
+        self._db.executemany(
+            "INSERT OR IGNORE INTO garbage (name, queued_ns) VALUES (?, ?)",
+            [(name, stamp) for name in names],
+        )
+
+    def garbage(self, limit: int = 1000) -> list[str]:
+        return [n for (n,) in self._db.execute("SELECT name FROM garbage LIMIT ?", (limit,))]
+
+    def forget_garbage(self, names: list[str]) -> None:
+        with self._transaction():
+            self._db.executemany("DELETE FROM garbage WHERE name=?", [(n,) for n in names])
+
+    def set_checkpoint(self, lsn: int) -> None:
+        with self._transaction():
+            record = self.load_store_record()
+            if lsn > record.journal_checkpoint_lsn:
+                record.journal_checkpoint_lsn = lsn
+                self._db.execute(
+                    "INSERT OR REPLACE INTO store (key, value) VALUES ('store', ?)",
+                    (records.encode(record),),
+                )
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._db.execute("COMMIT")
+        else:
+            self._db.execute("ROLLBACK")

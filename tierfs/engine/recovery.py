@@ -1,0 +1,133 @@
+"""Recovery: rebuild the unflushed tails from the journal after a restart or crash.
+
+Steps, in order:
+1. delete journal files wholly below the checkpoint recorded in metadata (a crash
+   between recording the checkpoint and unlinking leaves them behind);
+2. scan the remaining files in LSN order, stopping at the first torn frame (short,
+   bad CRC, broken sequence) and cutting the journal there;
+3. for each valid append: skip it if its segment was deleted, skip the part already
+   flushed to tier-2 (offset below the flushed length) or already replayed
+   (duplicates), and append the rest to the segment's tail; a gap is corruption;
+4. fdatasync the surviving files, so everything replayed is durable before any reader
+   can see it (the replayed bytes become the new durable length).
+
+Bytes a chunk object holds beyond its committed length (a write that completed just
+before a crash, with no metadata commit) are never read: reads stop at the committed
+length, and the new epoch writes new chunks rather than appending to old ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+
+from tierfs.contracts.errors import JournalCorruptionError
+from tierfs.engine.journal import FRAME_OVERHEAD, ScanResult, fsync_directory, list_files, scan
+from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.tail import TailBudget, TailEntry
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryReport:
+    files_replayed: int
+    frames_replayed: int
+    bytes_replayed: int
+    frames_skipped: int
+    torn_bytes_cut: int
+    files_dropped: int
+    end_lsn: int
+    next_seq: int
+
+
+def recover_journal(
+    journal_dir: Path,
+    checkpoint_lsn: int,
+    segments_by_id: dict[int, SegmentState],
+    budget: TailBudget,
+    max_payload_bytes: int,
+) -> RecoveryReport:
+    """Blocking: run the steps above, filling the segments' tails."""
+    files = []
+    for start, path in list_files(journal_dir):
+        if path.stat().st_size == 0:
+            path.unlink()  # holds nothing; its name would collide with the next file
+        else:
+            files.append((start, path))
+    keep: list[tuple[int, Path]] = []
+    for index, (start, path) in enumerate(files):
+        end = files[index + 1][0] if index + 1 < len(files) else None
+        if end is not None and end <= checkpoint_lsn:
+            path.unlink()
+        else:
+            keep.append((start, path))
+    result = ScanResult(end_lsn=keep[0][0] if keep else checkpoint_lsn, next_seq=1)
+    frames = skipped = replayed_bytes = 0
+    now_s = time.monotonic()
+    for frame in scan(keep, max_payload_bytes, result):
+        seg = segments_by_id.get(frame.segment_id)
+        frame_end = frame.offset + len(frame.data)
+        if seg is None or frame_end <= seg.appended_length:
+            skipped += 1  # deleted segment, flushed bytes, or a duplicate
+            continue
+        if frame.offset > seg.appended_length:
+            raise JournalCorruptionError(
+                f"journal is missing bytes {seg.appended_length}..{frame.offset} of "
+                f"segment {seg.name!r} (frame seq {frame.seq}); run tierfs fsck"
+            )
+        cut = seg.appended_length - frame.offset
+        data = frame.data[cut:] if cut else frame.data
+        entry = TailEntry(
+            offset=seg.appended_length,
+            length=len(data),
+            frame_lsn=frame.frame_lsn,
+            frame_skip=cut,
+            end_lsn=frame.frame_lsn + FRAME_OVERHEAD + len(frame.data),
+            appended_s=now_s,
+            data=data,
+        )
+        seg.tail.add(entry)
+        budget.hold(entry)
+        seg.appended_length += len(data)
+        seg.last_append_s = now_s
+        frames += 1
+        replayed_bytes += len(data)
+    torn = 0
+    if result.cut is not None:
+        path, position = result.cut
+        torn = path.stat().st_size - position
+        log.warning("journal %s: cutting %d torn bytes at offset %d", path.name, torn, position)
+        if position == 0:
+            path.unlink()  # an empty file would collide with the next file's name
+            keep = [(s, p) for s, p in keep if p != path]
+        else:
+            with open(path, "r+b") as f:
+                f.truncate(position)
+                os.fsync(f.fileno())
+    for path in result.dropped_files:
+        log.warning("journal %s: dropped, it follows a torn frame", path.name)
+        path.unlink()
+    for _, path in keep:
+        if path.exists():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    fsync_directory(journal_dir)
+    for seg in segments_by_id.values():
+        seg.durable_length = seg.appended_length
+    return RecoveryReport(
+        files_replayed=len(keep) - len(result.dropped_files),
+        frames_replayed=frames,
+        bytes_replayed=replayed_bytes,
+        frames_skipped=skipped,
+        torn_bytes_cut=torn,
+        files_dropped=len(result.dropped_files),
+        end_lsn=result.end_lsn,
+        next_seq=result.next_seq,
+    )
+
+

@@ -1,0 +1,139 @@
+"""In-memory state of one open segment: the write-through copy of its metadata row,
+its lengths (appended LAP, durable LAC, flushed), its unflushed tail and its chunk list.
+
+Invariants:
+- ``flushed_length <= durable_length <= appended_length``.
+- ``row.record`` and chunk records are replaced, never mutated in place, so a reader
+  holding an old record sees a consistent snapshot.
+- ``chunks`` (once loaded) equals the metadata's chunk records in offset order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import time
+from typing import Any
+
+import trio
+
+from tierfs.engine.metadata import SegmentRow
+from tierfs.engine.tail import Tail
+
+
+@dataclasses.dataclass(eq=False)
+class SegmentState:
+    _row: SegmentRow
+    appended_length: int
+    durable_length: int
+    tail: Tail = dataclasses.field(default_factory=Tail)
+    chunks: list[Any] | None = None  # ChunkRecords, loaded lazily
+    chunk_starts: list[int] = dataclasses.field(default_factory=list)
+    meta_lock: trio.Lock = dataclasses.field(default_factory=trio.Lock)
+    deleted: bool = False
+    sealing: bool = False
+    # set while a concat into this segment commits: appends wait for it (see store.concat)
+    merge_done: trio.Event | None = None
+    last_append_s: float = 0.0  # time.monotonic() of the last append (0: none)
+    # storage writer bookkeeping
+    flushing: bool = False
+    flush_requested: bool = False
+    retry_at_s: float = 0.0
+    backoff_s: float = 0.0
+    last_flush_error: str | None = None
+    flushed_event: trio.Event = dataclasses.field(default_factory=trio.Event)
+    # tail readers wait on this; replaced each time the durable length advances
+    grew_event: trio.Event = dataclasses.field(default_factory=trio.Event)
+
+    # Flags read on every append, cached from the record whenever the row is replaced.
+    is_pd: bool = True
+    _sealed_record: bool = False
+
+    def __post_init__(self) -> None:
+        self.row = self._row
+
+    @property
+    def row(self) -> SegmentRow:
+        return self._row
+
+    @row.setter
+    def row(self, row: SegmentRow) -> None:
+        self._row = row
+        self.is_pd = row.record.durability == "pd"
+        self._sealed_record = bool(row.record.sealed)
+
+    @property
+    def segment_id(self) -> int:
+        return self.row.segment_id
+
+    @property
+    def name(self) -> str:
+        return self.row.name
+
+    @property
+    def record(self) -> Any:
+        return self.row.record
+
+    @property
+    def flushed_length(self) -> int:
+        return int(self.row.record.flushed_length)
+
+    @property
+    def start_offset(self) -> int:
+        """First readable byte: retention deleted everything below it."""
+        return int(self.row.record.start_offset)
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed_record or self.sealing
+
+    @property
+    def durability(self) -> str:
+        return str(self.row.record.durability)
+
+    def last_append_wall_s(self) -> float:
+        """Wall-clock time of the last append (monotonic on the hot path, converted here)."""
+        if not self.last_append_s:
+            return 0.0
+        return time.time() - (time.monotonic() - self.last_append_s)
+
+    def set_chunks(self, chunks: list[Any]) -> None:
+        self.chunks = chunks
+        self.chunk_starts = [int(c.start_offset) for c in chunks]
+
+    def put_chunk(self, chunk: Any) -> None:
+        """Install a new or grown chunk record (the last one) in the cached list."""
+        assert self.chunks is not None
+        if self.chunks and self.chunk_starts[-1] == chunk.start_offset:
+            self.chunks = [*self.chunks[:-1], chunk]
+        else:
+            self.chunks = [*self.chunks, chunk]
+            self.chunk_starts = [*self.chunk_starts, int(chunk.start_offset)]
+
+    def replace_chunk(self, chunk: Any) -> None:
+        """Install a new version of an existing chunk record (same start offset)."""
+        assert self.chunks is not None
+        index = self.chunk_index_at(int(chunk.start_offset))
+        if index < 0 or self.chunk_starts[index] != chunk.start_offset:
+            raise KeyError(f"no chunk starts at {chunk.start_offset}")
+        self.chunks = [*self.chunks[:index], chunk, *self.chunks[index + 1 :]]
+
+    def chunk_at(self, start: int) -> Any | None:
+        """The chunk record starting at ``start`` (None if there is none)."""
+        index = self.chunk_index_at(start)
+        if self.chunks is None or index < 0 or self.chunk_starts[index] != start:
+            return None
+        return self.chunks[index]
+
+    def chunk_index_at(self, offset: int) -> int:
+        """Index of the chunk holding ``offset`` (binary search over start offsets)."""
+        return bisect.bisect_right(self.chunk_starts, offset) - 1
+
+    def notify_grew(self) -> None:
+        if self.grew_event.statistics().tasks_waiting:
+            event, self.grew_event = self.grew_event, trio.Event()
+            event.set()
+
+    def notify_flushed(self) -> None:
+        event, self.flushed_event = self.flushed_event, trio.Event()
+        event.set()

@@ -1,0 +1,220 @@
+"""The storage writer: moves durable journal data into tier-2 chunks in the background.
+
+Stages of the loop, in order (after Pravega's StorageWriter):
+1. wait   - until a segment is due or the tick passes;
+2. pick   - due segments: >= ``flush_bytes`` pending, oldest pending byte older than
+            ``flush_interval_s``, or a flush was requested (seal, sync-to-tier-2,
+            shutdown); one flush task per segment at a time;
+3. read   - up to ``max_flush_bytes`` of durable bytes from the tail (memory/journal);
+4. write  - append to the segment's last chunk if the backend can append, the chunk was
+            created by this epoch and is below ``max_chunk_bytes``; otherwise a new
+            chunk named from (segment id, epoch, sequence);
+5. commit - chunk record + segment flushed length in one conditional transaction,
+            only after the write returned (the data is durable in tier-2);
+6. ack    - drop flushed tail entries, then let the journal delete files that hold
+            only flushed bytes (checkpoint recorded in metadata first).
+
+Invariants:
+- Only durable (LAC) bytes are flushed, so tier-2 never holds bytes a crash could take
+  back from the journal.
+- A tier-2 failure never blocks appends: the segment retries with exponential backoff
+  (``tier2_retry_initial_s`` doubling to ``tier2_retry_max_s``) while appends continue
+  until the backlog bound refuses them.
+- Blocking tier-2 calls run in worker threads under the store's tier-2 limiter.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from tierfs.blocks.checksums import BlockCrcs
+from tierfs.contracts.errors import ConcurrentModificationError, TierFSError
+from tierfs.engine import records
+from tierfs.engine.metadata import SegmentRow, now_ns
+from tierfs.engine.object_keys import chunk_name
+from tierfs.engine.segment_state import SegmentState
+
+if TYPE_CHECKING:
+    from tierfs.store.facade import SegmentStore
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.05  # how often time-based triggers are checked
+
+
+class StorageWriter:
+    def __init__(self, store: SegmentStore) -> None:
+        self._store = store
+        self._config = store.config
+        self.dirty: set[SegmentState] = set()  # segments with unflushed bytes or a request
+        self._wakeup = trio.Event()
+        self.flushes = 0
+        self.flushed_bytes = 0
+        self.failures = 0
+        self.journal_files_deleted = 0
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def _is_due(self, seg: SegmentState, now_s: float) -> bool:
+        if seg.flushing or seg.deleted or now_s < seg.retry_at_s:
+            return False
+        pending = seg.durable_length - seg.flushed_length
+        if pending <= 0:
+            return False
+        if seg.flush_requested or pending >= self._config.flush_bytes:
+            return True
+        oldest = seg.tail.oldest_append_s()
+        return oldest is not None and now_s - oldest >= self._config.flush_interval_s
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            await self._truncate_journal()  # files a previous run left fully flushed
+            while True:
+                with trio.move_on_after(TICK_S):
+                    await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                now_s = time.monotonic()
+                for seg in list(self.dirty):
+                    if seg.deleted:
+                        self.dirty.discard(seg)
+                    elif self._is_due(seg, now_s):
+                        seg.flushing = True
+                        nursery.start_soon(self._flush_task, seg)
+
+    async def _flush_task(self, seg: SegmentState) -> None:
+        # Flush what was due when the task started (everything durable if a flush was
+        # requested), then keep going only while a full flush_bytes is pending: a steady
+        # trickle of appends is flushed once per flush_interval_s, not after every commit.
+        target = seg.durable_length if seg.flush_requested else seg.flushed_length + 1
+        seg.flush_requested = False
+        try:
+            while not seg.deleted and seg.durable_length > seg.flushed_length and (
+                seg.flushed_length < target
+                or seg.durable_length - seg.flushed_length >= self._config.flush_bytes
+            ):
+                await self.flush_once(seg)
+            seg.backoff_s = 0.0
+            seg.last_flush_error = None
+            if seg.appended_length == seg.flushed_length:
+                self.dirty.discard(seg)
+        except TierFSError as e:
+            self.failures += 1
+            seg.backoff_s = min(
+                max(seg.backoff_s * 2, self._config.tier2_retry_initial_s),
+                self._config.tier2_retry_max_s,
+            )
+            seg.retry_at_s = time.monotonic() + seg.backoff_s
+            seg.last_flush_error = str(e)
+            log.warning(
+                "flush of segment %r failed, retrying in %.1f s: %s", seg.name, seg.backoff_s, e
+            )
+        finally:
+            seg.flushing = False
+        try:
+            await self._truncate_journal()
+        except (OSError, TierFSError) as e:
+            log.warning("journal truncation failed, will retry after the next flush: %s", e)
+        finally:
+            seg.notify_flushed()
+
+    async def flush_once(self, seg: SegmentState) -> None:
+        store = self._store
+        config = self._config
+        start = seg.flushed_length
+        end = min(seg.durable_length, start + config.max_flush_bytes)
+        chunks = await store.chunks_of(seg)
+        last = chunks[-1] if chunks else None
+        storage = store.chunk_storage
+        if (
+            storage.supports_append
+            and last is not None
+            and last.epoch == store.epoch
+            and last.location == ""
+            and last.offload_attempt_uuid == ""  # never grow a chunk an offload copies
+            and last.start_offset + last.length == start
+            and last.length < config.max_chunk_bytes
+        ):
+            name = last.name
+            chunk_offset = int(last.length)
+            end = min(end, last.start_offset + config.max_chunk_bytes)
+            crcs = BlockCrcs(int(last.length), int(last.crc32c), list(last.block_crc32c))
+            new_seq = None
+        else:
+            new_seq = int(seg.record.next_chunk_seq)
+            name = chunk_name(seg.segment_id, store.epoch, new_seq)
+            chunk_offset = 0
+            end = min(end, start + config.max_chunk_bytes)
+            crcs = BlockCrcs()
+        data = await store.reader.tail_bytes(seg, start, end)
+        crcs.extend(data)
+        await trio.to_thread.run_sync(
+            storage.write, name, chunk_offset, data, limiter=store.tier2_limiter
+        )
+        chunk = records.ChunkRecord(
+            name=name,
+            segment_id=seg.segment_id,
+            start_offset=start - chunk_offset,
+            length=crcs.length,
+            crc32c=crcs.whole,
+            block_crc32c=crcs.blocks,
+            epoch=store.epoch,
+            created_ns=last.created_ns if new_seq is None and last is not None else now_ns(),
+            location="",
+        )
+        async with seg.meta_lock:
+            if seg.deleted:
+                if new_seq is not None:
+                    await store.queue_garbage([name])
+                return
+            if new_seq is None and seg.chunks and seg.chunks[-1] is not last:
+                # an offload attempt started on the chunk while we wrote: its record
+                # wins; the bytes written past its length are never read, and the
+                # next flush starts a new chunk
+                raise ConcurrentModificationError(
+                    f"chunk {name} of {seg.name!r} changed during a flush; retrying"
+                )
+            record = _copy(seg.record)
+            record.flushed_length = end
+            record.modified_ns = now_ns()
+            if new_seq is not None:
+                record.next_chunk_seq = new_seq + 1
+                record.chunk_count = record.chunk_count + 1
+            rev = await store.metadata_call(store.metadata.commit_flush, seg.row, record, chunk)
+            seg.row = SegmentRow(seg.segment_id, seg.name, rev, record)
+            seg.put_chunk(chunk)
+        seg.tail.drop_through(end, store.tail_budget)
+        store.unflushed_bytes -= end - start
+        self.flushes += 1
+        self.flushed_bytes += end - start
+
+    async def _truncate_journal(self) -> None:
+        """Delete journal files holding only flushed bytes, checkpoint first."""
+        store = self._store
+        journal = store.journal
+        if journal.file_count() < 2:
+            return
+        checkpoint = journal.written_lsn
+        for seg in self.dirty:
+            first = seg.tail.first()
+            if first is not None:
+                checkpoint = min(checkpoint, first.frame_lsn)
+        files = journal.deletable_files(checkpoint)
+        if not files:
+            return
+        await store.metadata_call(store.metadata.set_checkpoint, checkpoint)
+        journal.forget_files(files)
+        for path in files:
+            await trio.to_thread.run_sync(path.unlink, True)
+        self.journal_files_deleted += len(files)
+
+
+def _copy(record: Any) -> Any:
+    new = type(record)()
+    new.CopyFrom(record)
+    return new

@@ -1,0 +1,164 @@
+"""Client of the daemon's HTTP API: a blocking ``TierClient`` (fsspec, Spark workers)
+and an async ``RemoteStore`` facade with the engine's method names (the CLI).
+
+Discovery: ``TIERFS_URL`` (``unix:///path/tierfs.sock`` or ``http://host:port`` with
+``TIERFS_TOKEN``), else the socket in ``TIERFS_DATA_DIR`` or the default data dir.
+
+Invariants:
+- A non-2xx response becomes the same ``TierFSError`` subclass the daemon raised, with
+  its message and facts (``errors.rebuild_error``): callers cannot tell local from remote.
+- A daemon that cannot be reached is ``DaemonUnavailableError``, never a raw httpx error.
+- Tokens go only into the Authorization header, never into URLs or logs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from tierfs.contracts.datadir import default_data_dir, socket_path
+from tierfs.contracts.errors import DaemonUnavailableError, TierFSError, rebuild_error
+from tierfs.contracts.info import Info, SegmentInfo, info_from_json
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 60.0  # long enough for a flush or an fsck; follow polls add their own
+
+
+def discover_url(data_dir: str | os.PathLike[str] | None = None) -> str:
+    """The daemon URL to use: explicit data dir > TIERFS_URL > TIERFS_DATA_DIR > default."""
+    if data_dir is None and os.environ.get("TIERFS_URL"):
+        return os.environ["TIERFS_URL"]
+    directory = Path(data_dir or os.environ.get("TIERFS_DATA_DIR") or default_data_dir())
+    return f"unix://{socket_path(directory.expanduser())}"
+
+
+class TierClient:
+    """Blocking client; safe to share between threads (httpx.Client is)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None) -> None:
+        self.url = url or discover_url()
+        token = token or os.environ.get("TIERFS_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        if self.url.startswith("unix://"):
+            transport = httpx.HTTPTransport(uds=self.url[len("unix://"):])
+            self._http = httpx.Client(
+                transport=transport, base_url="http://tierfs", headers=headers, timeout=timeout
+            )
+        else:
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise DaemonUnavailableError(f"no tierfs daemon at {self.url}: {e}") from None
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+            except (ValueError, KeyError, TypeError):
+                raise TierFSError(f"HTTP {response.status_code} from {self.url}: {response.text[:200]}") from None
+            raise rebuild_error(error["code"], error["message"], error.get("details"))
+        return response
+
+    @staticmethod
+    def _path(name: str) -> str:
+        return quote(name.lstrip("/"), safe="/")
+
+    # --------------------------------------------------------------- namespace
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/v1/health").json()
+        return result
+
+    def metrics(self) -> dict[str, float]:
+        """The daemon's Prometheus metrics as {sample name: value} (unlabelled samples)."""
+        values = {}
+        for line in self._request("GET", "/metrics").text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
+    def stat(self, name: str) -> Info:
+        return info_from_json(self._request("GET", f"/v1/stat/{self._path(name)}").json())
+
+    def ls(self, name: str = "") -> list[Info]:
+        return [info_from_json(e) for e in self._request("GET", f"/v1/ls/{self._path(name)}").json()]
+
+    def layout(self, name: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", f"/v1/layout/{self._path(name)}").json()
+        return result
+
+    def create(self, name: str, durability: str | None = None, parents: bool = False) -> SegmentInfo:
+        params = {"parents": "1" if parents else "0"}
+        if durability:
+            params["durability"] = durability
+        info = info_from_json(self._request("PUT", f"/v1/segments/{self._path(name)}", params=params).json())
+        assert isinstance(info, SegmentInfo)
+        return info
+
+    def delete(self, name: str) -> None:
+        self._request("DELETE", f"/v1/segments/{self._path(name)}")
+
+    def op(self, operation: str, **args: Any) -> Any:
+        return self._request("POST", f"/v1/op/{operation}", json=args).json()
+
+    # --------------------------------------------------------------- data
+    def append(self, name: str, data: bytes, expected_offset: int | None = None) -> int:
+        params = {} if expected_offset is None else {"expected_offset": str(expected_offset)}
+        response = self._request("POST", f"/v1/segments/{self._path(name)}", content=data, params=params)
+        return int(response.json()["offset"])
+
+    def read(self, name: str, start: int = 0, end: int | None = None, unconfirmed: bool = False) -> bytes:
+        """Bytes [start, end) (end None: to the durable end); b'' at or past the end."""
+        if end is not None and end <= start:
+            return b""
+        headers = {"Range": f"bytes={start}-{'' if end is None else end - 1}"}
+        params = {"unconfirmed": "1"} if unconfirmed else {}
+        try:
+            response = self._request("GET", f"/v1/segments/{self._path(name)}", headers=headers, params=params)
+        except TierFSError as e:
+            if e.code == "out_of_range":
+                return b""
+            raise
+        return response.content
+
+    def follow_once(self, name: str, offset: int, timeout_s: float, max_bytes: int = 4 << 20) -> tuple[bytes, int]:
+        """Long-poll: bytes from ``offset`` once some are durable (or b'' at the timeout),
+        and the durable length."""
+        params = {"follow": "1", "offset": str(offset), "timeout": str(timeout_s), "max_bytes": str(max_bytes)}
+        response = self._request(
+            "GET", f"/v1/segments/{self._path(name)}", params=params,
+            timeout=httpx.Timeout(timeout_s + READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+        )
+        return response.content, int(response.headers["X-Tierfs-Durable-Length"])
+
+    def follow(self, name: str, offset: int = 0, poll_timeout_s: float = 30.0) -> Iterator[bytes]:
+        """Yield new durable bytes of a segment as they arrive, forever (tail -f)."""
+        while True:
+            data, _ = self.follow_once(name, offset, poll_timeout_s)
+            if data:
+                offset += len(data)
+                yield data
+
+
+def connect_if_serving(data_dir: Path) -> TierClient | None:
+    """A client of the daemon serving ``data_dir``, or None when none answers."""
+    sock = socket_path(data_dir)
+    if not sock.exists():
+        return None
+    client = TierClient(f"unix://{sock}")
+    try:
+        client.health()
+    except DaemonUnavailableError:
+        client.close()
+        return None
+    return client

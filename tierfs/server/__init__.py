@@ -1,0 +1,1 @@
+"""The daemon: the HTTP API over the store façade, served by hypercorn on trio."""

@@ -1,0 +1,112 @@
+"""The tierfs daemon: one process owns a data dir and serves it over HTTP.
+
+``serve(config)`` opens the store, serves the API on ``<data_dir>/tierfs.sock``
+(owner-only: the socket is chmod 0600 inside a 0700 data dir) and, when asked, on a TCP
+address that requires a bearer token, until SIGTERM/SIGINT (or ``stop``); then it stops
+accepting requests, flushes and closes the store (see ``open_store``), and removes the
+socket.
+
+Invariants:
+- Only the lock holder creates the socket, so an existing socket file found at start is
+  stale (its daemon died) and is replaced.
+- The TCP token is generated once (``secrets.token_urlsafe``), stored owner-only in
+  ``<data_dir>/token``, and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+
+from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.datadir import TOKEN_NAME, load_or_create_token, socket_path
+from tierfs.server.http_api import BearerTokenAuth, build_app
+from tierfs.store.facade import open_store
+
+log = logging.getLogger(__name__)
+
+def _hypercorn_config(bind: str) -> hypercorn.config.Config:
+    config = hypercorn.config.Config()
+    config.bind = [bind]
+    config.accesslog = None  # request lines may carry names; headers carry tokens
+    config.errorlog = logging.getLogger("tierfs.http")
+    config.keep_alive_timeout = 75.0  # clients reuse connections across long polls
+    # hypercorn closes a keep-alive connection after 1,000 requests by default; an
+    # appender would reconnect every 1,000 appends for nothing.
+    config.keep_alive_max_requests = 1 << 30
+    return config
+
+
+# A service run beside the API on the same store and event loop (the FUSE mount):
+# started with ``nursery.start(service, store, stopping)``; it reports started once it
+# serves, returns soon after ``stopping`` is set, and sets ``stopping`` itself when it
+# ends on its own (the mount was unmounted), which stops the daemon.
+Service = Callable[..., Awaitable[None]]
+
+
+async def serve(
+    config: StoreConfig,
+    *,
+    listen: str | None = None,
+    stop: trio.Event | None = None,
+    service: Service | None = None,
+    task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set, or ``service`` ends)."""
+    async with open_store(config) as store:
+        data_dir = config.data_dir
+        os.chmod(data_dir, 0o700)
+        sock = socket_path(data_dir)
+        sock.unlink(missing_ok=True)
+        app = build_app(store)
+        shutdown = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(_serve_one, app, _hypercorn_config(f"unix:{sock}"), shutdown)
+                os.chmod(sock, 0o600)
+                log.info("serving %s on %s (epoch %d)", data_dir, sock, store.epoch)
+                if listen:
+                    token = load_or_create_token(data_dir)
+                    authed = BearerTokenAuth(app, token)
+                    await nursery.start(_serve_one, authed, _hypercorn_config(listen), shutdown)
+                    log.info("also serving on tcp %s (bearer token in %s)", listen, data_dir / TOKEN_NAME)
+                stopping = trio.Event()
+                if service is not None:
+                    await nursery.start(service, store, stopping)
+                task_status.started(sock)
+                async with trio.open_nursery() as watchers:
+                    watchers.start_soon(_wait_for_stop, stop, stopping)
+                    await stopping.wait()
+                    watchers.cancel_scope.cancel()
+                log.info("shutting down: flushing and closing %s", data_dir)
+                shutdown.set()
+        finally:
+            sock.unlink(missing_ok=True)
+
+
+async def _serve_one(
+    app: object, config: hypercorn.config.Config, shutdown: trio.Event,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    await hypercorn.trio.serve(
+        app, config, shutdown_trigger=shutdown.wait, task_status=task_status  # type: ignore[arg-type]
+    )
+
+
+async def _wait_for_stop(stop: trio.Event | None, stopping: trio.Event) -> None:
+    """Set ``stopping`` when ``stop`` is set or, without one, on SIGTERM/SIGINT."""
+    if stop is not None:
+        await stop.wait()
+    else:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s", signal.Signals(signum).name)
+                break
+    stopping.set()

@@ -1,0 +1,312 @@
+"""Reading side of the Spark data source: plan partitions from chunk layouts, and turn
+segment bytes into rows (shared by batch and streaming reads).
+
+Invariants:
+- A partition covers ranges ``[start, end)`` of segment snapshots; ``length`` of a
+  snapshot bounds every read, so nothing past it is ever returned.
+- Ranges follow the chunk layout: chunks are merged up to ``partition_bytes`` and
+  larger ones split at that size; small segments share a partition.
+- A record belongs to the range its first byte is in: a range skips a record that began
+  before it and finishes the one that crosses its end, so each record is read exactly
+  once whatever the boundaries (chunks, partitions, micro-batches, the tail).
+- Executors read flushed bytes straight from chunk objects (``DirectChunkReader``, every
+  block CRC-checked; offloaded chunks from the long-term store when
+  ``chunk_storage_options`` are given) and only the rest, or chunks they cannot open,
+  through the daemon.
+- Executors fetch the next piece (``READ_PIECE_BYTES``) of a range while Spark consumes
+  the rows of the current one; at most one piece is in flight per partition.
+- Directory walks skip names that start with ``_`` or ``.``, as Spark's file sources
+  do: that is where writers keep their transaction segments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from tierfs.contracts.errors import ChunkUnavailable, InvalidArgumentError
+from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.names import basename
+from tierfs.remote.client import TierClient, discover_url
+from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
+
+MiB = 1 << 20
+DEFAULT_PARTITION_BYTES = 64 * MiB
+READ_PIECE_BYTES = 4 * MiB
+FORMATS = ("lines", "json", "raw")
+DEFAULT_SCHEMAS = {
+    "lines": "path string, offset long, value string",
+    "raw": "path string, offset long, value binary",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentRange:
+    """Records starting in ``[start, end)`` of one segment snapshot."""
+
+    path: str
+    length: int  # the snapshot's readable length: nothing past it is read
+    start: int
+    end: int
+    layout: list[dict[str, Any]]
+    first: int = 0  # the segment's first readable byte (retention deleted those below)
+
+
+@dataclasses.dataclass(frozen=True)
+class TierPartition(InputPartition):
+    ranges: tuple[SegmentRange, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """The options every reader understands, validated once on the driver."""
+
+    path: str
+    format: str
+    block_size: int
+    partition_bytes: int
+    url: str | None
+    data_dir: str | None
+    token: str | None
+    chunk_storage_options: dict[str, Any] | None
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> ReadOptions:
+        form = options.get("format", "lines")
+        if form not in FORMATS:
+            raise InvalidArgumentError(f"format must be one of {FORMATS}, not {form!r}")
+        try:
+            block_size = int(options.get("block_size", MiB))
+            partition_bytes = int(options.get("partition_bytes", DEFAULT_PARTITION_BYTES))
+            storage = options.get("chunk_storage_options")
+            storage_options = json.loads(storage) if storage else None
+        except ValueError as e:
+            raise InvalidArgumentError(f"bad tierfs read option: {e}") from None
+        if block_size < 1 or partition_bytes < 1:
+            raise InvalidArgumentError("block_size and partition_bytes must be >= 1")
+        return cls(strip_scheme(options.get("path", "")), form, block_size, partition_bytes,
+                   options.get("url"), options.get("data_dir"), options.get("token"), storage_options)
+
+    def client(self) -> TierClient:
+        return TierClient(self.url or discover_url(self.data_dir or None), self.token)
+
+
+def strip_scheme(path: str) -> str:
+    return path[len("tierfs://"):] if path.startswith("tierfs://") else path
+
+
+def walk_segments(client: TierClient, path: str) -> list[SegmentInfo]:
+    """The segment at ``path``, or every segment below the directory ``path``."""
+    info = client.stat(path)
+    if isinstance(info, SegmentInfo):
+        return [info]
+    found: list[SegmentInfo] = []
+    for entry in client.ls(path):
+        if basename(entry.name).startswith(("_", ".")):
+            continue
+        found += [entry] if isinstance(entry, SegmentInfo) else walk_segments(client, entry.name)
+    return found
+
+
+def plan_ranges(path: str, layout: list[dict[str, Any]], start: int, end: int,
+                target_bytes: int, first: int = 0) -> list[SegmentRange]:
+    """Split ``[start, end)`` of one segment snapshot into ranges of about
+    ``target_bytes`` along chunk boundaries (chunks merged while they fit, large ones
+    cut at the target size)."""
+    bounds = [start]
+    for chunk in layout:
+        low, high = max(int(chunk["start"]), start), min(int(chunk["end"]), end)
+        if high <= low:
+            continue
+        position = low
+        while high - position > target_bytes:
+            position += target_bytes
+            bounds.append(position)
+        bounds.append(high)
+    if bounds[-1] < end:
+        bounds.append(end)
+    merged = [bounds[0]]  # consecutive pieces joined while they stay within the target
+    previous = bounds[0]
+    for bound in bounds[1:]:
+        if bound - merged[-1] > target_bytes and previous > merged[-1]:
+            merged.append(previous)
+        previous = bound
+    if merged[-1] != bounds[-1] or len(merged) == 1:
+        merged.append(bounds[-1])
+    return [SegmentRange(path, end, low, high, layout, first)
+            for low, high in zip(merged, merged[1:], strict=False) if high > low]
+
+
+def plan_partitions(ranges: list[SegmentRange], target_bytes: int) -> list[TierPartition]:
+    """Group ranges into partitions of about ``target_bytes`` (small segments share one)."""
+    partitions: list[TierPartition] = []
+    group: list[SegmentRange] = []
+    size = 0
+    for item in ranges:
+        if group and size + (item.end - item.start) > target_bytes:
+            partitions.append(TierPartition(tuple(group)))
+            group, size = [], 0
+        group.append(item)
+        size += item.end - item.start
+    if group:
+        partitions.append(TierPartition(tuple(group)))
+    return partitions
+
+
+class SegmentBytes:
+    """Bytes of one segment snapshot: chunks directly where possible, else the daemon."""
+
+    def __init__(self, client: TierClient, direct: DirectChunkReader, item: SegmentRange) -> None:
+        self._client = client
+        self._direct = direct
+        self._path = item.path
+        self._length = item.length
+        self._layout = SegmentLayout.from_json(item.layout)
+
+    def read(self, start: int, end: int) -> bytes:
+        end = min(end, self._length)
+        if end <= start:
+            return b""
+        flushed = min(end, self._layout.flushed_end)
+        pieces = []
+        if start < flushed:
+            try:
+                pieces.append(self._direct.read(self._layout, start, flushed))
+            except ChunkUnavailable:
+                pieces.append(self._client.read(self._path, start, flushed))
+            start = flushed
+        if start < end:
+            pieces.append(self._client.read(self._path, start, end))
+        return b"".join(pieces)
+
+    def pieces(self, start: int, piece_bytes: int) -> Generator[tuple[int, bytes], None, None]:
+        """(offset, bytes) of consecutive pieces from ``start`` to the snapshot's end;
+        the next piece is fetched while the caller works on the current one."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tierfs-readahead") as pool:
+            position = start
+            pending = pool.submit(self.read, position, position + piece_bytes) if position < self._length else None
+            while pending is not None:
+                piece = pending.result()
+                if not piece:
+                    return
+                following = position + len(piece)
+                pending = (pool.submit(self.read, following, following + piece_bytes)
+                           if following < self._length else None)
+                yield position, piece
+                position = following
+
+
+def iter_lines(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, bytes]]:
+    """(offset, line without its newline) of every line that starts in the range."""
+    # Past the segment's first byte, records of this range begin after the first newline
+    # at or after ``start - 1``: a line in progress at ``start`` belongs to the range before.
+    skip = item.start > item.first
+    stream = source.pieces(item.start - 1 if skip else item.start, READ_PIECE_BYTES)
+    try:
+        yield from split_lines(stream, item.end, skip_first=skip)
+    finally:
+        stream.close()
+
+
+def split_lines(
+    pieces: Iterable[tuple[int, bytes]], end: int, *, skip_first: bool = False
+) -> Iterator[tuple[int, bytes]]:
+    """(offset, line without its newline) of every line that starts before ``end`` in a
+    stream of consecutive (offset, bytes) pieces; with ``skip_first`` the bytes up to and
+    including the first newline belong to an earlier range and are skipped.
+
+    Linear in the bytes: each piece is searched from an index that moves forward, and
+    only a record that continues into the next piece is copied (into ``pending``, which
+    grows by appending), so no byte is copied more than twice whatever the line lengths.
+    """
+    pending = bytearray()  # the start of a record that continues into the next piece
+    pending_start = -1  # its offset; -1 while no record is pending
+    for piece_start, piece in pieces:
+        position = 0
+        if skip_first:
+            newline = piece.find(b"\n")
+            if newline < 0:
+                continue
+            skip_first = False
+            position = newline + 1
+        while position < len(piece):
+            record_start = pending_start if pending_start >= 0 else piece_start + position
+            if record_start >= end:
+                return
+            newline = piece.find(b"\n", position)
+            if newline < 0:
+                pending += memoryview(piece)[position:]
+                pending_start = record_start
+                break
+            if pending_start >= 0:
+                pending += memoryview(piece)[position:newline]
+                line = bytes(pending)
+                pending.clear()
+                pending_start = -1
+            else:
+                line = piece[position:newline]
+            yield record_start, line
+            position = newline + 1
+    if pending_start >= 0 and pending_start < end:
+        yield pending_start, bytes(pending)  # the last record, without a newline
+
+
+def iter_blocks(source: SegmentBytes, item: SegmentRange, block_size: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of every ``block_size`` block that starts in the range; blocks
+    are aligned to multiples of ``block_size``, except a first one cut by retention."""
+    first = item.start if item.start == item.first else -(-item.start // block_size) * block_size
+    if first % block_size:  # a retention cut: the first block ends at the next multiple
+        cut = min(first - first % block_size + block_size, item.length)
+        yield first, source.read(first, cut)
+        first = cut
+    piece_bytes = max(1, READ_PIECE_BYTES // block_size) * block_size
+    stream = source.pieces(first, piece_bytes)
+    try:
+        for piece_start, piece in stream:
+            for offset in range(0, len(piece), block_size):
+                if piece_start + offset >= item.end:
+                    return
+                yield piece_start + offset, piece[offset : offset + block_size]
+    finally:
+        stream.close()
+
+
+def _json_record(path: str, offset: int, line: bytes) -> dict[str, Any]:
+    if not line.strip():
+        return {}
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise InvalidArgumentError(f"{path!r} at offset {offset}: not a JSON line ({e})") from None
+    if not isinstance(record, dict):
+        raise InvalidArgumentError(f"{path!r} at offset {offset}: a JSON line must hold an object")
+    return record
+
+
+def read_partition(options: ReadOptions, schema: StructType, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    """The rows of one partition (runs on an executor)."""
+    assert isinstance(partition, TierPartition)
+    client = options.client()
+    direct = DirectChunkReader(options.chunk_storage_options)
+    names = schema.fieldNames()
+    try:
+        for item in partition.ranges:
+            source = SegmentBytes(client, direct, item)
+            if options.format == "raw":
+                for offset, block in iter_blocks(source, item, options.block_size):
+                    yield (item.path, offset, block)
+                continue
+            for offset, line in iter_lines(source, item):
+                if options.format == "lines":
+                    yield (item.path, offset, line.decode("utf-8", "replace"))
+                else:
+                    values = {**_json_record(item.path, offset, line), "path": item.path, "offset": offset}
+                    yield tuple(values.get(name) for name in names)
+    finally:
+        client.close()
