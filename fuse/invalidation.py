@@ -23,8 +23,6 @@ import pyfuse3
 import trio
 from tierfs.fuse.inodes import InodeTable
 
-from tierfs.engine.segment_state import SegmentState
-
 log = logging.getLogger("tierfs.fuse")
 
 COALESCE_S = 0.005
@@ -37,8 +35,8 @@ class KernelNotifier:
         self._wake = trio.Event()
         self.notifications = 0
 
-    def segment_grew(self, seg: SegmentState) -> None:
-        inode = self._inodes.known_inode(seg.name)
+    def segment_grew(self, name: str) -> None:
+        inode = self._inodes.known_inode(name)
         if inode is not None:
             self._pending.add(inode)
             self._wake.set()

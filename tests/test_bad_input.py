@@ -26,7 +26,7 @@ async def _snapshot(store: SegmentStore) -> tuple:
     segments = await store.walk_segments()
     return (
         tuple((s.name, s.appended_length, s.sealed, s.durability) for s in segments),
-        tuple(sorted(store._directories)),
+        tuple(sorted(store.table.directories)),
         store.journal.written_lsn + store.journal._queued_bytes,
     )
 

@@ -174,10 +174,10 @@ async def test_deletion_lag_keeps_the_hot_copy_until_due(tmp_path: Path, long_te
         store.block_cache.clear()
         assert await store.read("lag") == PAYLOAD  # from the long-term copy already
         clock.skew_s = 3599.0
-        await store.offloader.scan()
+        await store.scheduler.scan()
         assert all(p.exists() for p in hot)
         clock.skew_s = 3601.0
-        await store.offloader.scan()
+        await store.scheduler.scan()
         assert not any(p.exists() for p in hot)
         assert all(c.offload_hot_deleted for c in store._segment("lag").chunks or [])
         store.block_cache.clear()
@@ -289,17 +289,17 @@ async def test_policy_offloads_on_time_and_on_size(ostore: SegmentStore) -> None
     await _write(ostore, "t/seg")
     await _write(ostore, "s/seg", seal=False)
     await ostore.set_policy("t", {"offload_after_s": 600})
-    await ostore.offloader.scan()
+    await ostore.scheduler.scan()
     assert (await ostore.offload_status("t/seg"))["state"] == "NOT_RUN"  # sealed for < 600 s
     assert ostore.statistics().offload_oldest_waiting_s == 0
     clock.skew_s = 601
-    await ostore.offloader.scan()
+    await ostore.scheduler.scan()
     status = await _wait_done(ostore, "t/seg")
     assert status["state"] == "SUCCESS" and status["trigger"] == "policy"
     assert status["offloaded_bytes"] == len(PAYLOAD)
 
     await ostore.set_policy("s", {"offload_hot_bytes": 600 * KiB})
-    await ostore.offloader.scan()
+    await ostore.scheduler.scan()
     status = await _wait_done(ostore, "s/seg")
     hot = len(PAYLOAD) - status["offloaded_bytes"]
     assert status["state"] == "SUCCESS" and 0 < hot <= 600 * KiB
@@ -317,7 +317,7 @@ async def test_retention_deletes_only_whole_expired_chunks(ostore: SegmentStore)
     chunks = list(await ostore.chunks_of(seg))
     chunk_dir = ostore.config.data_dir / "chunks"
     await ostore.set_policy("r", {"retention_bytes": 700 * KiB})
-    await ostore.offloader.scan()
+    await ostore.scheduler.scan()
     kept = seg.chunks or []
     deleted = chunks[: len(chunks) - len(kept)]
     assert deleted and kept[0].start_offset == seg.start_offset
@@ -334,10 +334,10 @@ async def test_retention_deletes_only_whole_expired_chunks(ostore: SegmentStore)
     assert (await fsck(ostore)).problems == []
 
     await ostore.set_policy("r", {"retention_bytes": None, "retention_s": 3600})
-    await ostore.offloader.scan()
+    await ostore.scheduler.scan()
     assert seg.chunks == kept  # nothing sealed an hour ago
     clock.skew_s = 3601
-    await ostore.offloader.scan()
+    await ostore.scheduler.scan()
     remaining = seg.chunks or []
     assert len(remaining) == 1 and remaining[0] is kept[-1]  # the growing chunk stays
     assert await ostore.read("r/seg", seg.start_offset) == PAYLOAD[seg.start_offset :]

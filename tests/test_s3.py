@@ -37,5 +37,5 @@ async def test_flush_to_s3_and_read_back_after_restart(tmp_path: Path, s3_bucket
         assert await store.read("logs/s3") == bytes(expected)
         assert await store.read("logs/s3", 5000, 7000) == bytes(expected[5000:12000])
         await store.delete("logs/s3")
-        await store._collect_garbage()
+        await store.garbage.collect()
     assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0

@@ -1,13 +1,6 @@
 """Tier-1 journal: CRC-framed append records in rolling local files, group commit.
 
-Frame layout (little endian)::
-
-    payload_len:u32 | crc32c:u32 | seq:u64 | payload
-    payload = kind:u8 (1 = append) | segment_id:u64 | offset:u64 | data
-
-The CRC covers the 8 sequence bytes and the payload. Every byte position in the journal
-has a global *LSN* (log sequence number = bytes written since the store was created);
-a file is named after the LSN of its first byte, so a file's end is the next file's start.
+The frame format, file naming and the recovery scan are in ``journal_format``.
 
 Invariants:
 - Frames are written in LSN order by one writer (this object, on the event loop), so a
@@ -19,8 +12,6 @@ Invariants:
 - write(2) happens on the event loop: it copies into the page cache (microseconds for a
   batch) and keeping it on one thread keeps frame order trivially right; fdatasync, which
   waits for the disk, always runs in a worker thread.
-- Recovery (``scan``) stops at the first frame that is short, fails its CRC or breaks
-  the sequence; nothing after it was ever acknowledged as durable, so it is cut off.
 """
 
 from __future__ import annotations
@@ -29,158 +20,28 @@ import bisect
 import dataclasses
 import logging
 import os
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 import trio
 
 from tierfs.blocks.checksums import crc32c
 from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError
+from tierfs.engine.journal_format import (
+    APPEND_HEADER,
+    FRAME_HEADER,
+    SEQ,
+    TailEntryLike,
+    encode_append_header,
+    file_name,
+    fsync_directory,
+    list_files,
+    write_all,
+)
 
 log = logging.getLogger(__name__)
-
-FRAME_HEADER = struct.Struct("<IIQ")  # payload_len, crc32c, seq
-SEQ = struct.Struct("<Q")
-APPEND_HEADER = struct.Struct("<BQQ")  # kind, segment_id, offset
-KIND_APPEND = 1
-FRAME_OVERHEAD = FRAME_HEADER.size + APPEND_HEADER.size
-FILE_SUFFIX = ".jnl"
-
-
-_SEQ_AND_APPEND_HEADER = struct.Struct("<QBQQ")  # what the CRC covers before the data
-_FULL_HEADER = struct.Struct("<IIQBQQ")  # FRAME_HEADER + APPEND_HEADER in one pack
-
-
-def encode_append_header(seq: int, segment_id: int, offset: int, data: bytes) -> bytes:
-    """The header of an append frame (its CRC covers ``data``); the data follows it."""
-    crc = crc32c(data, crc32c(_SEQ_AND_APPEND_HEADER.pack(seq, KIND_APPEND, segment_id, offset)))
-    return _FULL_HEADER.pack(APPEND_HEADER.size + len(data), crc, seq, KIND_APPEND, segment_id, offset)
-
-
-def encode_append(seq: int, segment_id: int, offset: int, data: bytes) -> bytes:
-    return encode_append_header(seq, segment_id, offset, data) + data
-
-
-IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
-
-
-def write_all(fd: int, pieces: list[bytes], total: int) -> None:
-    """Write ``pieces`` (``total`` bytes) with writev(2), at most IOV_MAX at a time, so
-    an append's data is never copied into a frame buffer (fresh 1 MiB copies cost more
-    in page faults than the write itself)."""
-    for start in range(0, len(pieces), IOV_MAX):
-        batch = pieces[start : start + IOV_MAX]
-        written = os.writev(fd, batch)
-        expected = total if len(pieces) <= IOV_MAX else sum(len(p) for p in batch)
-        if written < expected:  # rare: a signal or a device that takes less
-            view = memoryview(b"".join(batch))[written:]
-            while view:
-                view = view[os.write(fd, view) :]
-
-
-def file_name(start_lsn: int) -> str:
-    return f"{start_lsn:020d}{FILE_SUFFIX}"
-
-
-def list_files(directory: Path) -> list[tuple[int, Path]]:
-    """Journal files as (start LSN, path), oldest first."""
-    files = []
-    for entry in os.scandir(directory):
-        if entry.name.endswith(FILE_SUFFIX) and entry.name[: -len(FILE_SUFFIX)].isdigit():
-            files.append((int(entry.name[: -len(FILE_SUFFIX)]), Path(entry.path)))
-    files.sort()
-    return files
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class TailEntryLike(Protocol):
-    frame_lsn: int
-    frame_skip: int
-    end_lsn: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayedAppend:
-    """One valid append frame found by recovery."""
-
-    seq: int
-    frame_lsn: int
-    segment_id: int
-    offset: int
-    data: bytes
-
-
-@dataclasses.dataclass
-class ScanResult:
-    end_lsn: int  # LSN just past the last valid frame
-    next_seq: int
-    cut: tuple[Path, int] | None = None  # (file, byte offset) where a torn tail starts
-    dropped_files: list[Path] = dataclasses.field(default_factory=list)
-
-
-def scan(
-    files: list[tuple[int, Path]], max_payload_bytes: int, result: ScanResult
-) -> Iterator[ReplayedAppend]:
-    """Yield every valid append frame in ``files`` in order; fill ``result``.
-
-    ``result.end_lsn`` must hold the LSN to assume when there are no files.
-    """
-    expected_seq: int | None = None
-    for index, (start_lsn, path) in enumerate(files):
-        if index > 0 and start_lsn != result.end_lsn:
-            # A gap between files: the earlier file lost its tail. Nothing after the gap
-            # was durable (files are synced in order), so everything from here is cut.
-            result.dropped_files.extend(p for _, p in files[index:])
-            return
-        with open(path, "rb") as f:
-            data = f.read()
-        position = 0
-        while position < len(data):
-            header_end = position + FRAME_HEADER.size
-            if header_end > len(data):
-                break
-            payload_len, crc, seq = FRAME_HEADER.unpack_from(data, position)
-            if payload_len < APPEND_HEADER.size or payload_len > max_payload_bytes:
-                break
-            payload_end = header_end + payload_len
-            if payload_end > len(data):
-                break
-            payload = memoryview(data)[header_end:payload_end]
-            if crc32c(payload, crc32c(SEQ.pack(seq))) != crc:
-                break
-            if expected_seq is not None and seq != expected_seq:
-                break
-            kind, segment_id, offset = APPEND_HEADER.unpack_from(payload)
-            if kind != KIND_APPEND:
-                break
-            expected_seq = seq + 1
-            data_start = header_end + APPEND_HEADER.size
-            yield ReplayedAppend(
-                seq=seq,
-                frame_lsn=start_lsn + position,
-                segment_id=segment_id,
-                offset=offset,
-                data=bytes(data[data_start:payload_end]),
-            )
-            position = payload_end
-        result.end_lsn = start_lsn + position
-        if expected_seq is not None:
-            result.next_seq = expected_seq
-        if position < len(data):
-            result.cut = (path, position)
-            result.dropped_files.extend(p for _, p in files[index + 1 :])
-            return
 
 
 @dataclasses.dataclass

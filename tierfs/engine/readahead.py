@@ -21,12 +21,11 @@ extra GET; a long scan reaches full depth after log2(32) = 5 reads.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from tierfs.blocks.checksums import BLOCK_BYTES
-
-if TYPE_CHECKING:
-    from tierfs.store.facade import SegmentStore
+from tierfs.engine.reader import Reader
+from tierfs.engine.segment_state import SegmentState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,8 +39,11 @@ class ReaderStatistics:
 class SegmentReader:
     """Reads one segment for one consumer, with read-ahead when it reads sequentially."""
 
-    def __init__(self, store: SegmentStore, name: str, max_window_bytes: int) -> None:
-        self._store = store
+    def __init__(
+        self, lookup: Callable[[str], SegmentState], reader: Reader, name: str, max_window_bytes: int
+    ) -> None:
+        self._lookup = lookup  # the segment is found by name at every read, as a path is
+        self._reader = reader
         self.name = name
         self.max_window_bytes = max(0, max_window_bytes)
         self.window_bytes = 0
@@ -51,7 +53,8 @@ class SegmentReader:
         self._prefetched = 0
 
     async def read(self, offset: int, length: int | None = None, *, unconfirmed: bool = False) -> bytes:
-        data = await self._store.read(self.name, offset, length, unconfirmed=unconfirmed)
+        seg = self._lookup(self.name)
+        data = await self._reader.read_segment(seg, offset, length, unconfirmed=unconfirmed)
         self._reads += 1
         sequential = offset == (self._next_offset if self._next_offset is not None else 0)
         if sequential:
@@ -65,7 +68,7 @@ class SegmentReader:
         end = offset + len(data)
         self._next_offset = end
         if self.window_bytes:
-            self._prefetched += self._store.prefetch(self.name, end, end + self.window_bytes)
+            self._prefetched += self._reader.prefetch(seg, end, end + self.window_bytes)
         return data
 
     def statistics(self) -> ReaderStatistics:

@@ -25,7 +25,13 @@ import time
 from pathlib import Path
 
 from tierfs.contracts.errors import JournalCorruptionError
-from tierfs.engine.journal import FRAME_OVERHEAD, ScanResult, fsync_directory, list_files, scan
+from tierfs.engine.journal_format import (
+    FRAME_OVERHEAD,
+    ScanResult,
+    fsync_directory,
+    list_files,
+    scan,
+)
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.tail import TailBudget, TailEntry
 

@@ -21,36 +21,75 @@ Invariants:
   (``tier2_retry_initial_s`` doubling to ``tier2_retry_max_s``) while appends continue
   until the backlog bound refuses them.
 - Blocking tier-2 calls run in worker threads under the store's tier-2 limiter.
+- The writer owns the backlog counter (``unflushed_bytes``: appended bytes not yet in
+  tier-2): appends add to it through ``appended``, flushes and deletes take from it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from tierfs.blocks.checksums import BlockCrcs
-from tierfs.contracts.errors import ConcurrentModificationError, TierFSError
+from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import (
+    BacklogFullError,
+    ConcurrentModificationError,
+    Tier2Error,
+    TierFSError,
+)
 from tierfs.engine import records
-from tierfs.engine.metadata import SegmentRow, now_ns
+from tierfs.engine.catalogue import copy_record
+from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.metadata import now_ns
 from tierfs.engine.object_keys import chunk_name
+from tierfs.engine.ports import GarbageSink, JournalFiles
 from tierfs.engine.segment_state import SegmentState
-
-if TYPE_CHECKING:
-    from tierfs.store.facade import SegmentStore
+from tierfs.engine.tail import TailBudget
+from tierfs.engine.tail_reader import TailReader
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.05  # how often time-based triggers are checked
 
 
+class FlushCatalogue(Protocol):
+    """What the writer needs of the metadata."""
+
+    async def chunks_of(self, seg: SegmentState) -> list[Any]: ...
+
+    async def commit_flush(self, seg: SegmentState, record: Any, chunk: Any) -> None: ...
+
+    async def set_checkpoint(self, lsn: int) -> None: ...
+
+
 class StorageWriter:
-    def __init__(self, store: SegmentStore) -> None:
-        self._store = store
-        self._config = store.config
+    def __init__(
+        self,
+        config: StoreConfig,
+        epoch: int,
+        chunk_storage: ChunkStorage,
+        tier2_limiter: trio.CapacityLimiter,
+        catalogue: FlushCatalogue,
+        tail: TailReader,
+        tail_budget: TailBudget,
+        journal: JournalFiles,
+        garbage: GarbageSink,
+    ) -> None:
+        self._config = config
+        self._epoch = epoch
+        self.chunk_storage = chunk_storage
+        self._limiter = tier2_limiter
+        self._catalogue = catalogue
+        self._tail = tail
+        self._tail_budget = tail_budget
+        self._journal = journal
+        self._garbage = garbage
         self.dirty: set[SegmentState] = set()  # segments with unflushed bytes or a request
+        self.unflushed_bytes = 0  # appended, not yet in tier-2 (the backlog)
         self._wakeup = trio.Event()
         self.flushes = 0
         self.flushed_bytes = 0
@@ -60,6 +99,54 @@ class StorageWriter:
     def wake(self) -> None:
         self._wakeup.set()
 
+    # ------------------------------------------------------------------ the backlog
+    def check_backlog(self, size: int) -> None:
+        """``BacklogFullError`` if ``size`` more bytes would exceed the backlog bound."""
+        if self.unflushed_bytes + size > self._config.max_backlog_bytes:
+            raise BacklogFullError(self.unflushed_bytes + size, self._config.max_backlog_bytes)
+
+    def appended(self, seg: SegmentState, size: int) -> None:
+        """``size`` new bytes of ``seg`` are in the journal (or were replayed from it)."""
+        self.unflushed_bytes += size
+        self.dirty.add(seg)
+
+    def forget(self, seg: SegmentState) -> None:
+        """``seg`` was deleted: its unflushed bytes leave the backlog."""
+        self.unflushed_bytes -= seg.appended_length - seg.flushed_length
+        self.dirty.discard(seg)
+
+    def request_flush(self, seg: SegmentState) -> None:
+        """Flush ``seg`` now, whatever the triggers say."""
+        seg.flush_requested = True
+        seg.retry_at_s = 0.0
+        self.dirty.add(seg)
+        self.wake()
+
+    async def flush_segments(self, segs: list[SegmentState]) -> None:
+        """Wait until tier-2 holds every byte of ``segs`` durable now."""
+        targets = [(seg, seg.durable_length) for seg in segs]
+        for seg, target in targets:
+            while not seg.deleted and seg.flushed_length < target:
+                self.request_flush(seg)
+                await seg.flushed_event.wait()
+                if seg.last_flush_error and seg.flushed_length < target:
+                    raise Tier2Error(f"flush of {seg.name!r} failed: {seg.last_flush_error}")
+
+    async def sync_and_flush(self, segs: list[SegmentState]) -> None:
+        """Make every byte appended so far durable, then wait until tier-2 holds the
+        bytes of ``segs``."""
+        await self._journal.sync()
+        await self.flush_segments(segs)
+
+    async def sync_and_flush_one(self, seg: SegmentState) -> None:
+        await self.sync_and_flush([seg])
+
+    def flush_lag_s(self) -> float:
+        """Age of the oldest append not yet in tier-2."""
+        oldest = [t for t in (seg.tail.oldest_append_s() for seg in self.dirty) if t is not None]
+        return time.monotonic() - min(oldest) if oldest else 0.0
+
+    # ------------------------------------------------------------------ the loop
     def _is_due(self, seg: SegmentState, now_s: float) -> bool:
         if seg.flushing or seg.deleted or now_s < seg.retry_at_s:
             return False
@@ -124,17 +211,16 @@ class StorageWriter:
             seg.notify_flushed()
 
     async def flush_once(self, seg: SegmentState) -> None:
-        store = self._store
         config = self._config
         start = seg.flushed_length
         end = min(seg.durable_length, start + config.max_flush_bytes)
-        chunks = await store.chunks_of(seg)
+        chunks = await self._catalogue.chunks_of(seg)
         last = chunks[-1] if chunks else None
-        storage = store.chunk_storage
+        storage = self.chunk_storage
         if (
             storage.supports_append
             and last is not None
-            and last.epoch == store.epoch
+            and last.epoch == self._epoch
             and last.location == ""
             and last.offload_attempt_uuid == ""  # never grow a chunk an offload copies
             and last.start_offset + last.length == start
@@ -147,14 +233,14 @@ class StorageWriter:
             new_seq = None
         else:
             new_seq = int(seg.record.next_chunk_seq)
-            name = chunk_name(seg.segment_id, store.epoch, new_seq)
+            name = chunk_name(seg.segment_id, self._epoch, new_seq)
             chunk_offset = 0
             end = min(end, start + config.max_chunk_bytes)
             crcs = BlockCrcs()
-        data = await store.reader.tail_bytes(seg, start, end)
+        data = await self._tail.tail_bytes(seg, start, end)
         crcs.extend(data)
         await trio.to_thread.run_sync(
-            storage.write, name, chunk_offset, data, limiter=store.tier2_limiter
+            storage.write, name, chunk_offset, data, limiter=self._limiter
         )
         chunk = records.ChunkRecord(
             name=name,
@@ -163,14 +249,14 @@ class StorageWriter:
             length=crcs.length,
             crc32c=crcs.whole,
             block_crc32c=crcs.blocks,
-            epoch=store.epoch,
+            epoch=self._epoch,
             created_ns=last.created_ns if new_seq is None and last is not None else now_ns(),
             location="",
         )
         async with seg.meta_lock:
             if seg.deleted:
                 if new_seq is not None:
-                    await store.queue_garbage([name])
+                    await self._garbage.queue([name])
                 return
             if new_seq is None and seg.chunks and seg.chunks[-1] is not last:
                 # an offload attempt started on the chunk while we wrote: its record
@@ -179,24 +265,21 @@ class StorageWriter:
                 raise ConcurrentModificationError(
                     f"chunk {name} of {seg.name!r} changed during a flush; retrying"
                 )
-            record = _copy(seg.record)
+            record = copy_record(seg.record)
             record.flushed_length = end
             record.modified_ns = now_ns()
             if new_seq is not None:
                 record.next_chunk_seq = new_seq + 1
                 record.chunk_count = record.chunk_count + 1
-            rev = await store.metadata_call(store.metadata.commit_flush, seg.row, record, chunk)
-            seg.row = SegmentRow(seg.segment_id, seg.name, rev, record)
-            seg.put_chunk(chunk)
-        seg.tail.drop_through(end, store.tail_budget)
-        store.unflushed_bytes -= end - start
+            await self._catalogue.commit_flush(seg, record, chunk)
+        seg.tail.drop_through(end, self._tail_budget)
+        self.unflushed_bytes -= end - start
         self.flushes += 1
         self.flushed_bytes += end - start
 
     async def _truncate_journal(self) -> None:
         """Delete journal files holding only flushed bytes, checkpoint first."""
-        store = self._store
-        journal = store.journal
+        journal = self._journal
         if journal.file_count() < 2:
             return
         checkpoint = journal.written_lsn
@@ -207,14 +290,9 @@ class StorageWriter:
         files = journal.deletable_files(checkpoint)
         if not files:
             return
-        await store.metadata_call(store.metadata.set_checkpoint, checkpoint)
+        await self._catalogue.set_checkpoint(checkpoint)
         journal.forget_files(files)
         for path in files:
             await trio.to_thread.run_sync(path.unlink, True)
         self.journal_files_deleted += len(files)
 
-
-def _copy(record: Any) -> Any:
-    new = type(record)()
-    new.CopyFrom(record)
-    return new

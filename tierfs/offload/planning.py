@@ -2,8 +2,8 @@
 and how many head chunks it wants deleted, from chunk facts and a time.
 
 Invariants:
-- Pure: they look at chunk facts and a time, never at storage, so they are tested
-  without a store.
+- Pure: the planners look at chunk facts and a time, never at storage, so they are
+  tested without a store; ``chunk_facts`` derives the facts from a segment's state.
 - Only sealed chunks are ever picked; an offload threshold at or above the matching
   retention threshold was refused when the policy was set (``Policy.check``).
 """
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from tierfs.contracts.policy import Policy
+from tierfs.engine.segment_state import SegmentState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,3 +65,20 @@ def head_chunks_to_expire(chunks: Sequence[ChunkFacts], policy: Policy, now_s: f
         count += 1
         retained -= c.length
     return count
+
+
+def chunk_facts(seg: SegmentState, chunks: list[Any]) -> list[ChunkFacts]:
+    """Chunk facts for the planners. A chunk is sealed once a later chunk exists
+    (sealed when that one was created), or when its segment is sealed and every byte is
+    flushed (sealed when the segment was)."""
+    facts = []
+    fully_flushed = seg.flushed_length == seg.durable_length == seg.appended_length
+    for i, chunk in enumerate(chunks):
+        sealed_at: float | None = None
+        if i + 1 < len(chunks):
+            sealed_at = chunks[i + 1].created_ns / 1e9
+        elif seg.sealed and fully_flushed and not seg.sealing:
+            sealed_at = (seg.record.sealed_ns or seg.record.modified_ns) / 1e9
+        facts.append(ChunkFacts(int(chunk.start_offset), int(chunk.length), sealed_at,
+                                bool(chunk.offload_complete)))
+    return facts

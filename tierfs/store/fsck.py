@@ -17,7 +17,15 @@ import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 from tierfs.contracts.errors import TierFSError
+from tierfs.offload.offloader import require_long_term
+from tierfs.offload.reads import LongTermReads
 from tierfs.store.facade import SegmentStore
+
+
+def require_long_term_reads(reads: LongTermReads | None) -> LongTermReads:
+    require_long_term(None if reads is None else reads.long_term)
+    assert reads is not None
+    return reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +52,10 @@ async def fsck(store: SegmentStore) -> FsckReport:
     chunk_total = checked = 0
     infos = await store.walk_segments()
     for info in infos:
-        seg = store._segment(info.name)
+        seg = store.table.segment(info.name)
         if not info.flushed_length <= info.durable_length <= info.appended_length:
             problems.append(Problem(info.name, "", "lengths out of order"))
-        chunks = await store.chunks_of(seg)
+        chunks = await store.catalogue.chunks_of(seg)
         chunk_total += len(chunks)
         if len(chunks) != info.chunk_count:
             problems.append(
@@ -63,9 +71,9 @@ async def fsck(store: SegmentStore) -> FsckReport:
             try:
                 storage, key = store.chunk_storage, str(chunk.name)
                 if chunk.location:
-                    long_term = store.offloader._require_long_term()
-                    storage, key = long_term.storage, long_term.key_of(chunk.location)
-                    await store.offloader.index_of(chunk, cached=False)
+                    reads = require_long_term_reads(store.long_term_reads)
+                    storage, key = reads.long_term.storage, reads.long_term.key_of(chunk.location)
+                    await reads.index_of(chunk, cached=False)
                 size = await trio.to_thread.run_sync(storage.stat, key, limiter=store.tier2_limiter)
             except TierFSError as e:
                 problems.append(Problem(info.name, chunk.name, str(e)))

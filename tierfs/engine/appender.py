@@ -1,0 +1,132 @@
+"""The append path: one append becomes one journal frame, one tail entry, and an
+acknowledgement once its durability level allows; durable lengths (LAC) advance as the
+journal reports synced LSNs.
+
+Where an append goes, in order: check it (size, expected offset, sealed, backlog);
+frame it into the journal (``Journal.add_append``: the offset is assigned here,
+synchronously); keep it in the segment's tail (memory bounded by ``TailBudget``); count
+it in the storage writer's backlog; then PD waits for the fdatasync covering its frame,
+VD only for the write(2). ``on_durable`` (the journal's callback) advances each
+segment's durable length, wakes tail readers and growth listeners, and wakes the
+storage writer when a segment has ``flush_bytes`` pending.
+
+Invariants:
+- Appends to one segment get offsets in call order and never interleave.
+- A segment's durable length advances only to the end of an append whose frame is
+  covered by a completed fdatasync (LAC): readers never see bytes a crash can take away.
+- A refused append changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import trio
+
+from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import (
+    AppendTooLargeError,
+    BadOffsetError,
+    InvalidArgumentError,
+    SegmentNotFoundError,
+    SegmentSealedError,
+)
+from tierfs.engine.growth import GrowthNotifier
+from tierfs.engine.journal import Journal
+from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.storage_writer import StorageWriter
+from tierfs.engine.tail import TailBudget, TailEntry
+
+YIELD_EVERY_S = 0.0002  # a VD appender in a tight loop still lets other tasks run
+
+
+class Appender:
+    def __init__(self, config: StoreConfig, tail_budget: TailBudget, growth: GrowthNotifier) -> None:
+        self._config = config
+        self._tail_budget = tail_budget
+        self._growth = growth
+        # (end LSN of a frame, its segment, the segment length after it), in LSN order
+        self._awaiting_durable: deque[tuple[int, SegmentState, int]] = deque()
+        self._last_yield_s = 0.0
+        self.appends = 0
+        self.appended_bytes = 0
+        # The journal is built with ``on_durable`` as its callback, so the appender
+        # exists first; the journal and the writer are attached once they do.
+        self._journal: Journal | None = None
+        self._writer: StorageWriter | None = None
+
+    def attach(self, journal: Journal, writer: StorageWriter) -> None:
+        self._journal = journal
+        self._writer = writer
+
+    async def append(
+        self, seg: SegmentState, data: bytes | bytearray | memoryview, expected_offset: int | None
+    ) -> int:
+        """Append ``data`` to ``seg`` as one atomic record; returns its offset."""
+        journal, writer = self._journal, self._writer
+        assert journal is not None and writer is not None
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"append data must be bytes, not {type(data).__name__}")
+        payload = bytes(data)
+        size = len(payload)
+        if size > self._config.max_append_bytes:
+            raise AppendTooLargeError(size, self._config.max_append_bytes)
+        if expected_offset is not None and (
+            not isinstance(expected_offset, int) or expected_offset < 0
+        ):
+            raise InvalidArgumentError(f"expected_offset must be an int >= 0, not {expected_offset!r}")
+        while seg.merge_done is not None:
+            await seg.merge_done.wait()  # a concat into this segment is committing
+        if seg.deleted:
+            raise SegmentNotFoundError(seg.name)
+        if seg.sealed:
+            raise SegmentSealedError(seg.name)
+        offset = seg.appended_length
+        if expected_offset is not None and expected_offset != offset:
+            raise BadOffsetError(seg.name, expected_offset, offset)
+        if size == 0:
+            await trio.lowlevel.checkpoint()
+            return offset
+        writer.check_backlog(size)
+        frame_lsn, end_lsn = journal.add_append(seg.segment_id, offset, payload)
+        seg.appended_length = offset + size
+        now_s = time.monotonic()
+        seg.last_append_s = now_s
+        entry = TailEntry(offset, size, frame_lsn, 0, end_lsn, now_s, payload)
+        seg.tail.add(entry)
+        self._tail_budget.hold(entry)
+        writer.appended(seg, size)
+        self.appends += 1
+        self.appended_bytes += size
+        self._awaiting_durable.append((end_lsn, seg, offset + size))
+        if seg.is_pd:
+            await journal.wait_durable(end_lsn)
+            return offset
+        journal.write_queued()
+        if self._tail_budget.over:
+            self._tail_budget.evict(journal.written_lsn)
+        if now_s - self._last_yield_s >= YIELD_EVERY_S:
+            self._last_yield_s = now_s
+            await trio.lowlevel.checkpoint()
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        return offset
+
+    def on_durable(self, lsn: int) -> None:
+        """Journal callback: advance LAC of every segment whose frames are now synced."""
+        journal, writer = self._journal, self._writer
+        assert journal is not None and writer is not None
+        awaiting = self._awaiting_durable
+        grown: set[SegmentState] = set()
+        while awaiting and awaiting[0][0] <= lsn:
+            _, seg, end = awaiting.popleft()
+            if end > seg.durable_length:
+                seg.durable_length = end
+                grown.add(seg)
+        for seg in grown:
+            seg.notify_grew()
+            self._growth.notify(seg)
+            if seg.durable_length - seg.flushed_length >= self._config.flush_bytes:
+                writer.wake()
+        self._tail_budget.evict(journal.written_lsn)

@@ -1,0 +1,101 @@
+"""The chunk catalogue: the engine's one way into the metadata store from the event loop.
+
+Every metadata call runs in a worker thread under a limiter of one (SQLite has one
+writer), and every commit that changes a segment's row or chunks is installed into the
+segment's in-memory state right after it succeeds (write-through), so readers of the
+state always see what the metadata holds.
+
+Invariants:
+- A segment's chunk list is loaded once, then kept write-through; records are replaced,
+  never mutated in place.
+- Commits are conditional on the row's revision (``MetadataStore``); on failure the
+  in-memory state is unchanged.
+- Callers of ``update_record``/``commit_chunk`` hold the segment's ``meta_lock``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import trio
+
+from tierfs.engine.metadata import MetadataStore, SegmentRow, now_ns
+from tierfs.engine.segment_state import SegmentState
+
+T = TypeVar("T")
+
+
+def copy_record(record: Any) -> Any:
+    """A fresh protobuf record equal to ``record`` (records are never changed in place)."""
+    new = type(record)()
+    new.CopyFrom(record)
+    return new
+
+
+class ChunkCatalogue:
+    def __init__(self, metadata: MetadataStore) -> None:
+        self.metadata = metadata
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one ``MetadataStore`` method off the event loop."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def chunks_of(self, seg: SegmentState) -> list[Any]:
+        """The segment's chunk records (loaded once, then kept write-through)."""
+        if seg.chunks is None:
+            chunks = await self.call(self.metadata.load_chunks, seg.segment_id)
+            if seg.chunks is None:
+                seg.set_chunks(chunks)
+        assert seg.chunks is not None
+        return seg.chunks
+
+    def install(self, seg: SegmentState, revision: int, record: Any) -> None:
+        seg.row = SegmentRow(seg.segment_id, seg.name, revision, record)
+
+    async def update_record(self, seg: SegmentState, **fields: Any) -> None:
+        """Commit a new segment record with ``fields`` changed (and a new modified time)."""
+        record = copy_record(seg.record)
+        for key, value in fields.items():
+            setattr(record, key, value)
+        record.modified_ns = now_ns()
+        self.install(seg, await self.call(self.metadata.update_segment, seg.row, record), record)
+
+    async def commit_flush(self, seg: SegmentState, record: Any, chunk: Any) -> None:
+        """A flush: the new or grown chunk record and the segment record, together."""
+        self.install(seg, await self.call(self.metadata.commit_flush, seg.row, record, chunk), record)
+        seg.put_chunk(chunk)
+
+    async def commit_chunk(self, seg: SegmentState, chunk: Any) -> None:
+        """A new version of an existing chunk record (same start offset)."""
+        revision = await self.call(self.metadata.commit_chunk_update, seg.row, chunk)
+        self.install(seg, revision, seg.record)
+        seg.replace_chunk(chunk)
+
+    async def truncate_head(self, seg: SegmentState, record: Any, chunks: list[Any]) -> None:
+        """Retention: drop the first ``len(chunks)`` chunk records with the new record."""
+        current = await self.chunks_of(seg)
+        self.install(seg, await self.call(self.metadata.truncate_head, seg.row, record, chunks), record)
+        seg.set_chunks(current[len(chunks):])
+
+    async def queue_garbage(self, names: list[str]) -> None:
+        if names:
+            await self.call(self.metadata.queue_garbage, names)
+
+    async def set_checkpoint(self, lsn: int) -> None:
+        """Journal files wholly below ``lsn`` may be deleted (recovery starts there)."""
+        await self.call(self.metadata.set_checkpoint, lsn)
+
+    async def hot_copies_pending(self) -> dict[tuple[int, int], float]:
+        """(segment id, chunk start) -> completion time (s) of every offloaded chunk whose
+        chunk-store copy still exists (read once at start-up)."""
+
+        def scan() -> dict[tuple[int, int], float]:
+            return {
+                (int(c.segment_id), int(c.start_offset)): c.offload_completed_ns / 1e9
+                for c in self.metadata.all_chunks()
+                if c.offload_complete and not c.offload_hot_deleted
+            }
+
+        return await self.call(scan)

@@ -1,0 +1,82 @@
+"""Garbage collection of tier-2 and long-term objects whose metadata is gone.
+
+A metadata transaction that drops chunks (delete, retention, a replaced offload
+attempt) queues their object names in the same transaction; the collector deletes the
+objects in the background and then forgets the names.
+
+Invariants:
+- An object is deleted only after the metadata that referenced it was committed away,
+  so a crash at any point leaves at worst an object that will be deleted again.
+- A failed delete is kept and retried on the next collection; long-term names wait
+  until a long-term store is configured again.
+- Deletes run in worker threads under the tier-2 limiter.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import trio
+
+from tierfs.contracts.errors import Tier2Error
+from tierfs.engine.catalogue import ChunkCatalogue
+from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.object_keys import LONG_TERM_GARBAGE_PREFIX
+
+log = logging.getLogger(__name__)
+
+
+class ObjectDeleter(Protocol):
+    """A store whose objects can be deleted by key (blocking)."""
+
+    def delete(self, key: str) -> None: ...
+
+
+class GarbageCollector:
+    def __init__(
+        self,
+        catalogue: ChunkCatalogue,
+        chunk_storage: ChunkStorage,
+        tier2_limiter: trio.CapacityLimiter,
+        long_term: ObjectDeleter | None,
+    ) -> None:
+        self._catalogue = catalogue
+        self.chunk_storage = chunk_storage
+        self._limiter = tier2_limiter
+        self._long_term = long_term
+        self._nursery: trio.Nursery | None = None
+
+    def bind(self, nursery: trio.Nursery | None) -> None:
+        """Collections run in ``nursery`` from now on (None: not any more)."""
+        self._nursery = nursery
+
+    async def queue(self, names: list[str]) -> None:
+        """Queue ``names`` for deletion and collect soon."""
+        if names:
+            await self._catalogue.queue_garbage(names)
+            self.collect_soon()
+
+    def collect_soon(self) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self.collect)
+
+    async def collect(self) -> None:
+        """Delete the queued objects; forget the names of those that are gone."""
+        metadata = self._catalogue.metadata
+        pending = await self._catalogue.call(metadata.garbage)
+        done = []
+        for name in pending:
+            try:
+                if name.startswith(LONG_TERM_GARBAGE_PREFIX):
+                    if self._long_term is None:
+                        continue  # kept until tierfs runs with --offload-to again
+                    key = name[len(LONG_TERM_GARBAGE_PREFIX):]
+                    await trio.to_thread.run_sync(self._long_term.delete, key, limiter=self._limiter)
+                else:
+                    await trio.to_thread.run_sync(self.chunk_storage.delete, name, limiter=self._limiter)
+                done.append(name)
+            except Tier2Error as e:
+                log.warning("garbage collection of chunk %s failed, will retry: %s", name, e)
+        if done:
+            await self._catalogue.call(metadata.forget_garbage, done)

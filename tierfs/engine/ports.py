@@ -1,0 +1,47 @@
+"""The narrow ports the engine's parts declare (after Pravega's ``WriterDataSource``):
+each part names the few things it needs from elsewhere, and the store façade hands it
+objects that have them. No part ever receives the façade.
+
+- ``ChunkSource``: a segment's chunk records (the reader, the storage writer, the
+  offloader, fsck). Implemented by ``ChunkCatalogue``.
+- ``LongTermBlocks``: one verified block of an offloaded chunk (the block source).
+  Implemented by ``tierfs.offload.reads.LongTermReads``.
+- ``JournalFiles``: what the storage writer needs of the journal: a sync before a
+  requested flush, and deleting fully flushed files. Implemented by ``Journal``.
+- ``GarbageSink``: queue tier-2 objects for deletion once their metadata is gone.
+  Implemented by ``GarbageCollector``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from tierfs.engine.segment_state import SegmentState
+
+
+class ChunkSource(Protocol):
+    async def chunks_of(self, seg: SegmentState) -> list[Any]: ...
+
+
+class LongTermBlocks(Protocol):
+    async def read_block(self, chunk: Any, block: int) -> bytes: ...
+
+
+class JournalFiles(Protocol):
+    async def sync(self) -> int: ...
+
+    @property
+    def written_lsn(self) -> int: ...
+
+    def file_count(self) -> int: ...
+
+    def deletable_files(self, checkpoint_lsn: int) -> list[Path]: ...
+
+    def forget_files(self, paths: list[Path]) -> None: ...
+
+
+class GarbageSink(Protocol):
+    async def queue(self, names: list[str]) -> None: ...
+
+    def collect_soon(self) -> None: ...

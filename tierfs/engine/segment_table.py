@@ -1,0 +1,122 @@
+"""The in-memory namespace: every segment's state by name and by id, every directory's
+record, and the root directory's record.
+
+Invariants:
+- Keys are canonical names (``names.canonical``): a hit needs no validation.
+- A segment is in ``by_name`` exactly when it is in ``by_id``, under its current name.
+- The table changes only after the metadata commit that made the change succeeded;
+  callers hold the namespace lock for every change that spans entries.
+- Once closed, every lookup raises ``StoreClosedError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import trio
+
+from tierfs.contracts import names
+from tierfs.contracts.errors import (
+    IsADirectoryError_,
+    NotADirectoryError_,
+    SegmentNotFoundError,
+    StoreClosedError,
+)
+from tierfs.engine.segment_state import SegmentState
+
+
+class SegmentTable:
+    def __init__(self) -> None:
+        self.by_name: dict[str, SegmentState] = {}
+        self.by_id: dict[int, SegmentState] = {}
+        self.directories: dict[str, Any] = {}  # DirectoryRecords by name ('' not included)
+        self.root_directory: Any = None
+        # serializes namespace changes (create, mkdir, rmdir, rename, delete, concat)
+        self.lock = trio.Lock()
+        self.closed = False
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise StoreClosedError("the store is closed")
+
+    # ------------------------------------------------------------------ lookups
+    def segment(self, name: str) -> SegmentState:
+        """The live segment called ``name``; ``SegmentNotFoundError`` or
+        ``IsADirectoryError_`` otherwise."""
+        self.check_open()
+        seg = self.by_name.get(name)
+        if seg is not None:
+            return seg
+        canonical = names.canonical(name)
+        seg = self.by_name.get(canonical)
+        if seg is None:
+            if canonical in self.directories:
+                raise IsADirectoryError_(canonical)
+            raise SegmentNotFoundError(canonical)
+        return seg
+
+    def get(self, name: str) -> SegmentState | None:
+        return self.by_name.get(name)
+
+    def segment_by_id(self, segment_id: int) -> SegmentState | None:
+        return self.by_id.get(segment_id)
+
+    def segments(self) -> list[SegmentState]:
+        return list(self.by_name.values())
+
+    def taken(self, name: str) -> bool:
+        return name in self.by_name or name in self.directories
+
+    def is_directory(self, name: str) -> bool:
+        return name == "" or name in self.directories
+
+    def require_directory(self, name: str) -> None:
+        """``name`` ('' is the root) is a directory, else the error a user expects."""
+        if name and name not in self.directories:
+            if name in self.by_name:
+                raise NotADirectoryError_(name)
+            raise SegmentNotFoundError(name)
+
+    def check_parent(self, name: str) -> str:
+        """The parent directory of ``name``, which must exist."""
+        parent = names.parent_of(name)
+        self.require_directory(parent)
+        return parent
+
+    def directory_record(self, name: str) -> Any:
+        return self.root_directory if name == "" else self.directories[name]
+
+    def set_directory_record(self, name: str, record: Any) -> None:
+        if name == "":
+            self.root_directory = record
+        else:
+            self.directories[name] = record
+
+    # ------------------------------------------------------------------ changes
+    def add(self, seg: SegmentState) -> None:
+        self.by_name[seg.name] = seg
+        self.by_id[seg.segment_id] = seg
+
+    def remove(self, seg: SegmentState) -> None:
+        seg.deleted = True
+        del self.by_name[seg.name]
+        del self.by_id[seg.segment_id]
+
+    def move(self, source: str, target: str) -> None:
+        """Rename ``source`` (a segment, or a directory with everything below it)."""
+        moves = [(source, target)]
+        if source in self.directories:
+            prefix = source + "/"
+            moves += [
+                (name, target + name[len(source):])
+                for name in [*self.by_name, *self.directories]
+                if name.startswith(prefix)
+            ]
+        for before, after in moves:
+            if before in self.directories:
+                self.directories[after] = self.directories.pop(before)
+            else:
+                seg = self.by_name.pop(before)
+                seg.row = dataclasses.replace(seg.row, name=after)
+                self.by_name[after] = seg

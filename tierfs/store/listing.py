@@ -1,0 +1,86 @@
+"""What ``stat``, ``ls`` and the chunk layout report: value types built from the
+in-memory state, with no metadata round trip.
+
+Invariant: a segment's reported length is its durable length (LAC); the appended and
+flushed lengths are reported beside it, never instead of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from tierfs.contracts import names
+from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.segment_table import SegmentTable
+
+
+def segment_info(seg: SegmentState) -> SegmentInfo:
+    record = seg.record
+    return SegmentInfo(
+        name=seg.name,
+        segment_id=seg.segment_id,
+        length=seg.durable_length,
+        durable_length=seg.durable_length,
+        appended_length=seg.appended_length,
+        flushed_length=seg.flushed_length,
+        sealed=seg.sealed,
+        durability=seg.durability,
+        chunk_count=int(record.chunk_count),
+        created=record.created_ns / 1e9,
+        modified=max(record.modified_ns / 1e9, seg.last_append_wall_s()),
+        start_offset=seg.start_offset,
+    )
+
+
+async def stat(table: SegmentTable, name: str) -> Info:
+    table.check_open()
+    canonical = names.canonical(name, allow_root=True)
+    await trio.lowlevel.checkpoint()
+    if canonical == "":
+        return DirectoryInfo(name="", created=0.0)
+    if canonical in table.directories:
+        return DirectoryInfo(canonical, table.directories[canonical].created_ns / 1e9)
+    return segment_info(table.segment(canonical))
+
+
+async def list_directory(table: SegmentTable, name: str) -> list[Info]:
+    """Entries directly inside a directory, sorted by name."""
+    table.check_open()
+    directory = names.canonical(name, allow_root=True)
+    table.require_directory(directory)
+    await trio.lowlevel.checkpoint()
+    result: list[Info] = []
+    for entry_name, record in table.directories.items():
+        if names.parent_of(entry_name) == directory:
+            result.append(DirectoryInfo(entry_name, record.created_ns / 1e9))
+    for entry_name, seg in table.by_name.items():
+        if names.parent_of(entry_name) == directory:
+            result.append(segment_info(seg))
+    result.sort(key=lambda info: info.name)
+    return result
+
+
+async def walk_segments(table: SegmentTable) -> list[SegmentInfo]:
+    await trio.lowlevel.checkpoint()
+    return [segment_info(s) for s in sorted(table.segments(), key=lambda s: s.name)]
+
+
+def chunk_layout(seg: SegmentState, chunks: list[Any], chunk_url: Any) -> list[dict[str, Any]]:
+    """Chunks of a segment for direct readers: name, URL, segment offset range, CRCs."""
+    return [
+        {
+            "name": c.name,
+            "url": c.location or chunk_url(c.name),
+            "start": int(c.start_offset),
+            "end": int(c.start_offset + c.length),
+            "crc32c": int(c.crc32c),
+            "block_crc32c": [int(x) for x in c.block_crc32c],
+            "epoch": int(c.epoch),
+            "segment_id": int(seg.segment_id),
+            "offloaded": bool(c.location),  # "" = in the chunk store
+        }
+        for c in chunks
+    ]

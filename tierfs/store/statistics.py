@@ -1,0 +1,86 @@
+"""``StoreStatistics``: one frozen snapshot of the store's counters and gauges, read by
+the metrics endpoint, the FUSE statfs and the benchmarks.
+
+Invariant: collecting a snapshot reads counters only; it changes nothing and does no I/O
+beyond the journal's file sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tierfs.engine.appender import Appender
+from tierfs.engine.blockcache import BlockCache, CacheStatistics
+from tierfs.engine.journal import Journal
+from tierfs.engine.recovery import RecoveryReport
+from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.storage_writer import StorageWriter
+from tierfs.engine.tail import TailBudget
+from tierfs.offload.offloader import Offloader
+from tierfs.offload.scheduler import PolicyScheduler
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreStatistics:
+    epoch: int
+    segments: int
+    directories: int
+    appends: int
+    appended_bytes: int
+    journal_syncs: int
+    journal_bytes: int
+    journal_files: int
+    unflushed_bytes: int
+    flush_lag_s: float  # age of the oldest append not yet in tier-2
+    tail_memory_bytes: int
+    flushes: int
+    flushed_bytes: int
+    flush_failures: int
+    journal_files_deleted: int
+    offloaded_bytes: int
+    offloaded_chunks: int
+    offload_failures: int
+    offload_oldest_waiting_s: float  # age of the oldest chunk a policy wants offloaded
+    hot_copies_deleted: int
+    retention_deleted_bytes: int
+    cache: CacheStatistics
+    recovery: RecoveryReport | None
+
+
+def collect_statistics(
+    epoch: int,
+    table: SegmentTable,
+    journal: Journal,
+    appender: Appender,
+    writer: StorageWriter,
+    offloader: Offloader,
+    scheduler: PolicyScheduler,
+    tail_budget: TailBudget,
+    cache: BlockCache,
+    recovery: RecoveryReport | None,
+) -> StoreStatistics:
+    return StoreStatistics(
+        epoch=epoch,
+        segments=len(table.by_name),
+        directories=len(table.directories),
+        appends=appender.appends,
+        appended_bytes=appender.appended_bytes,
+        journal_syncs=journal.syncs,
+        journal_bytes=journal.size_bytes(),
+        journal_files=journal.file_count(),
+        unflushed_bytes=writer.unflushed_bytes,
+        flush_lag_s=writer.flush_lag_s(),
+        tail_memory_bytes=tail_budget.used_bytes,
+        flushes=writer.flushes,
+        flushed_bytes=writer.flushed_bytes,
+        flush_failures=writer.failures,
+        journal_files_deleted=writer.journal_files_deleted,
+        offloaded_bytes=offloader.offloaded_bytes,
+        offloaded_chunks=offloader.offloaded_chunks,
+        offload_failures=offloader.failures,
+        offload_oldest_waiting_s=scheduler.oldest_waiting_s,
+        hot_copies_deleted=offloader.hot_copies_deleted,
+        retention_deleted_bytes=scheduler.retention_deleted_bytes,
+        cache=cache.statistics(),
+        recovery=recovery,
+    )
