@@ -32,7 +32,8 @@ import cachetools
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 from tierfs.blocks.filesystems import open_filesystem
-from tierfs.contracts.errors import ChunkUnavailable, DataCorruptionError
+from tierfs.blocks.verify import BlockAddress, verified_block
+from tierfs.contracts.errors import ChunkUnavailable
 
 DEFAULT_REMOTE_CACHE_BYTES = 64 << 20
 
@@ -123,11 +124,8 @@ class DirectChunkReader:
             blocks = self._read_remote(chunk.url, spans, chunk.block_crc32c[first : last + 1])
         views = []
         for index, (block, (block_start, _)) in enumerate(zip(blocks, spans, strict=True)):
-            expected = chunk.block_crc32c[first + index]
-            if crc32c(block) != expected:
-                raise DataCorruptionError(
-                    f"chunk {chunk.url} block {first + index} failed its CRC32C check"
-                )
+            address = BlockAddress(f"chunk {chunk.url}", first + index, chunk.start + block_start)
+            verified_block(block, len(block), chunk.block_crc32c[first + index], address)
             lo = max(0, start - chunk.start - block_start)
             hi = min(len(block), end - chunk.start - block_start)
             views.append(memoryview(block)[lo:hi])
