@@ -10,6 +10,7 @@ setup(
     packages=[
         "tierfs", "tierfs.contracts", "tierfs.blocks", "tierfs.engine", "tierfs.offload",
         "tierfs.store", "tierfs.server", "tierfs.remote", "tierfs.spark", "tierfs.bench",
+        "tierfs.testing",
         "tierfs.fuse", "tierfs.fsspec_impl",
     ],
     package_dir={
