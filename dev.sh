@@ -54,7 +54,7 @@ case "$mode" in
     exec .venv/bin/python examples/pipeline.py
     ;;
   test)
-    .venv/bin/ruff check tierfs fuse fsspec_impl tests examples
+    .venv/bin/ruff check tierfs fuse fsspec_impl tests examples benchmarks
     .venv/bin/mypy
     exec .venv/bin/pytest -q tests
     ;;

@@ -7,14 +7,14 @@ setup(
     python_requires=">=3.11",
     # fuse/ and fsspec_impl/ live at the top of the repository (design card) but are
     # installed inside the tierfs namespace, so `import fuse` (fusepy) is never taken.
+    # benchmarks/ is not installed: run it from the source tree (python -m benchmarks).
     packages=[
         "tierfs", "tierfs.contracts", "tierfs.blocks", "tierfs.engine", "tierfs.offload",
-        "tierfs.store", "tierfs.server", "tierfs.remote", "tierfs.spark", "tierfs.bench",
+        "tierfs.store", "tierfs.server", "tierfs.remote", "tierfs.spark", "tierfs.testing",
         "tierfs.fuse", "tierfs.fsspec_impl",
     ],
     package_dir={
         "tierfs": "tierfs",
-        "tierfs.bench": "tierfs/bench",
         "tierfs.fuse": "fuse",
         "tierfs.fsspec_impl": "fsspec_impl",
     },
@@ -43,6 +43,12 @@ setup(
             "types-cachetools",
             "pandas",
             "pyarrow",
+            "pyspark>=4.0",
+        ],
+        # python -m benchmarks (source tree only): boto3 creates the S3 server's
+        # buckets, pyspark runs the spark benchmark; Node.js/npm install s3rver.
+        "bench": [
+            "boto3",
             "pyspark>=4.0",
         ],
     },

@@ -21,11 +21,11 @@ from typing import Any
 
 import fsspec
 import pytest
-from helpers import Daemon, small_config, start_daemon
 from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import StoreConfig, open_store
 from tierfs.store.facade import SegmentStore
+from tierfs.testing.harness import Daemon, free_port, small_config, start_daemon
 
 
 @pytest.fixture
@@ -39,15 +39,9 @@ async def store(config: StoreConfig) -> AsyncIterator[SegmentStore]:
         yield opened
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],

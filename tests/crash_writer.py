@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import trio
-from helpers import small_config
 
 from tierfs import open_store
+from tierfs.testing.harness import small_config
 
 SEGMENTS = ["crash/s0", "crash/s1", "crash/s2"]
 WRITERS = 6

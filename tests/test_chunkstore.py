@@ -1,20 +1,30 @@
-"""One contract suite for every chunk storage backend (local, memory://, s3://)."""
+"""Chunk storage: the contract suite (``tierfs.testing.contract``) run against every
+backend (local, memory://, s3://), and what is particular to each backend."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tierfs.blocks.filesystems import S3_CHECKSUM_DEFAULTS, open_filesystem
-from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError
+from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.engine.chunkstore import (
     ChunkStorage,
     FsspecChunkStorage,
     LocalChunkStorage,
     open_chunk_storage,
 )
+from tierfs.testing.contract import (
+    CHECKS,
+    ContractViolation,
+    check_all,
+    check_append_capability,
+    check_write_read_stat_list_delete,
+)
+from tierfs.testing.storages import WrappedStorage
 
 
 @pytest.fixture(params=["local", "memory", "s3"])
@@ -27,30 +37,10 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> ChunkStorage:
     return open_chunk_storage(url, options)
 
 
-def test_write_read_stat_list_delete(storage: ChunkStorage) -> None:
-    storage.write("s1/e1-c1", 0, b"0123456789")
-    storage.write("s1/e1-c2", 0, b"abc")
-    assert storage.read("s1/e1-c1", 2, 5) == b"234"
-    assert storage.stat("s1/e1-c1") == 10
-    assert storage.list("s1/") == ["s1/e1-c1", "s1/e1-c2"]
-    storage.delete("s1/e1-c1")
-    storage.delete("s1/e1-c1")  # deleting a missing chunk is fine
-    assert storage.list() == ["s1/e1-c2"]
-    with pytest.raises(ChunkMissingError):
-        storage.read("s1/e1-c1", 0, 1)
-    with pytest.raises(ChunkMissingError):
-        storage.stat("nope")
-
-
-def test_append_capability(storage: ChunkStorage) -> None:
-    storage.write("c", 0, b"abc")
-    if storage.supports_append:
-        storage.write("c", 3, b"def")
-        storage.write("c", 3, b"DEF")  # a retried append lands at the same place
-        assert storage.read("c", 0, 6) == b"abcDEF"
-    else:
-        with pytest.raises(InvalidArgumentError):
-            storage.write("c", 3, b"def")
+@pytest.mark.parametrize("check", CHECKS, ids=[check.__name__ for check in CHECKS])
+def test_chunk_storage_contract(storage: ChunkStorage, check: Callable[[ChunkStorage], None]) -> None:
+    """Every backend passes every check of ``tierfs.testing.contract``."""
+    check(storage)
 
 
 def test_local_storage_is_chosen_for_paths(tmp_path: Path) -> None:
@@ -84,3 +74,26 @@ def test_s3_chunk_puts_carry_no_second_checksum(s3_bucket: tuple[str, dict[str, 
     assert storage.read("second", 0, 11) == b"chunk bytes"
     assert len(sent) == 1
     assert not [name for name in sent[0] if name.lower().startswith("x-amz-checksum")], sent[0]
+
+
+class _ClaimsNoAppend(WrappedStorage):
+    """A local storage that says it cannot append, yet appends."""
+
+    def __init__(self, inner: ChunkStorage) -> None:
+        super().__init__(inner)
+        self.supports_append = False
+
+
+class _ListsUnsorted(WrappedStorage):
+    def list(self, prefix: str = "") -> list[str]:
+        return sorted(super().list(prefix), reverse=True)
+
+
+def test_the_contract_catches_a_storage_that_breaks_it(tmp_path: Path) -> None:
+    lying = _ClaimsNoAppend(open_chunk_storage(str(tmp_path / "a")))
+    with pytest.raises(ContractViolation, match="InvalidArgumentError"):
+        check_append_capability(lying)
+    unsorted = _ListsUnsorted(open_chunk_storage(str(tmp_path / "b")))
+    with pytest.raises(ContractViolation, match=r"list\(\"s1/\"\)"):
+        check_write_read_stat_list_delete(unsorted)
+    check_all(lambda: open_chunk_storage(f"memory://chunks-{uuid.uuid4().hex}"))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import small_config, start_daemon
 
 from tierfs import open_store
 from tierfs.contracts.errors import (
@@ -21,6 +20,7 @@ from tierfs.contracts.errors import (
 )
 from tierfs.store.facade import SegmentStore
 from tierfs.store.fsck import fsck
+from tierfs.testing.harness import small_config, start_daemon
 
 KiB = 1 << 10
 

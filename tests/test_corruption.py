@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import small_config
 
 from tierfs import open_store
 from tierfs.contracts.errors import ChunkMissingError, DataCorruptionError
+from tierfs.testing.harness import small_config
 
 
 async def _flushed_segment(data: Path, payload: bytes) -> dict:

@@ -13,9 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import small_config
-
 from tierfs import open_store
+from tierfs.testing.harness import small_config
 
 HERE = Path(__file__).parent
 KILL_POINTS = 24

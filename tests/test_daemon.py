@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import Daemon, free_port, start_daemon
 
 from tierfs.contracts.errors import (
     BadOffsetError,
@@ -23,6 +22,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
 )
+from tierfs.testing.harness import Daemon, free_port, start_daemon
 
 
 @pytest.fixture

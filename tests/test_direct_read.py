@@ -7,13 +7,13 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from helpers import Daemon, small_config
 from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import open_store
 from tierfs.blocks.checksums import BLOCK_BYTES
 from tierfs.contracts.errors import ChunkUnavailable, DataCorruptionError
 from tierfs.remote.direct_read import ChunkRef, DirectChunkReader, SegmentLayout
+from tierfs.testing.harness import Daemon, small_config
 
 MiB = 1 << 20
 

@@ -19,8 +19,9 @@ from fsspec.tests.abstract import (
     AbstractPipeTests,
     AbstractPutTests,
 )
-from helpers import Daemon
 from tierfs.fsspec_impl import TierFileSystem
+
+from tierfs.testing.harness import Daemon
 
 
 def test_open_read_append_and_info(tfs: TierFileSystem) -> None:

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from helpers import Mount
 from tierfs.fsspec_impl import TierFileSystem
 from tierfs.fuse.mount import is_mount_point
+
+from tierfs.testing.harness import Mount
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,

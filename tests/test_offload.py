@@ -13,7 +13,6 @@ from typing import Any
 import boto3
 import pytest
 import trio
-from helpers import small_config
 
 from tierfs import open_store
 from tierfs.contracts.errors import (
@@ -30,6 +29,7 @@ from tierfs.offload.offload_format import FORMAT_METADATA_KEY, decode_index
 from tierfs.offload.planning import ChunkFacts, chunks_to_offload, head_chunks_to_expire
 from tierfs.store.facade import SegmentStore
 from tierfs.store.fsck import fsck
+from tierfs.testing.harness import small_config
 
 KiB = 1 << 10
 PAYLOAD = os.urandom(1100 * KiB)  # 5 chunks of at most 256 KiB under small_config

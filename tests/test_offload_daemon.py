@@ -16,22 +16,16 @@ from typing import Any
 import boto3
 import pytest
 import trio
-from helpers import Mount, small_config, start_daemon
 from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import open_store
 from tierfs.engine.object_keys import OffloadKeys
 from tierfs.store.fsck import fsck
+from tierfs.testing.crash import OFFLOAD_CRASH_POINTS, crash_environment, wait_for_crash
+from tierfs.testing.harness import Mount, small_config, start_daemon
 
 KiB = 1 << 10
 PAYLOAD = os.urandom(1100 * KiB)
-CRASH_POINTS = [
-    "offload.attempt_recorded",  # UUID in metadata, nothing uploaded
-    "offload.data_uploaded",  # data object uploaded, no index
-    "offload.index_uploaded",  # both objects uploaded, not marked complete
-    "offload.completed",  # marked complete, chunk-store copy still there
-    "offload.hot_deleted",  # chunk-store copy deleted, not yet recorded
-]
 
 
 @pytest.fixture
@@ -74,12 +68,12 @@ async def _wait_done(store: Any, name: str) -> dict[str, Any]:
     return status
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
+@pytest.mark.parametrize("point", OFFLOAD_CRASH_POINTS)
 async def test_kill_9_at_every_step_of_an_offload_attempt(
     point: str, tmp_path: Path, offload_env: dict[str, str]
 ) -> None:
     data_dir = tmp_path / "data"
-    daemon = start_daemon(data_dir, env={**offload_env, "TIERFS_CRASH_AT": point})
+    daemon = start_daemon(data_dir, env={**offload_env, **crash_environment(point)})
     client = daemon.client()
     client.create("c/seg", parents=True)
     for start in range(0, len(PAYLOAD), 32 * KiB):
@@ -87,7 +81,7 @@ async def test_kill_9_at_every_step_of_an_offload_attempt(
     client.op("seal", path="c/seg")
     client.op("flush", path="c/seg")
     assert client.op("offload", path="c/seg")["state"] == "RUNNING"
-    code, stderr = daemon.stop(sig=signal.SIGCONT, timeout_s=60)  # it kills itself
+    code, stderr = wait_for_crash(daemon, timeout_s=60)  # it kills itself
     client.close()
     assert code == -signal.SIGKILL, stderr[-2000:]
     assert f"crash point {point} reached" in stderr

@@ -11,42 +11,16 @@ from pathlib import Path
 import boto3
 import pytest
 import trio
-from helpers import small_config
 
 from tierfs import open_store
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import DataCorruptionError, Tier2Error
-from tierfs.engine.chunkstore import ChunkStorage, FsspecChunkStorage
+from tierfs.engine.chunkstore import FsspecChunkStorage
 from tierfs.store.facade import SegmentStore
+from tierfs.testing.harness import small_config
+from tierfs.testing.storages import CountingStorage
 
 MiB = 1 << 20
-
-
-class CountingStorage(ChunkStorage):
-    """Wraps the real storage: counts ranged reads, can inject transient failures."""
-
-    def __init__(self, inner: ChunkStorage) -> None:
-        self.inner = inner
-        self.supports_append = inner.supports_append
-        self.url = inner.url
-        self.reads: list[tuple[str, int, int]] = []
-        self.fail_next_reads = 0
-
-    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
-        self.inner.write(name, offset, data)
-
-    def read(self, name: str, start: int, end: int) -> bytes:
-        self.reads.append((name, start, end))
-        return self.inner.read(name, start, end)
-
-    def delete(self, name: str) -> None:
-        self.inner.delete(name)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
-
-    def stat(self, name: str) -> int:
-        return self.inner.stat(name)
 
 
 def s3_config(tmp_path: Path, s3_bucket, **overrides):  # type: ignore[no-untyped-def]

@@ -7,11 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import small_config
 
 from tierfs import open_store
 from tierfs.contracts.errors import SegmentNotFoundError
 from tierfs.engine.journal_format import FRAME_OVERHEAD, list_files
+from tierfs.testing.harness import small_config
 
 NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0, journal_file_bytes=1 << 30)
 

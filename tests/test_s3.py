@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import boto3
-from helpers import small_config
 
 from tierfs import open_store
+from tierfs.testing.harness import small_config
 
 
 async def test_flush_to_s3_and_read_back_after_restart(tmp_path: Path, s3_bucket) -> None:  # type: ignore[no-untyped-def]

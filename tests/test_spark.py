@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Daemon, start_daemon
+
+from tierfs.testing.harness import Daemon, start_daemon
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None,
                                 reason="Spark needs a Java runtime (./dev.sh test installs one)")

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Daemon, start_daemon
+
+from tierfs.testing.harness import Daemon, start_daemon
 
 KiB = 1 << 10
 

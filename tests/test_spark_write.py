@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import Daemon, start_daemon
+
+from tierfs.testing.harness import Daemon, start_daemon
 
 PAD = "x" * 3000  # ~3 KiB rows: a task appends (1 MiB buffers) well before it fails
 

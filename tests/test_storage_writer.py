@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import KiB, small_config
 
 from tierfs import open_store
 from tierfs.contracts.errors import BacklogFullError, Tier2Error
-from tierfs.engine.chunkstore import LocalChunkStorage
+from tierfs.testing.harness import KiB, small_config
+from tierfs.testing.storages import FlakyStorage
 
 
 async def _wait(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
@@ -65,24 +65,13 @@ async def test_object_store_gets_one_object_per_flush(tmp_path: Path) -> None:
         assert await store.read("m") == b"".join(bytes([i]) * 1000 for i in range(3))
 
 
-class FlakyStorage(LocalChunkStorage):
-    failing = True
-    attempts = 0
-
-    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
-        self.attempts += 1
-        if self.failing:
-            raise Tier2Error("injected tier-2 outage")
-        super().write(name, offset, data)
-
-
 async def test_tier2_failure_retries_without_blocking_appends(tmp_path: Path) -> None:
     config = small_config(
         tmp_path / "d", tier2_retry_initial_s=0.01, tier2_retry_max_s=0.05,
         max_backlog_bytes=200 * KiB, max_append_bytes=64 * KiB,
     )
     async with open_store(config) as store:
-        flaky = FlakyStorage(tmp_path / "d" / "chunks")
+        flaky = FlakyStorage(store.chunk_storage)  # the local chunk store, tmp_path/d/chunks
         store.chunk_storage = flaky
         await store.create("f")
         for _ in range(3):

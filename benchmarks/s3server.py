@@ -6,8 +6,8 @@ range costs what the disk (or page cache) costs plus one HTTP exchange, whatever
 object's size. moto, the server the tests use, keeps objects in Python memory and
 slows down badly above ~8 MiB objects, so it would measure moto rather than tierfs.
 
-The server is pinned in ``bench/package.json`` / ``bench/package-lock.json`` at the
-top of the source tree. On first use (no ``bench/node_modules``) it is installed with
+The server is pinned in ``benchmarks/package.json`` / ``benchmarks/package-lock.json``,
+beside this module. On first use (no ``benchmarks/node_modules``) it is installed with
 ``npm ci``; after that it starts in well under a second. ``S3Server`` starts it on a free
 port (``-p 0``; the port is read back from its start-up line) with a data directory the
 caller provides, and stops it on exit. Credentials are s3rver's defaults; buckets are
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+BENCH_DIR = Path(__file__).resolve().parent  # holds package.json and package-lock.json
 SERVER_SCRIPT = BENCH_DIR / "node_modules" / "s3rver" / "bin" / "s3rver.js"
 ACCESS_KEY = SECRET_KEY = "S3RVER"  # s3rver's built-in credentials
 START_TIMEOUT_S = 30.0
@@ -70,7 +70,7 @@ def _require(program: str) -> str:
 
 
 def ensure_installed(log: TextIO) -> Path:
-    """Install s3rver into ``bench/node_modules`` with npm if it is not there yet."""
+    """Install s3rver into ``benchmarks/node_modules`` with npm if it is not there yet."""
     if SERVER_SCRIPT.is_file():
         return SERVER_SCRIPT
     if not (BENCH_DIR / "package.json").is_file():

@@ -1,7 +1,7 @@
 """Offload benchmark: tierfs offloading a segment to S3 next to s3fs uploading the same
 chunk files with parallel multipart uploads, on the same server, in one run.
 
-One run starts its own S3-protocol server, s3rver (npm, see ``tierfs/bench/s3server.py``),
+One run starts its own S3-protocol server, s3rver (npm, see ``benchmarks/s3server.py``),
 on 127.0.0.1 with its data in the scratch directory ``tmp-tierfs-bench-*`` under ``--dir``
 (default: the current directory; RAM filesystems are refused). The store's chunk store
 is a local directory in the same scratch directory (the default tier-2); its long-term
@@ -47,7 +47,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, TextIO
 
-from tierfs.bench.common import (
+from benchmarks.common import (
     Check,
     MiB,
     Throughput,
@@ -148,7 +148,7 @@ def _raw_ranged_read(endpoint: Any, keys: list[tuple[str, int]]) -> tuple[float,
 
 
 def run_all(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
-    from tierfs.bench.read import ColdScanChild
+    from benchmarks.read import ColdScanChild
 
     child = ColdScanChild(directory / "cold-scan.log")  # before the payload exists
     try:
@@ -160,9 +160,9 @@ def run_all(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
 def _measure(directory: Path, size: int, rounds: int, child: Any, log: TextIO) -> Results:
     import trio
 
+    from benchmarks.read import cold_scan_spec
+    from benchmarks.s3server import s3_server
     from tierfs import StoreConfig, open_store
-    from tierfs.bench.read import cold_scan_spec
-    from tierfs.bench.s3server import s3_server
     from tierfs.engine.object_keys import OffloadKeys
 
     payload = make_payload(size, seed=6)
@@ -269,7 +269,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tierfs.bench.s3server import S3ServerError
+    from benchmarks.s3server import S3ServerError
 
     return run_size_rounds(
         "offload", args, lambda directory, size, rounds: run_all(directory, size, rounds, sys.stderr),

@@ -2,7 +2,7 @@
 data source with 1 and with 2 executor cores, next to s3fs reading the same chunk
 objects in one process, in one run.
 
-One run starts its own S3-protocol server, s3rver (npm, see ``tierfs/bench/s3server.py``),
+One run starts its own S3-protocol server, s3rver (npm, see ``benchmarks/s3server.py``),
 on 127.0.0.1 with its data in the scratch directory ``tmp-tierfs-bench-*`` under ``--dir``
 (default: the current directory; RAM filesystems are refused). Set-up (untimed): a
 segment of ``--size-mib`` MiB (default 1024) by 1 MiB appends into a store whose tier-2
@@ -22,7 +22,7 @@ alternating between rounds:
   objects, 16 in flight, in one process (no CRC, no Spark);
 - (d1), (d2) the Spark ceiling, in the same sessions as (a) and (b): a Python data
   source with the same schema and partition count whose executors yield 1 MiB rows
-  from memory (``tierfs/bench/spark_ceiling.py``): what moving rows from Python
+  from memory (``benchmarks/spark_ceiling.py``): what moving rows from Python
   workers into the JVM costs here.
 
 Every Spark figure is the second of two identical jobs in its session (the first runs
@@ -38,14 +38,12 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from time import perf_counter
 from typing import Any, TextIO
 
-from tierfs.bench.common import (
+from benchmarks.common import (
     MiB,
     Throughput,
     add_size_rounds_arguments,
@@ -57,6 +55,8 @@ from tierfs.bench.common import (
 HELP = "Spark batch read of a 1 GiB segment in S3 with 1 and 2 executor cores vs s3fs (s3rver)"
 BUCKET = "tierfs-bench"
 SEGMENT = "bench/read"  # what ``read.write_segment`` writes
+DAEMON_START_TIMEOUT_S = 60.0  # the daemon opens a store whose tier-2 is s3rver
+DAEMON_STOP_TIMEOUT_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +99,7 @@ def _spark_read_seconds(
     partitions; and the partitions."""
     from pyspark.sql import SparkSession
 
-    from tierfs.bench.spark_ceiling import MemorySource
+    from benchmarks.spark_ceiling import MemorySource
     from tierfs.spark.source import register
 
     spark = (SparkSession.builder.master(master).appName("tierfs-bench")
@@ -119,7 +119,7 @@ def _spark_read_seconds(
 
 
 def _s3fs_seconds(storage: dict[str, Any], layout: list[dict[str, Any]], size: int) -> float:
-    from tierfs.bench.read import raw_cat_ranges
+    from benchmarks.read import raw_cat_ranges
 
     ceiling = raw_cat_ranges(storage, layout)
     if ceiling.nbytes != size:
@@ -127,29 +127,13 @@ def _s3fs_seconds(storage: dict[str, Any], layout: list[dict[str, Any]], size: i
     return ceiling.seconds
 
 
-def _start_daemon(data_dir: Path, config_file: Path, log: TextIO) -> subprocess.Popen[bytes]:
-    from tierfs.remote.client import discover_url
-
-    daemon = subprocess.Popen([sys.executable, "-m", "tierfs.cli", "--config", str(config_file),
-                               "--data-dir", str(data_dir), "serve"],
-                              stdout=subprocess.DEVNULL, stderr=open(data_dir.parent / "daemon.log", "wb"))
-    socket_file = Path(discover_url(str(data_dir))[len("unix://"):])
-    deadline = time.monotonic() + 60
-    while not socket_file.exists():
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            daemon.kill()
-            raise RuntimeError(f"the tierfs daemon did not start; see {data_dir.parent / 'daemon.log'}")
-        time.sleep(0.1)
-    print(f"daemon up on {socket_file}", file=log, flush=True)
-    return daemon
-
-
 def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
     import trio
 
+    from benchmarks.read import write_segment
+    from benchmarks.s3server import s3_server
     from tierfs import StoreConfig
-    from tierfs.bench.read import write_segment
-    from tierfs.bench.s3server import s3_server
+    from tierfs.testing.harness import start_daemon
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -165,7 +149,10 @@ def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
             f'tier2_url = "s3://{BUCKET}/chunks"\n[tier2_options]\n'
             + "".join(f'{key} = "{value}"\n' for key, value in storage.items())
         )
-        daemon = _start_daemon(data_dir, config_file, log)
+        daemon = start_daemon(data_dir, config_file=config_file, drop_tierfs_env=True,
+                              log_path=directory / "daemon.log", verbose=False,
+                              timeout_s=DAEMON_START_TIMEOUT_S)
+        print(f"daemon up on {daemon.socket}", file=log, flush=True)
         try:
             measured = []
             partitions = 0
@@ -186,8 +173,7 @@ def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
                                       Throughput.of("memory source, local[1]", size, memory["local[1]"]),
                                       Throughput.of("memory source, local[2]", size, memory["local[2]"])))
         finally:
-            daemon.terminate()
-            daemon.wait(timeout=60)
+            daemon.stop(timeout_s=DAEMON_STOP_TIMEOUT_S)
     return Results(size, len(layout), partitions, measured)
 
 
@@ -226,7 +212,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tierfs.bench.s3server import S3ServerError
+    from benchmarks.s3server import S3ServerError
 
     return run_size_rounds(
         "spark", args, lambda directory, size, rounds: _measure(directory, size, rounds, sys.stderr),

@@ -61,8 +61,7 @@ from typing import Any, TextIO
 
 import trio
 
-from tierfs import StoreConfig, open_store
-from tierfs.bench.common import (
+from benchmarks.common import (
     EXIT_USAGE,
     Check,
     add_scratch_arguments,
@@ -71,6 +70,7 @@ from tierfs.bench.common import (
     percentile,
     run_in_scratch,
 )
+from tierfs import StoreConfig, open_store
 from tierfs.store.facade import SegmentStore
 
 HELP = "1 KiB appends (PD/VD, 1 and 32 writers) vs raw write/fdatasync ceilings"

@@ -1,6 +1,6 @@
 """The ceiling of FUSE in Python on this machine: a minimal pyfuse3 filesystem.
 
-``python -m tierfs.bench.fuse_ceiling MOUNTPOINT SIZE_BYTES [--direct-io] [--journal-dir
+``python -m benchmarks.fuse_ceiling MOUNTPOINT SIZE_BYTES [--direct-io] [--journal-dir
 DIR]`` mounts a filesystem with two files: ``data`` (SIZE_BYTES of memory, served by
 slicing one ``bytes`` object) and ``sink`` (writes are acknowledged and discarded). It
 does no more work per request than any pyfuse3 filesystem must, with the same
@@ -129,7 +129,7 @@ async def serve(mountpoint: str, size: int, direct_io: bool, journal_dir: str | 
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tierfs.bench.fuse_ceiling", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fuse_ceiling", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mountpoint")
     parser.add_argument("size_bytes", type=int)

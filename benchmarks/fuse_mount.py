@@ -2,18 +2,19 @@
 
 One run, in a fresh scratch directory ``tmp-tierfs-bench-*`` under ``--dir`` (default:
 the current directory; RAM filesystems are refused), removed at the end. Needs
-/dev/fuse, fusermount3 and Node.js (s3rver, installed from ``bench/package.json``).
+/dev/fuse, fusermount3 and Node.js (s3rver, installed from ``benchmarks/package.json``).
 
 Set-up. s3rver (npm, see ``s3server.py``; not moto, which slows down on large objects)
 on 127.0.0.1 with a bucket. ``--rounds`` (default 3) segments ``cold-<r>`` of
 ``--size-mib`` MiB (default 256) of seeded random bytes are appended through the API of
 a tierfs mount daemon (``python -m tierfs.cli --data-dir D --config F mount M
---foreground``; the TOML file sets ``tier2_url = s3://bucket/chunks``, the endpoint,
+--foreground``, started by the shared harness ``tierfs.testing.harness.Mount`` without
+``-v`` and without ``TIERFS_*`` variables; the TOML file sets ``tier2_url = s3://bucket/chunks``, the endpoint,
 ``durability = "vd"`` and a block cache of 1.25 x the segment) and flushed, so their
 chunks are S3 objects. Then for each mode, ``direct_io`` (the default of ``tierfs
 mount``) and ``page_cache`` (``--page-cache``):
 
-- ceiling: ``python -m tierfs.bench.fuse_ceiling`` mounts a minimal pyfuse3 filesystem
+- ceiling: ``python -m benchmarks.fuse_ceiling`` mounts a minimal pyfuse3 filesystem
   (same ``FileInfo`` options) serving ``data`` from memory, discarding writes to
   ``sink`` and passing writes to ``journal`` on to a file on the data disk with one
   ``write(2)`` each; per round ``dd if=data of=/dev/null bs=1M``, ``dd if=/dev/zero
@@ -55,23 +56,26 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from tierfs.bench.common import (
+from benchmarks import child_command, child_environment
+from benchmarks.common import (
     EXIT_USAGE,
     Check,
     MiB,
     Throughput,
     add_size_rounds_arguments,
     checks_json,
-    clean_environment,
     format_checks,
     make_payload,
     run_size_rounds,
     warm_cache_bytes,
 )
+from tierfs.testing.harness import Mount, wait_for_mount
+
+if TYPE_CHECKING:
+    from tierfs.remote.client import TierClient
 
 HELP = "dd bs=1M through a tierfs mount (cold from S3, warm, VD write) vs a minimal pyfuse3 filesystem and raw s3fs"
 
@@ -80,7 +84,8 @@ DEFAULT_MODE = "direct_io"
 BUCKET = "tierfs-bench"
 SEED = 5
 WRITE_PIECE_BYTES = 4 * MiB
-START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 60.0  # a mount whose tier-2 is s3rver, on a loaded machine
+STOP_TIMEOUT_S = 120.0  # unmounting flushes the last VD writes to S3
 WARM_TARGET = WRITE_TARGET = 0.5
 COLD_TARGET = 1.0
 _DD = re.compile(r"^(\d+) bytes .* copied, ([\d.e+-]+) s", re.MULTILINE)
@@ -110,64 +115,48 @@ def dd_write(target: Path, count_mib: int) -> Throughput:
     return dd("/dev/zero", target, count_mib)
 
 
-def wait_for_mount(mountpoint: Path, process: subprocess.Popen[bytes], extra: Path | None = None) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not (os.path.ismount(mountpoint) and (extra is None or extra.exists())):
-        if process.poll() is not None:
-            raise BenchError(f"{process.args!r} exited with {process.returncode}")
-        if time.monotonic() > deadline:
-            process.kill()
-            raise BenchError(f"{mountpoint} was not mounted within {START_TIMEOUT_S:g} s")
-        time.sleep(0.05)
-
-
-def unmount(mountpoint: Path, process: subprocess.Popen[bytes]) -> None:
-    subprocess.run(["fusermount3", "-u", str(mountpoint)], capture_output=True)
-    try:
-        process.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 class CeilingMount:
+    """``python -m benchmarks.fuse_ceiling``, mounted on ``mountpoint`` until ``close``."""
+
     def __init__(self, mountpoint: Path, size: int, mode: str, log: Path, journal_dir: Path) -> None:
         self.mountpoint = mountpoint
         mountpoint.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "tierfs.bench.fuse_ceiling", str(mountpoint), str(size),
-                "--journal-dir", str(journal_dir)]
+        args = [str(mountpoint), str(size), "--journal-dir", str(journal_dir)]
         if mode == "direct_io":
             args.append("--direct-io")
         with open(log, "ab") as sink:
-            self.process = subprocess.Popen(args, stdout=sink, stderr=sink)
-        wait_for_mount(mountpoint, self.process)
+            self.process = subprocess.Popen(child_command("benchmarks.fuse_ceiling", *args),
+                                            stdout=sink, stderr=sink, env=child_environment())
+        wait_for_mount(mountpoint, self.process, timeout_s=START_TIMEOUT_S,
+                       describe=lambda: log.read_text(errors="replace")[-2000:])
 
     def close(self) -> None:
-        unmount(self.mountpoint, self.process)
+        subprocess.run(["fusermount3", "-u", str(self.mountpoint)], capture_output=True)
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
-class TierMount:
-    def __init__(self, data_dir: Path, config: Path, mountpoint: Path, mode: str, env: dict[str, str],
-                 log: Path) -> None:
-        self.data_dir, self.mountpoint = data_dir, mountpoint
-        mountpoint.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), "--config", str(config),
-                "mount", str(mountpoint), "--foreground"]
-        if mode == "page_cache":
-            args.append("--page-cache")
-        with open(log, "ab") as sink:
-            self.process = subprocess.Popen(args, stdout=sink, stderr=sink, env=env)
-        wait_for_mount(mountpoint, self.process, data_dir / "tierfs.sock")
-        from tierfs.remote.client import TierClient
+def start_tierfs_mount(data_dir: Path, config: Path, mountpoint: Path, mode: str,
+                       env: dict[str, str], log: Path) -> Mount:
+    """``tierfs mount`` through the shared harness, in ``mode``, without ``-v`` (logging
+    would be measured), ``TIERFS_*`` variables left out (only ``config`` applies)."""
+    args = ["--page-cache"] if mode == "page_cache" else []
+    return Mount(data_dir, mountpoint, *args, config_file=config, env=env, drop_tierfs_env=True,
+                 log_path=log, verbose=False, timeout_s=START_TIMEOUT_S)
 
-        self.client = TierClient(f"unix://{data_dir / 'tierfs.sock'}")
 
-    def gets(self) -> int:
-        return int(self.client.metrics()["tierfs_tier2_gets_total"])
+def tier2_gets(mount: Mount) -> int:
+    return int(mount.metrics()["tierfs_tier2_gets_total"])
 
-    def close(self) -> None:
-        self.client.close()
-        unmount(self.mountpoint, self.process)
+
+def stop_tierfs_mount(mount: Mount, client: TierClient, log: TextIO) -> None:
+    client.close()
+    code, _ = mount.unmount(timeout_s=STOP_TIMEOUT_S)
+    if code != 0:
+        print(f"the tierfs mount exited with {code}:\n{mount.stderr_tail()}", file=log, flush=True)
 
 
 # ----------------------------------------------------------------------- figures
@@ -209,8 +198,8 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
             raise BenchError(f"{tool} is not installed")
     if not os.path.exists("/dev/fuse"):
         raise BenchError("/dev/fuse is missing")
-    from tierfs.bench.read import raw_cat_file, raw_cat_ranges
-    from tierfs.bench.s3server import s3_server
+    from benchmarks.read import raw_cat_file, raw_cat_ranges
+    from benchmarks.s3server import s3_server
 
     size_mib = opts.size // MiB
     with s3_server(directory / "s3", log) as endpoint:
@@ -222,8 +211,8 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
             f'durability = "vd"\n'
             f"block_cache_bytes = {warm_cache_bytes(opts.size)}\n"
         )
-        env = clean_environment(AWS_ACCESS_KEY_ID=endpoint.key, AWS_SECRET_ACCESS_KEY=endpoint.secret,
-                                AWS_DEFAULT_REGION="us-east-1")
+        env = {"AWS_ACCESS_KEY_ID": endpoint.key, "AWS_SECRET_ACCESS_KEY": endpoint.secret,
+               "AWS_DEFAULT_REGION": "us-east-1"}
         data_dir, mnt = directory / "data", directory / "mnt"
         layouts: list[list[dict[str, Any]]] = []
         modes: dict[str, ModeResult] = {}
@@ -239,26 +228,27 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
                                          for _ in range(opts.rounds)]
             finally:
                 ceiling.close()
-            mount = TierMount(data_dir, config, mnt, mode, env, directory / "tierfs.log")
+            mount = start_tierfs_mount(data_dir, config, mnt, mode, env, directory / f"tierfs-{mode}.log")
+            client = mount.client()
             try:
                 if not layouts:
                     print(f"writing {opts.rounds} x {size_mib} MiB and flushing them to S3 ...",
                           file=log, flush=True)
-                    layouts = [write_cold_segment(mount, r, opts.size) for r in range(opts.rounds)]
+                    layouts = [write_cold_segment(client, r, opts.size) for r in range(opts.rounds)]
                 cold, warm, writes, gets = [], [], [], []
                 for r in range(opts.rounds):
                     print(f"[{mode}] round {r + 1}/{opts.rounds}: cold and warm read ...",
                           file=log, flush=True)
-                    before = mount.gets()
+                    before = tier2_gets(mount)
                     cold.append(dd(mnt / f"cold-{r}", "/dev/null"))
-                    gets.append(mount.gets() - before)
+                    gets.append(tier2_gets(mount) - before)
                     warm.append(dd(mnt / f"cold-{r}", "/dev/null"))
                 for r in range(opts.rounds):
                     print(f"[{mode}] round {r + 1}/{opts.rounds}: VD write ...", file=log, flush=True)
                     writes.append(dd_write(mnt / f"vd-{mode}-{r}", size_mib))
-                    mount.client.op("flush")  # untimed: the next round starts with no backlog
+                    client.op("flush")  # untimed: the next round starts with no backlog
             finally:
-                mount.close()
+                stop_tierfs_mount(mount, client, log)
             modes[mode] = ModeResult(mode, ceiling_read, ceiling_write, ceiling_journal_write, cold, warm,
                                      writes, gets)
         print("raw s3fs cat_file and cat_ranges of the same chunks; raw dd to the disk ...",
@@ -272,14 +262,14 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
     return Results(opts.size, len(layouts[0]), raw, ranges, disk, modes)
 
 
-def write_cold_segment(mount: TierMount, index: int, size: int) -> list[dict[str, Any]]:
+def write_cold_segment(client: TierClient, index: int, size: int) -> list[dict[str, Any]]:
     name = f"cold-{index}"
     payload = make_payload(size, SEED + index)
-    mount.client.create(name, durability="pd")
+    client.create(name, durability="pd")
     for offset in range(0, size, WRITE_PIECE_BYTES):
-        mount.client.append(name, payload[offset : offset + WRITE_PIECE_BYTES], offset)
-    mount.client.op("flush", path=name)
-    layout = mount.client.layout(name)
+        client.append(name, payload[offset : offset + WRITE_PIECE_BYTES], offset)
+    client.op("flush", path=name)
+    layout = client.layout(name)
     if sum(c["end"] - c["start"] for c in layout) != size:
         raise BenchError(f"{name} was not flushed completely")
     return layout
@@ -360,5 +350,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"error": "run as: python -m tierfs.bench fuse"}))
+    print(json.dumps({"error": "run as: python -m benchmarks fuse"}))
     sys.exit(EXIT_USAGE)

@@ -1,7 +1,7 @@
 """Helpers shared by the benchmarks: the scratch directory on a real disk, the machine
 description, percentiles, throughput and latency figures, seeded payloads, target checks.
 
-Everything here is cheap to import (``python -m tierfs.bench --help`` imports every
+Everything here is cheap to import (``python -m benchmarks --help`` imports every
 benchmark module, and each imports this one).
 """
 
@@ -181,14 +181,6 @@ def format_checks(checks: list[Check], name_width: int = 36) -> list[str]:
 
 
 # --------------------------------------------------------------------- data
-def clean_environment(**extra: str) -> dict[str, str]:
-    """This process's environment without ``TIERFS_*`` variables (plus ``extra``), for
-    daemons the benchmarks start: only their config file and the defaults apply."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TIERFS_")}
-    env.update(extra)
-    return env
-
-
 def make_payload(size: int, seed: int) -> bytes:
     """Seeded random bytes (made 1 MiB at a time: randbytes is limited to < 2 GiBit)."""
     rng = random.Random(seed)

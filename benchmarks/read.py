@@ -1,7 +1,7 @@
 """Read benchmark: tierfs reads from an S3-protocol tier-2 next to raw s3fs ceilings.
 
-One run starts its own S3-protocol server, s3rver (npm; installed into ``bench/`` with
-``npm ci`` on first use, see ``tierfs/bench/s3server.py``), on 127.0.0.1 with its data
+One run starts its own S3-protocol server, s3rver (npm; installed into ``benchmarks/`` with
+``npm ci`` on first use, see ``benchmarks/s3server.py``), on 127.0.0.1 with its data
 in the scratch directory ``tmp-tierfs-bench-*`` under ``--dir`` (default: the current
 directory; RAM filesystems are refused). s3rver answers a ranged GET by streaming that
 range from the object's file, so there is no network and no object-size penalty, but
@@ -73,7 +73,6 @@ import os
 import random
 import resource
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -82,8 +81,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import trio
 
-from tierfs import StoreConfig, open_store
-from tierfs.bench.common import (
+from benchmarks.children import JsonLineChild
+from benchmarks.common import (
     EXIT_OK,
     EXIT_USAGE,
     Check,
@@ -99,11 +98,12 @@ from tierfs.bench.common import (
     scratch_parent_problem,
     warm_cache_bytes,
 )
+from tierfs import StoreConfig, open_store
 from tierfs.engine.readahead import SegmentReader
 from tierfs.store.facade import SegmentStore
 
 if TYPE_CHECKING:
-    from tierfs.bench.s3server import S3Endpoint
+    from benchmarks.s3server import S3Endpoint
 
 HELP = "cold/warm segment reads from S3 (s3rver) vs raw s3fs ceilings; RSS; tail wake-up"
 
@@ -342,7 +342,7 @@ def child_main() -> int:
     return EXIT_OK
 
 
-class ColdScanChild:
+class ColdScanChild(JsonLineChild):
     """A process that runs one (a), started before the parent allocates anything big.
 
     Linux carries ru_maxrss across exec: a process started by ``subprocess`` (vfork +
@@ -355,38 +355,12 @@ class ColdScanChild:
     """
 
     def __init__(self, log_path: Path) -> None:
-        self._log_path = log_path
-        with open(log_path, "wb") as log:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "tierfs.bench.read", CHILD_FLAG],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
+        super().__init__("benchmarks.read", CHILD_FLAG, log_path)
 
     def run(self, spec: dict[str, Any]) -> ColdScan:
-        assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.write(json.dumps(spec) + "\n")
-        self._process.stdin.flush()
-        line = self._process.stdout.readline()
-        if not line:
-            log = self._log_path.read_text(errors="replace")
-            raise RuntimeError(f"the cold-scan child process failed:\n{log[-4000:]}")
-        figures = json.loads(line)
+        figures = self.request(spec)
         figures["throughput"] = Throughput(**figures["throughput"])
         return ColdScan(**figures)
-
-    def close(self) -> None:
-        if self._process.stdin is not None:
-            self._process.stdin.close()
-        try:
-            self._process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        if self._process.stdout is not None:
-            self._process.stdout.close()
 
 
 # ---------------------------------------------------------- (d) (e) warm reads
@@ -553,7 +527,7 @@ def measure_all(
 
 def run_all(directory: Path, opts: Options, log: TextIO) -> Results:
     """Start the cold-scan children first (see ColdScanChild), then the S3 server."""
-    from tierfs.bench.s3server import s3_server
+    from benchmarks.s3server import s3_server
 
     children: list[ColdScanChild] = []
     try:
@@ -731,7 +705,7 @@ def usage_error(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tierfs.bench.s3server import S3ServerError
+    from benchmarks.s3server import S3ServerError
 
     problem = usage_error(args)
     if problem:

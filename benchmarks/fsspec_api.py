@@ -4,9 +4,10 @@ One run, in a fresh scratch directory ``tmp-tierfs-bench-*`` under ``--dir`` (de
 the current directory; RAM filesystems are refused), removed at the end:
 
 Set-up. A real daemon, ``python -m tierfs.cli --data-dir <scratch>/daemon --config
-<scratch>/daemon.toml serve``, started as a subprocess (``TIERFS_*`` variables removed
-from its environment, so only the TOML file and the defaults apply); the benchmark waits
-for ``<scratch>/daemon/tierfs.sock`` to answer ``/v1/health``. The TOML file sets
+<scratch>/daemon.toml serve``, started by the shared harness
+(``tierfs.testing.harness.start_daemon``; ``TIERFS_*`` variables removed from its
+environment, so only the TOML file and the defaults apply; no ``-v``), which waits for
+``<scratch>/daemon/tierfs.sock`` to answer ``/v1/health``. The TOML file sets
 ``block_cache_bytes`` = max(300 MiB, 1.25 x segment), so the daemon's block cache holds
 the whole segment (the default 256 MiB would be just too small for a 256 MiB segment).
 A segment of ``--size-mib`` MiB (default 256) of seeded random bytes is appended through
@@ -20,7 +21,7 @@ equivalent warm segment (the daemon owns its data dir, so the engine cannot open
 
 Reads (``--rounds`` rounds, default 5; each row is the median of the rounds and each
 ratio the median of the rounds' own ratios). The fsspec side runs in a **child
-process** (``python -m tierfs.bench.fsspec_api --child``, with ``TIERFS_DATA_DIR`` set to
+process** (``python -m benchmarks.fsspec_api --child``, with ``TIERFS_DATA_DIR`` set to
 the daemon's data dir and no ``TIERFS_URL``): it imports fsspec, creates its
 ``TierFileSystem`` and reads the whole segment once, hashing it (untimed; the hash is
 compared with the payload's) before the rounds. Only the reading is timed, never the
@@ -75,13 +76,10 @@ import hashlib
 import json
 import os
 import random
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
@@ -89,8 +87,8 @@ from typing import Any, TextIO
 
 import trio
 
-from tierfs import StoreConfig, open_store
-from tierfs.bench.common import (
+from benchmarks.children import JsonLineChild
+from benchmarks.common import (
     EXIT_OK,
     EXIT_USAGE,
     Check,
@@ -99,15 +97,16 @@ from tierfs.bench.common import (
     Throughput,
     add_scratch_arguments,
     checks_json,
-    clean_environment,
     format_checks,
     make_payload,
     print_sections,
     run_in_scratch,
     warm_cache_bytes,
 )
+from tierfs import StoreConfig, open_store
 from tierfs.contracts.info import SegmentInfo
 from tierfs.store.facade import SegmentStore
+from tierfs.testing.harness import Daemon, HarnessError, process_environment, start_daemon
 
 HELP = "warm sequential reads via fsspec in another process and 1 KiB appends via the HTTP API vs the engine in-process"
 
@@ -124,8 +123,7 @@ APPEND_BYTES = 1024
 APPEND_WARMUP = 100
 TARGET_RATIO = 0.60
 SEED = 4
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0  # the daemon flushes before it exits
 CHILD_FLAG = "--child"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -200,68 +198,6 @@ def process_cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-class Daemon:
-    """``python -m tierfs.cli --data-dir D --config F serve`` as a subprocess."""
-
-    def __init__(self, data_dir: Path, config_file: Path, log_path: Path) -> None:
-        self.data_dir = data_dir
-        self.socket = data_dir / "tierfs.sock"
-        self.url = f"unix://{self.socket}"
-        self._log_path = log_path
-        data_dir.mkdir()
-        with open(log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir),
-                 "--config", str(config_file), "serve"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                env=clean_environment(),
-            )
-
-    def log_tail(self) -> str:
-        return self._log_path.read_text(errors="replace")[-3000:]
-
-    def wait_until_serving(self) -> None:
-        from tierfs.remote.client import TierClient
-
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the daemon exited ({self.process.returncode}):\n{self.log_tail()}")
-            if self.socket.exists():
-                client = TierClient(self.url)
-                try:
-                    client.health()
-                    return
-                except Exception:
-                    pass
-                finally:
-                    client.close()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the daemon did not serve within {START_TIMEOUT_S:g} s")
-            time.sleep(0.05)
-
-    def metrics(self) -> dict[str, float]:
-        """The daemon's /metrics as {name: value}."""
-        from tierfs.remote.client import TierClient
-
-        client = TierClient(self.url)
-        try:
-            return client.metrics()
-        finally:
-            client.close()
-
-    def stop(self) -> int | None:
-        """SIGTERM, then wait (the daemon flushes and closes its store); the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            return None
 
 
 # ------------------------------------------------------------ the child process
@@ -374,53 +310,23 @@ def child_main() -> int:
     return EXIT_OK
 
 
-class Child:
+class Child(JsonLineChild):
     """The fsspec reader process (see ``child_main``); its stderr goes to ``log_path``."""
 
     def __init__(self, daemon_data_dir: Path, log_path: Path) -> None:
-        self._log_path = log_path
-        with open(log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tierfs.bench.fsspec_api", CHILD_FLAG],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                env=clean_environment(TIERFS_DATA_DIR=str(daemon_data_dir)),
-            )
-        self._answer()
-
-    def _answer(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            log = self._log_path.read_text(errors="replace")
-            raise RuntimeError(f"the fsspec child process failed:\n{log[-3000:]}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+        env = process_environment({"TIERFS_DATA_DIR": str(daemon_data_dir)}, drop_tierfs=True)
+        super().__init__("benchmarks.fsspec_api", CHILD_FLAG, log_path, env)
+        self.answer()  # "ready"
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
-        self.process.stdin.flush()
-        return self._answer()
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        return self.request({"op": op, **args})
 
 
 # ----------------------------------------------------------------- measurements
 def write_through_api(daemon: Daemon, payload: bytes) -> None:
     """The segment by 4 MiB appends, flushed, then read once (fills the daemon's cache)
     and compared with the payload."""
-    from tierfs.remote.client import TierClient
-
-    client = TierClient(daemon.url)
+    client = daemon.client()
     try:
         client.create(SEGMENT, parents=True)
         view = memoryview(payload)
@@ -470,9 +376,9 @@ async def engine_scan(store: SegmentStore, size: int, read_bytes: int, label: st
 
 
 async def fsspec_scan(child: Child, daemon: Daemon, op: str, label: str, **args: Any) -> Scan:
-    daemon_before = process_cpu_s(daemon.process.pid)
+    daemon_before = process_cpu_s(daemon.pid)
     figures = await trio.to_thread.run_sync(lambda: child.call(op, **args))
-    daemon_cpu_s = process_cpu_s(daemon.process.pid) - daemon_before
+    daemon_cpu_s = process_cpu_s(daemon.pid) - daemon_before
     return Scan(
         Throughput.of(label, figures["nbytes"], figures["seconds"]),
         daemon_cpu_s=daemon_cpu_s,
@@ -649,15 +555,19 @@ def run_all(directory: Path, opts: Options, log: TextIO) -> Results:
     config_file = directory / "daemon.toml"
     config_file.write_text(f"block_cache_bytes = {warm_cache_bytes(opts.size)}\n")
     with contextlib.ExitStack() as stack:
-        daemon = Daemon(directory / "daemon", config_file, directory / "daemon.log")
+        daemon = start_daemon(directory / "daemon", config_file=config_file, drop_tierfs_env=True,
+                              log_path=directory / "daemon.log", verbose=False)
         daemon_stopped: list[int | None] = []
 
         def stop_daemon() -> None:
+            """SIGTERM (the daemon flushes and closes its store); None if it had to be killed."""
             if not daemon_stopped:
-                daemon_stopped.append(daemon.stop())
+                try:
+                    daemon_stopped.append(daemon.stop(timeout_s=STOP_TIMEOUT_S)[0])
+                except HarnessError:
+                    daemon_stopped.append(None)
 
         stack.callback(stop_daemon)
-        daemon.wait_until_serving()
         print(f"daemon serving {daemon.socket}; writing {opts.size // MiB} MiB through the API ...",
               file=log, flush=True)
         write_through_api(daemon, payload)
@@ -671,7 +581,7 @@ def run_all(directory: Path, opts: Options, log: TextIO) -> Results:
         child.close()
         stop_daemon()
         if daemon_stopped[0] != 0:
-            print(f"the daemon exited with {daemon_stopped[0]}:\n{daemon.log_tail()}", file=log)
+            print(f"the daemon exited with {daemon_stopped[0]}:\n{daemon.stderr_tail()}", file=log)
         if daemon.socket.exists():
             print("the daemon left its socket behind", file=log)
     return dataclasses.replace(results, daemon_exit_code=daemon_stopped[0])

@@ -1,4 +1,7 @@
-"""``python -m tierfs.bench <benchmark> [options]``: run one tierfs benchmark.
+"""``python -m benchmarks <benchmark> [options]``: run one tierfs benchmark.
+
+Run it from the repository root (or with the root on ``PYTHONPATH``), with tierfs
+installed in the interpreter (``.venv/bin/python -m benchmarks append --seconds 1``).
 
 Each benchmark is a module of this package that provides:
 
@@ -20,18 +23,18 @@ from collections.abc import Sequence
 
 # Subcommand name -> module.
 BENCHMARKS: dict[str, str] = {
-    "append": "tierfs.bench.append",
-    "read": "tierfs.bench.read",
-    "fsspec": "tierfs.bench.fsspec_api",
-    "fuse": "tierfs.bench.fuse_mount",
-    "offload": "tierfs.bench.offload",
-    "spark": "tierfs.bench.spark",
+    "append": "benchmarks.append",
+    "read": "benchmarks.read",
+    "fsspec": "benchmarks.fsspec_api",
+    "fuse": "benchmarks.fuse_mount",
+    "offload": "benchmarks.offload",
+    "spark": "benchmarks.spark",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tierfs.bench",
+        prog="python -m benchmarks",
         description="tierfs benchmarks: tierfs next to the physical ceilings of the same "
         "machine, measured in the same run.",
     )

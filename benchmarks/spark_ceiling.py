@@ -1,6 +1,6 @@
 """The ceiling of Spark's Python data source path on this machine: a data source whose
 executors yield 1 MiB rows from memory (no I/O, no CRC), with the tierfs raw schema.
-Its own module so that importing ``tierfs.bench.spark`` stays free of pyspark."""
+Its own module so that importing ``benchmarks.spark`` stays free of pyspark."""
 
 from __future__ import annotations
 

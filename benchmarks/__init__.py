@@ -1,0 +1,53 @@
+"""tierfs benchmarks: ``python -m benchmarks <name>`` from the repository root.
+
+A plain package of the source tree, never installed (setup.py leaves it out): each
+module is one scenario that measures tierfs next to the physical ceiling of the same
+machine, in the same run. Daemons and mounts come from the one harness shipped with
+tierfs (``tierfs.testing.harness``), the S3 server from ``s3server`` (s3rver, pinned in
+``package.json`` here). tierfs itself must be installed (``pip install -e .``): its
+``tierfs.fuse`` and ``tierfs.fsspec_impl`` exist only through the installed mapping.
+
+Invariant: the repository root is never left on ``sys.path``. ``python -m`` puts the
+current directory there so that this package can be found; the root holds a folder
+named ``fuse`` that would take over ``import fuse`` (fusepy, used by ``fsspec.fuse``),
+so it is removed again below, before anything else is imported. Submodules are still
+found through this package's ``__path__``, and child processes started by the
+benchmarks get the root through ``child_command`` / ``child_environment``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _is_repository_root(entry: str) -> bool:
+    try:
+        return Path(entry or os.curdir).resolve() == REPOSITORY_ROOT
+    except OSError:
+        return False
+
+
+sys.path[:] = [entry for entry in sys.path if not _is_repository_root(entry)]
+
+
+def child_command(module: str, *args: str) -> list[str]:
+    """The command line that runs ``module`` of this package (``benchmarks.x``) in a new
+    interpreter, with the environment from ``child_environment``."""
+    if module != __name__ and not module.startswith(f"{__name__}."):
+        raise ValueError(f"{module!r} is not a module of the {__name__} package")
+    return [sys.executable, "-m", module, *args]
+
+
+def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) with the repository root first on
+    PYTHONPATH, so ``python -m benchmarks.x`` works from any directory; the child's own
+    import of this package removes it from ``sys.path`` again."""
+    result = dict(os.environ if env is None else env)
+    rest = result.get("PYTHONPATH", "")
+    result["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPOSITORY_ROOT), rest) if p)
+    return result
