@@ -50,6 +50,7 @@ from tierfs.contracts.errors import (
     TruncatedError,
     single_error,
 )
+from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import Policy
 from tierfs.engine import records
@@ -777,7 +778,7 @@ class SegmentStore:
                 self._set_directory_record(directory, old)
                 raise
         self.offloader.wake()
-        return self.get_policy(directory)
+        return self._policy_report(directory)
 
     def _set_directory_record(self, name: str, record: Any) -> None:
         if name == "":
@@ -785,9 +786,13 @@ class SegmentStore:
         else:
             self._directories[name] = record
 
-    def get_policy(self, name: str) -> dict[str, Any]:
+    async def get_policy(self, name: str) -> dict[str, Any]:
         """The keys set on ``name`` itself, and the effective value of each key with the
         directory it comes from."""
+        await trio.lowlevel.checkpoint()
+        return self._policy_report(name)
+
+    def _policy_report(self, name: str) -> dict[str, Any]:
         self._check_open()
         canonical = names.canonical(name, allow_root=True)
         if canonical and canonical not in self._directories:
@@ -799,6 +804,12 @@ class SegmentStore:
             for key, value in Policy.from_record(self._directory_record(directory)).items().items():
                 effective[key] = {"value": value, "from": directory}
         return {"path": canonical, "set": own, "effective": effective}
+
+    async def fsck(self) -> FsckReport:
+        """Verify every chunk's CRC32C and the metadata invariants (``store.fsck``)."""
+        from tierfs.store.fsck import fsck  # it imports this module
+
+        return await fsck(self)
 
     async def truncate_head(self, seg: SegmentState, chunks: builtins.list[Any]) -> None:
         """Retention: delete whole head ``chunks`` (which must be the first ones, sealed

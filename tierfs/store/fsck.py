@@ -6,37 +6,19 @@ matches; every chunk object exists (in the chunk store, or in the long-term stor
 offloaded, with an index object that matches the record) and is at least as long as
 its committed length; every 1 MiB block and the whole chunk match their CRC32C; the
 lengths obey flushed <= durable <= appended. Reads use the storage directly, bypassing
-the cache, so a cached copy cannot hide damage.
+the cache, so a cached copy cannot hide damage. The report's types are in
+``contracts.fsck_report`` (clients read them without the engine).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 from tierfs.contracts.errors import TierFSError
+from tierfs.contracts.fsck_report import FsckReport as FsckReport
+from tierfs.contracts.fsck_report import Problem as Problem
 from tierfs.store.facade import SegmentStore
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    segment: str
-    chunk: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.segment}" + (f" chunk {self.chunk}" if self.chunk else "")
-        return f"{where}: {self.message}"
-
-
-@dataclasses.dataclass(frozen=True)
-class FsckReport:
-    segments: int
-    chunks: int
-    bytes_checked: int
-    problems: list[Problem]
 
 
 async def fsck(store: SegmentStore) -> FsckReport:
