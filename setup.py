@@ -10,7 +10,7 @@ setup(
     # benchmarks/ is not installed: run it from the source tree (python -m benchmarks).
     packages=[
         "tierfs", "tierfs.contracts", "tierfs.blocks", "tierfs.engine", "tierfs.offload",
-        "tierfs.store", "tierfs.server", "tierfs.remote", "tierfs.spark", "tierfs.testing",
+        "tierfs.store", "tierfs.server", "tierfs.remote", "tierfs.spark", "tierfs.cli", "tierfs.testing",
         "tierfs.fuse", "tierfs.fsspec_impl",
     ],
     package_dir={

@@ -16,7 +16,6 @@ from pathlib import Path
 import trio
 
 from tierfs import StoreConfig, open_store
-from tierfs.store.fsck import fsck
 
 
 def where(info) -> str:  # type: ignore[no-untyped-def]
@@ -60,7 +59,7 @@ async def main(data_dir: Path) -> None:
         data = await store.read("logs/app.log")
         print(f"  first line: {data.splitlines()[0].decode()!r}, last: {data.splitlines()[-1].decode()!r}")
         print("  " + where(await store.stat("logs/app.log")))
-        report = await fsck(store)
+        report = await store.fsck()
         print(f"fsck: {report.segments} segments, {report.chunks} chunks, "
               f"{report.bytes_checked} bytes verified, problems: {len(report.problems)}")
         stats = store.statistics()

@@ -30,6 +30,7 @@ import trio
 from tierfs.fuse.errors import fuse_errors
 from tierfs.fuse.inodes import ROOT_INODE, InodeTable
 
+from tierfs.contracts.api import SegmentReaderAPI
 from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.errors import (
     IsADirectoryError_,
@@ -39,7 +40,6 @@ from tierfs.contracts.errors import (
     SegmentSealedError,
 )
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
-from tierfs.engine.readahead import SegmentReader
 from tierfs.store.facade import SegmentStore
 
 ATTR_TIMEOUT_S = 1.0  # the kernel also hears of growth at once (see invalidation.py)
@@ -55,7 +55,7 @@ WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 class OpenFile:
     inode: int
     always_append: bool  # opened with O_APPEND: every write goes to the end
-    reader: SegmentReader | None = None
+    reader: SegmentReaderAPI | None = None
 
 
 def join(parent: str, name: bytes) -> str:

@@ -271,16 +271,16 @@ async def test_policies_inherit_and_reject_bad_combinations(ostore: SegmentStore
         "offload_after_s": {"value": 60, "from": "a"},
         "offload_hot_bytes": {"value": 1000, "from": "a/b"},
     }
-    assert ostore.get_policy("a/b/seg")["effective"]["offload_after_s"]["from"] == "a"
+    assert (await ostore.get_policy("a/b/seg"))["effective"]["offload_after_s"]["from"] == "a"
     with pytest.raises(InvalidArgumentError, match="at or above"):
         await ostore.set_policy("a/b", {"retention_s": 60})
     with pytest.raises(InvalidArgumentError, match="at or above"):
         await ostore.set_policy("", {"retention_s": 60})  # a/ below would break
-    assert ostore.get_policy("a/b")["set"] == {"offload_hot_bytes": 1000}  # unchanged
+    assert (await ostore.get_policy("a/b"))["set"] == {"offload_hot_bytes": 1000}  # unchanged
     with pytest.raises(NotADirectoryError_):
         await ostore.set_policy("a/b/seg", {"retention_s": 1})
     await ostore.set_policy("a", {"offload_after_s": None})
-    assert "offload_after_s" not in ostore.get_policy("a/b")["effective"]
+    assert "offload_after_s" not in (await ostore.get_policy("a/b"))["effective"]
 
 
 async def test_policy_offloads_on_time_and_on_size(ostore: SegmentStore) -> None:

@@ -1,5 +1,5 @@
-"""Client of the daemon's HTTP API: a blocking ``TierClient`` (fsspec, Spark workers)
-and an async ``RemoteStore`` facade with the engine's method names (the CLI).
+"""Client of the daemon's HTTP API: a blocking ``TierClient`` (fsspec, Spark workers;
+``remote_store.RemoteStore`` wraps it for the CLI).
 
 Discovery: ``TIERFS_URL`` (``unix:///path/tierfs.sock`` or ``http://host:port`` with
 ``TIERFS_TOKEN``), else the socket in ``TIERFS_DATA_DIR`` or the default data dir.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -24,7 +24,9 @@ import httpx
 from tierfs.contracts.datadir import default_data_dir, socket_path
 from tierfs.contracts.errors import DaemonUnavailableError, TierFSError, rebuild_error
 from tierfs.contracts.info import Info, SegmentInfo, info_from_json
+from tierfs.contracts.operations import Operation
 
+T = TypeVar("T")
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0  # long enough for a flush or an fsck; follow polls add their own
 
@@ -109,7 +111,13 @@ class TierClient:
         self._request("DELETE", f"/v1/segments/{self._path(name)}")
 
     def op(self, operation: str, **args: Any) -> Any:
+        """``POST /v1/op/{operation}`` with ``args`` as the JSON body; the JSON answer."""
         return self._request("POST", f"/v1/op/{operation}", json=args).json()
+
+    def call(self, operation: Operation[T], *args: Any, **kwargs: Any) -> T:
+        """``operation``'s API method, called with the API's arguments and result
+        (``contracts.operations`` encodes them)."""
+        return operation.result.decode(self.op(operation.name, **operation.body_of(args, kwargs)))
 
     # --------------------------------------------------------------- data
     def append(self, name: str, data: bytes, expected_offset: int | None = None) -> int:

@@ -1,22 +1,34 @@
-"""``RemoteStore``: the engine's async API served by a daemon, for the CLI.
+"""``RemoteStore``: the store's async API (``contracts.api.SegmentStoreAPI``) served by a
+daemon, for the CLI.
 
-Invariant: the same method names, arguments, results and errors as the in-process
-store (``tierfs.contracts.api``); blocking HTTP calls run in worker threads.
+Invariants:
+- The same method names, arguments, results and errors as the in-process store; every
+  method that is a ``/v1/op`` operation goes through ``op`` and the operation table, so
+  its wire form is written once (``contracts.operations``).
+- Blocking HTTP calls run in worker threads; the event loop never waits on a socket.
 """
 
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import trio
 
+from tierfs.contracts import operations as ops
 from tierfs.contracts.errors import OffsetOutOfRangeError
-from tierfs.contracts.info import Info, SegmentInfo, info_from_json
+from tierfs.contracts.fsck_report import FsckReport
+from tierfs.contracts.info import Info, SegmentInfo
+from tierfs.contracts.operations import Operation
 from tierfs.remote.client import TierClient
+
+T = TypeVar("T")
 
 
 class RemoteReader:
+    """``SegmentReaderAPI`` over the daemon (its read-ahead happens in the daemon)."""
+
     def __init__(self, store: RemoteStore, name: str) -> None:
         self._store = store
         self.name = name
@@ -26,21 +38,24 @@ class RemoteReader:
 
 
 class RemoteStore:
-    """The engine's async API, served by a daemon (blocking calls run in threads)."""
+    """The store's async API, served by a daemon (blocking calls run in threads)."""
 
     def __init__(self, client: TierClient) -> None:
         self.client = client
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+    async def _call(self, fn: Callable[[], T]) -> T:
+        return await trio.to_thread.run_sync(fn)
 
+    async def op(self, operation: Operation[T], *args: Any, **kwargs: Any) -> T:
+        """Call ``operation``'s API method in the daemon (``POST /v1/op/{name}``)."""
+        return await self._call(lambda: self.client.call(operation, *args, **kwargs))
+
+    # ------------------------------------------------------------ segments and reads
     async def create(self, name: str, *, durability: str | None = None, make_parents: bool = False) -> SegmentInfo:
-        info: SegmentInfo = await self._call(self.client.create, name, durability, make_parents)
-        return info
+        return await self._call(lambda: self.client.create(name, durability, make_parents))
 
     async def append(self, name: str, data: bytes, *, expected_offset: int | None = None) -> int:
-        offset: int = await self._call(self.client.append, name, data, expected_offset)
-        return offset
+        return await self._call(lambda: self.client.append(name, data, expected_offset))
 
     async def read(self, name: str, offset: int = 0, length: int | None = None, *, unconfirmed: bool = False) -> bytes:
         info = await self.stat(name)
@@ -49,75 +64,65 @@ class RemoteStore:
             if offset > limit:
                 raise OffsetOutOfRangeError(name, offset, limit)
         end = None if length is None else offset + length
-        data: bytes = await self._call(self.client.read, name, offset, end, unconfirmed)
-        return data
+        return await self._call(lambda: self.client.read(name, offset, end, unconfirmed))
 
     def open_reader(self, name: str) -> RemoteReader:
         return RemoteReader(self, name)
 
     async def stat(self, name: str) -> Info:
-        info: Info = await self._call(self.client.stat, name)
-        return info
+        return await self._call(lambda: self.client.stat(name))
 
-    async def list(self, name: str = "") -> list[Info]:
-        entries: list[Info] = await self._call(self.client.ls, name)
-        return entries
-
-    async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
-        await self._call(self.client.op, "mkdir", path=name, parents=parents)
-
-    async def rmdir(self, name: str) -> None:
-        await self._call(self.client.op, "rmdir", path=name)
-
-    async def seal(self, name: str) -> None:
-        await self._call(self.client.op, "seal", path=name)
-
-    async def unseal(self, name: str) -> None:
-        await self._call(self.client.op, "unseal", path=name)
+    async def list(self, name: str = "") -> builtins.list[Info]:
+        return await self._call(lambda: self.client.ls(name))
 
     async def delete(self, name: str) -> None:
-        await self._call(self.client.delete, name)
-
-    async def rename(self, old: str, new: str) -> None:
-        await self._call(self.client.op, "mv", source=old, target=new)
-
-    async def sync(self, name: str | None = None) -> int:
-        result = await self._call(self.client.op, "sync", path=name or "")
-        return int(result["durable"])
-
-    async def flush(self, name: str | None = None) -> None:
-        await self._call(self.client.op, "flush", path=name or "")
+        await self._call(lambda: self.client.delete(name))
 
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> int:
-        _, durable = await self._call(self.client.follow_once, name, offset, timeout_s, 1)
-        return int(durable)
+        _, durable = await self._call(lambda: self.client.follow_once(name, offset, timeout_s, 1))
+        return durable
+
+    # ------------------------------------------------------------ operations (/v1/op)
+    async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
+        await self.op(ops.MKDIR, name, parents=parents, exist_ok=exist_ok)
+
+    async def rmdir(self, name: str) -> None:
+        await self.op(ops.RMDIR, name)
+
+    async def rename(self, old: str, new: str) -> None:
+        await self.op(ops.MV, old, new)
+
+    async def seal(self, name: str) -> SegmentInfo:
+        return await self.op(ops.SEAL, name)
+
+    async def unseal(self, name: str) -> SegmentInfo:
+        return await self.op(ops.UNSEAL, name)
+
+    async def sync(self, name: str | None = None) -> int:
+        return await self.op(ops.SYNC, name)
+
+    async def flush(self, name: str | None = None) -> None:
+        await self.op(ops.FLUSH, name)
+
+    async def set_durability(self, name: str, durability: str) -> SegmentInfo:
+        return await self.op(ops.SET_DURABILITY, name, durability)
 
     async def concat(
         self, target: str, sources: str | builtins.list[str], *, writer: str = "", writer_seq: int | None = None
     ) -> SegmentInfo:
-        source_list = [sources] if isinstance(sources, str) else list(sources)
-        info = info_from_json(await self._call(
-            self.client.op, "concat", target=target, sources=source_list, writer=writer, writer_seq=writer_seq
-        ))
-        assert isinstance(info, SegmentInfo)
-        return info
+        return await self.op(ops.CONCAT, target, sources, writer=writer, writer_seq=writer_seq)
 
     async def offload(self, name: str, up_to: int | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(self.client.op, "offload", path=name, up_to=up_to)
-        return result
+        return await self.op(ops.OFFLOAD, name, up_to)
 
     async def offload_status(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(self.client.op, "offload_status", path=name)
-        return result
+        return await self.op(ops.OFFLOAD_STATUS, name)
 
-    async def set_policy_settings(self, name: str, settings: builtins.list[str]) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(self.client.op, "policy_set", path=name, settings=settings)
-        return result
+    async def set_policy(self, name: str, assignments: dict[str, int | None]) -> dict[str, Any]:
+        return await self.op(ops.POLICY_SET, name, assignments)
 
     async def get_policy(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(self.client.op, "policy_get", path=name)
-        return result
+        return await self.op(ops.POLICY_GET, name)
 
-    async def fsck_report(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(self.client.op, "fsck")
-        return result
+    async def fsck(self) -> FsckReport:
+        return await self.op(ops.FSCK)

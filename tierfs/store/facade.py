@@ -38,13 +38,14 @@ from tierfs.contracts.errors import (
     Tier2Error,
     single_error,
 )
+from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.policy import Policy
 from tierfs.engine.appender import Appender
 from tierfs.engine.block_source import BlockSource
 from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.catalogue import ChunkCatalogue
-from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
+from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import WallClock
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
@@ -53,7 +54,7 @@ from tierfs.engine.metadata import MetadataStore, now_ns
 from tierfs.engine.ownership import DataDirLock
 from tierfs.engine.readahead import SegmentReader
 from tierfs.engine.reader import Reader
-from tierfs.engine.recovery import RecoveryReport, recover_journal
+from tierfs.engine.recovery import RecoveryReport
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.storage_writer import StorageWriter
@@ -65,7 +66,9 @@ from tierfs.offload.reads import LongTermReads
 from tierfs.offload.scheduler import PolicyScheduler
 from tierfs.store import listing
 from tierfs.store.concat import Concatenator
+from tierfs.store.fsck import fsck
 from tierfs.store.namespace import Namespace
+from tierfs.store.opening import open_data_dir
 from tierfs.store.policies import PolicyBook
 from tierfs.store.statistics import StoreStatistics, collect_statistics
 
@@ -97,6 +100,7 @@ class SegmentStore:
         self.growth_listeners = self.growth.listeners
         self._appender = Appender(config, self.tail_budget, self.growth)
         self._recovery: RecoveryReport | None = None
+        self.long_term_reads: LongTermReads | None = None
         # built once the data dir is open (they need the epoch, the journal, metadata)
         self.metadata: MetadataStore
         self.journal: Journal
@@ -115,50 +119,15 @@ class SegmentStore:
     async def _start(self) -> None:
         self._lock.acquire()
         try:
-            chunk_storage = await trio.to_thread.run_sync(self._open_blocking)
-            self._wire(chunk_storage)
+            opened = await trio.to_thread.run_sync(
+                open_data_dir, self.config, self.table, self.tail_budget, self._appender.on_durable
+            )
+            self.metadata, self.epoch, self.journal = opened.metadata, opened.epoch, opened.journal
+            self._recovery = opened.recovery
+            self._wire(opened.chunk_storage)
         except BaseException:
             self._lock.release()
             raise
-
-    def _open_blocking(self) -> ChunkStorage:
-        """In a worker thread: metadata, epoch, the namespace, journal recovery."""
-        config = self.config
-        data_dir = config.data_dir
-        (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.metadata = MetadataStore(data_dir / "metadata.sqlite")
-        store_record = self.metadata.begin_epoch()
-        self.epoch = int(store_record.epoch)
-        chunk_storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
-        table = self.table
-        table.directories = self.metadata.load_directories()
-        table.root_directory = self.metadata.load_root_directory()
-        for row in self.metadata.load_segments():
-            flushed = int(row.record.flushed_length)
-            table.add(SegmentState(row, appended_length=flushed, durable_length=flushed))
-        report = recover_journal(
-            data_dir / "journal",
-            int(store_record.journal_checkpoint_lsn),
-            table.by_id,
-            self.tail_budget,
-            config.max_append_bytes + 64,
-        )
-        self._recovery = report
-        self.journal = Journal(
-            data_dir / "journal",
-            start_lsn=report.end_lsn,
-            next_seq=report.next_seq,
-            file_bytes=config.journal_file_bytes,
-            vd_sync_interval_s=config.vd_sync_interval_s,
-            on_durable=self._appender.on_durable,
-        )
-        self.tail_budget.evict(self.journal.written_lsn)
-        log.info(
-            "opened %s epoch %d: %d segments, replayed %d appends (%d bytes), cut %d torn bytes",
-            data_dir, self.epoch, len(table.by_name), report.frames_replayed,
-            report.bytes_replayed, report.torn_bytes_cut,
-        )
-        return chunk_storage
 
     def _wire(self, chunk_storage: ChunkStorage) -> None:
         """Build the parts; each gets the narrow objects it needs, never ``self``."""
@@ -383,10 +352,15 @@ class SegmentStore:
         """Set (or, with None, unset) policy keys on a directory ('' is the root)."""
         return await self._policies.set_policy(name, assignments)
 
-    def get_policy(self, name: str) -> dict[str, Any]:
+    async def get_policy(self, name: str) -> dict[str, Any]:
         """The keys set on ``name`` itself, and the effective value of each key with the
         directory it comes from."""
+        await trio.lowlevel.checkpoint()
         return self._policies.get_policy(name)
+
+    async def fsck(self) -> FsckReport:
+        """Verify every chunk's CRC32C and the metadata invariants (``store.fsck``)."""
+        return await fsck(self)
 
     # ------------------------------------------------------------------ info
     async def stat(self, name: str) -> Info:

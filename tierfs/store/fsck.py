@@ -6,20 +6,37 @@ matches; every chunk object exists (in the chunk store, or in the long-term stor
 offloaded, with an index object that matches the record) and is at least as long as
 its committed length; every 1 MiB block and the whole chunk match their CRC32C; the
 lengths obey flushed <= durable <= appended. Reads use the storage directly, bypassing
-the cache, so a cached copy cannot hide damage.
+the cache, so a cached copy cannot hide damage. The report's types are in
+``contracts.fsck_report`` (clients read them without the engine).
 """
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Protocol
 
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 from tierfs.contracts.errors import TierFSError
+from tierfs.contracts.fsck_report import FsckReport, Problem
+from tierfs.engine.catalogue import ChunkCatalogue
+from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.segment_table import SegmentTable
 from tierfs.offload.offloader import require_long_term
 from tierfs.offload.reads import LongTermReads
-from tierfs.store.facade import SegmentStore
+from tierfs.store import listing
+
+
+class FsckTarget(Protocol):
+    """What fsck reads of an open store (``SegmentStore`` has it)."""
+
+    table: SegmentTable
+    catalogue: ChunkCatalogue
+    long_term_reads: LongTermReads | None
+    tier2_limiter: trio.CapacityLimiter
+
+    @property
+    def chunk_storage(self) -> ChunkStorage: ...
 
 
 def require_long_term_reads(reads: LongTermReads | None) -> LongTermReads:
@@ -28,29 +45,10 @@ def require_long_term_reads(reads: LongTermReads | None) -> LongTermReads:
     return reads
 
 
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    segment: str
-    chunk: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.segment}" + (f" chunk {self.chunk}" if self.chunk else "")
-        return f"{where}: {self.message}"
-
-
-@dataclasses.dataclass(frozen=True)
-class FsckReport:
-    segments: int
-    chunks: int
-    bytes_checked: int
-    problems: list[Problem]
-
-
-async def fsck(store: SegmentStore) -> FsckReport:
+async def fsck(store: FsckTarget) -> FsckReport:
     problems: list[Problem] = []
     chunk_total = checked = 0
-    infos = await store.walk_segments()
+    infos = await listing.walk_segments(store.table)
     for info in infos:
         seg = store.table.segment(info.name)
         if not info.flushed_length <= info.durable_length <= info.appended_length:

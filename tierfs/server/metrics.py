@@ -1,0 +1,74 @@
+"""``GET /metrics``: the store's statistics in the Prometheus text format.
+
+The collector reads ``SegmentStore.statistics()`` at scrape time: nothing is counted
+twice and a scrape costs the same whatever the traffic. Every family is unlabelled;
+counters get Prometheus' ``_total`` suffix (docs/API.md lists the names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tierfs.store.facade import SegmentStore
+
+CONTENT_TYPE = "text/plain; version=0.0.4"
+
+
+class StoreCollector:
+    """A Prometheus collector reading the store's statistics at scrape time."""
+
+    def __init__(self, store: SegmentStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Any]:
+        stats = self._store.statistics()
+        counters: dict[str, tuple[str, float]] = {
+            "tierfs_appends": ("appends acknowledged", stats.appends),
+            "tierfs_appended_bytes": ("bytes appended", stats.appended_bytes),
+            "tierfs_journal_syncs": ("journal fdatasync rounds", stats.journal_syncs),
+            "tierfs_flushes": ("tier-2 flushes", stats.flushes),
+            "tierfs_flushed_bytes": ("bytes flushed to tier-2", stats.flushed_bytes),
+            "tierfs_flush_failures": ("failed tier-2 flushes", stats.flush_failures),
+            "tierfs_cache_hits": ("block cache hits", stats.cache.hits),
+            "tierfs_cache_misses": ("block cache misses", stats.cache.misses),
+            "tierfs_cache_evictions": ("block cache evictions", stats.cache.evictions),
+            "tierfs_tier2_gets": ("ranged GETs issued to tier-2", stats.cache.gets),
+            "tierfs_tier2_fetched_bytes": ("bytes fetched from tier-2", stats.cache.fetched_bytes),
+            "tierfs_offloaded_bytes": ("bytes offloaded to the long-term store", stats.offloaded_bytes),
+            "tierfs_offloaded_chunks": ("chunks offloaded to the long-term store", stats.offloaded_chunks),
+            "tierfs_offload_failures": ("failed offload jobs", stats.offload_failures),
+            "tierfs_hot_copies_deleted": ("chunk-store copies deleted after offload", stats.hot_copies_deleted),
+            "tierfs_retention_deleted_bytes": ("bytes deleted by retention", stats.retention_deleted_bytes),
+        }
+        gauges: dict[str, tuple[str, float]] = {
+            "tierfs_segments": ("segments", stats.segments),
+            "tierfs_journal_bytes": ("bytes in journal files", stats.journal_bytes),
+            "tierfs_journal_files": ("journal files", stats.journal_files),
+            "tierfs_flush_backlog_bytes": ("durable bytes not yet in tier-2", stats.unflushed_bytes),
+            "tierfs_flush_lag_seconds": ("age of the oldest unflushed append", stats.flush_lag_s),
+            "tierfs_tail_memory_bytes": ("unflushed bytes held in memory", stats.tail_memory_bytes),
+            "tierfs_cache_bytes": ("bytes in the block cache", stats.cache.used_bytes),
+            "tierfs_epoch": ("owner epoch of the data directory", stats.epoch),
+            "tierfs_offload_oldest_waiting_seconds": (
+                "age of the oldest sealed chunk a policy wants offloaded", stats.offload_oldest_waiting_s),
+        }
+        for family_type, table in ((CounterMetricFamily, counters), (GaugeMetricFamily, gauges)):
+            for name, (text, value) in table.items():
+                family = family_type(name, text)
+                family.add_metric([], value)
+                yield family
+
+
+class MetricsRoute:
+    def __init__(self, store: SegmentStore) -> None:
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(StoreCollector(store))
+
+    async def get(self, request: Request) -> Response:
+        return Response(generate_latest(self._registry), media_type=CONTENT_TYPE)

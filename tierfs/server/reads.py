@@ -1,0 +1,104 @@
+"""The HTTP API's reads: ``GET /v1/segments/{path}`` with a ``Range`` header, and its
+long-poll form ``?follow=1`` (tail reads).
+
+Invariants:
+- A read stops at the durable length (``?unconfirmed=1``: the appended length) and
+  streams in ``READ_PIECE_BYTES`` pieces through one ``SegmentReader`` (read-ahead), so
+  a large GET holds bounded memory whatever its range.
+- A range that starts past the end is 416 with ``Content-Range: bytes */LEN``; a
+  segment that shrinks under a streaming read fails it rather than sending fewer bytes
+  than ``Content-Length`` promised.
+- A follow read waits at most ``FOLLOW_MAX_TIMEOUT_S`` and returns at most
+  ``max_bytes`` new durable bytes, with the durable length in a header.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from tierfs.contracts.errors import InvalidArgumentError, TierFSError
+from tierfs.contracts.info import SegmentInfo
+from tierfs.server.query import flag, query_int
+from tierfs.server.statuses import error_response
+from tierfs.store.facade import SegmentStore
+
+READ_PIECE_BYTES = 4 << 20  # one streamed piece of a GET: bounded memory per request
+FOLLOW_MAX_TIMEOUT_S = 300.0
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def parse_range(header: str, length: int) -> tuple[int, int] | None:
+    """(start, end) for one ``bytes=`` range against ``length``; None if unsatisfiable."""
+    match = _RANGE.match(header.strip())
+    if not match or (match.group(1) == "" and match.group(2) == ""):
+        raise InvalidArgumentError(f"unsupported Range header {header!r} (one bytes= range)")
+    first, last = match.group(1), match.group(2)
+    if first == "":
+        start, end = max(0, length - int(last)), length
+    else:
+        start = int(first)
+        end = length if last == "" else min(length, int(last) + 1)
+    if start >= length and not (start == 0 and length == 0):
+        return None
+    return start, max(start, end)
+
+
+class ReadRoutes:
+    def __init__(self, store: SegmentStore) -> None:
+        self._store = store
+
+    async def read(self, request: Request) -> Response:
+        name = request.path_params["path"]
+        if flag(request, "follow"):
+            return await self.follow(request, name)
+        unconfirmed = flag(request, "unconfirmed")
+        info = await self._store.stat(name)
+        if not isinstance(info, SegmentInfo):
+            return error_response("is_a_directory", f"is a directory, not a segment: {name!r}")
+        length = info.appended_length if unconfirmed else info.length
+        start, end = 0, length
+        status = 200
+        headers = {"Accept-Ranges": "bytes", "X-Tierfs-Durable-Length": str(info.durable_length)}
+        if "range" in request.headers:
+            resolved = parse_range(request.headers["range"], length)
+            if resolved is None:
+                headers["Content-Range"] = f"bytes */{length}"
+                response = error_response("out_of_range", f"range starts past the end ({length})")
+                response.headers.update(headers)
+                return response
+            start, end = resolved
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{max(start, end - 1)}/{length}"
+        headers["Content-Length"] = str(end - start)
+        reader = self._store.open_reader(name)
+        first = await reader.read(start, min(end - start, READ_PIECE_BYTES), unconfirmed=unconfirmed)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            yield first
+            offset = start + len(first)
+            while offset < end:
+                data = await reader.read(offset, min(end - offset, READ_PIECE_BYTES), unconfirmed=unconfirmed)
+                if not data:
+                    raise TierFSError(f"segment {name!r} shrank while being read")
+                yield data
+                offset += len(data)
+
+        return StreamingResponse(pieces(), status_code=status, headers=headers,
+                                 media_type="application/octet-stream")
+
+    async def follow(self, request: Request, name: str) -> Response:
+        offset = query_int(request, "offset", 0) or 0
+        timeout_s = float(request.query_params.get("timeout", "30"))
+        if not 0 <= timeout_s <= FOLLOW_MAX_TIMEOUT_S:
+            raise InvalidArgumentError(f"timeout must be within 0..{FOLLOW_MAX_TIMEOUT_S} s")
+        max_bytes = query_int(request, "max_bytes", READ_PIECE_BYTES) or READ_PIECE_BYTES
+        durable = await self._store.wait_for_data(name, offset, timeout_s)
+        data = b""
+        if durable > offset:
+            data = await self._store.read(name, offset, min(max_bytes, durable - offset))
+        return Response(data, media_type="application/octet-stream", headers={
+            "X-Tierfs-Offset": str(offset), "X-Tierfs-Durable-Length": str(durable)})

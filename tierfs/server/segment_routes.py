@@ -1,0 +1,66 @@
+"""The HTTP API's namespace and write routes: health, stat, ls, layout, create, append,
+delete (reads are in ``reads``, ``/v1/op`` in ``op_route``).
+
+Invariants:
+- An append is one request body, one atomic record: the body is refused as soon as it
+  is known to exceed ``max_append_bytes`` (declared or streamed), before anything is
+  written.
+- Names are checked by the store (``names.canonical``); nothing here touches the
+  journal or chunks.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tierfs.contracts.errors import AppendTooLargeError
+from tierfs.contracts.info import info_json
+from tierfs.server.query import flag, query_int
+from tierfs.store.facade import SegmentStore
+
+
+class SegmentRoutes:
+    def __init__(self, store: SegmentStore) -> None:
+        self._store = store
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "epoch": self._store.epoch})
+
+    async def stat(self, request: Request) -> Response:
+        return JSONResponse(info_json(await self._store.stat(request.path_params["path"])))
+
+    async def ls(self, request: Request) -> Response:
+        entries = await self._store.list(request.path_params["path"])
+        return JSONResponse([info_json(e) for e in entries])
+
+    async def layout(self, request: Request) -> Response:
+        return JSONResponse(await self._store.chunk_layout(request.path_params["path"]))
+
+    async def create(self, request: Request) -> Response:
+        info = await self._store.create(
+            request.path_params["path"],
+            durability=request.query_params.get("durability") or None,
+            make_parents=flag(request, "parents"),
+        )
+        return JSONResponse(info_json(info), status_code=201)
+
+    async def append(self, request: Request) -> Response:
+        limit = self._store.config.max_append_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise AppendTooLargeError(int(declared), limit)
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > limit:
+                raise AppendTooLargeError(len(body), limit)
+        offset = await self._store.append(
+            request.path_params["path"], bytes(body),
+            expected_offset=query_int(request, "expected_offset"),
+        )
+        return JSONResponse({"offset": offset, "length": len(body)})
+
+    async def delete(self, request: Request) -> Response:
+        await self._store.delete(request.path_params["path"])
+        return Response(status_code=204)

@@ -1,0 +1,66 @@
+"""Errors as HTTP responses: ``STATUS_BY_CODE`` is the only place a tierfs error
+becomes an HTTP status.
+
+Invariants:
+- Every error is JSON ``{"error": {"code", "message", "details"}}``; the code is the
+  error's stable ``code`` and the details are its facts (``errors.error_details``), so
+  a client rebuilds the same class (``errors.rebuild_error``).
+- An unexpected exception answers ``internal`` (500) without its text, and is logged
+  with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tierfs.contracts.errors import TierFSError, error_details
+
+log = logging.getLogger(__name__)
+
+STATUS_BY_CODE = {
+    "invalid_name": 400,
+    "invalid_argument": 400,
+    "not_a_directory": 400,
+    "is_a_directory": 400,
+    "unauthorized": 401,
+    "sealed": 403,
+    "not_found": 404,
+    "exists": 409,
+    "not_empty": 409,
+    "conflict": 409,
+    "bad_offset": 412,
+    "too_large": 413,
+    "out_of_range": 416,
+    "truncated": 410,
+    "already_running": 409,
+    "already_committed": 409,
+    "corrupt": 500,
+    "journal_corrupt": 500,
+    "internal": 500,
+    "tier2": 502,
+    "chunk_missing": 502,
+    "backlog_full": 503,
+    "closed": 503,
+    "in_use": 503,
+}
+
+
+def error_response(code: str, message: str, details: dict[str, Any] | None = None) -> JSONResponse:
+    status = STATUS_BY_CODE.get(code, 500)
+    headers = {"Retry-After": "1"} if code == "backlog_full" else None
+    body = {"error": {"code": code, "message": message, "details": details or {}}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def tierfs_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, TierFSError)
+    return error_response(exc.code, str(exc), error_details(exc))
+
+
+async def unexpected_error(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error serving %s %s", request.method, request.url.path)
+    return error_response("internal", f"internal error: {type(exc).__name__}")

@@ -1,0 +1,80 @@
+"""Opening a data dir (in a worker thread, with the data-dir lock held): the metadata
+and a new owner epoch, the namespace, the chunk storage, journal recovery, and the
+journal that continues where recovery ended.
+
+Invariants:
+- A new epoch is committed before anything else, so every chunk this owner writes has
+  a name no earlier owner used.
+- Recovery runs before the journal accepts a frame, and the new journal starts at the
+  recovered end LSN; nothing after a torn frame is replayed.
+- Memory stays bounded: recovered tails go through the shared tail budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from tierfs.contracts.config import StoreConfig
+from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
+from tierfs.engine.journal import Journal
+from tierfs.engine.metadata import MetadataStore
+from tierfs.engine.recovery import RecoveryReport, recover_journal
+from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.tail import TailBudget
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenedDataDir:
+    metadata: MetadataStore
+    epoch: int
+    chunk_storage: ChunkStorage
+    journal: Journal
+    recovery: RecoveryReport
+
+
+def open_data_dir(
+    config: StoreConfig,
+    table: SegmentTable,
+    tail_budget: TailBudget,
+    on_durable: Callable[[int], None],
+) -> OpenedDataDir:
+    """Blocking: fill ``table`` from the metadata and the segments' tails from the
+    journal; ``on_durable`` becomes the journal's callback for synced LSNs."""
+    data_dir = config.data_dir
+    (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
+    metadata = MetadataStore(data_dir / "metadata.sqlite")
+    store_record = metadata.begin_epoch()
+    epoch = int(store_record.epoch)
+    chunk_storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
+    table.directories = metadata.load_directories()
+    table.root_directory = metadata.load_root_directory()
+    for row in metadata.load_segments():
+        flushed = int(row.record.flushed_length)
+        table.add(SegmentState(row, appended_length=flushed, durable_length=flushed))
+    report = recover_journal(
+        data_dir / "journal",
+        int(store_record.journal_checkpoint_lsn),
+        table.by_id,
+        tail_budget,
+        config.max_append_bytes + 64,
+    )
+    journal = Journal(
+        data_dir / "journal",
+        start_lsn=report.end_lsn,
+        next_seq=report.next_seq,
+        file_bytes=config.journal_file_bytes,
+        vd_sync_interval_s=config.vd_sync_interval_s,
+        on_durable=on_durable,
+    )
+    tail_budget.evict(journal.written_lsn)
+    log.info(
+        "opened %s epoch %d: %d segments, replayed %d appends (%d bytes), cut %d torn bytes",
+        data_dir, epoch, len(table.by_name), report.frames_replayed,
+        report.bytes_replayed, report.torn_bytes_cut,
+    )
+    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report)
