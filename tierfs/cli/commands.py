@@ -194,24 +194,14 @@ async def _mkdir(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     return EXIT_OK
 
 
-async def _rmdir(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    await store.rmdir(args.path)
-    return EXIT_OK
+def _path_command(call: Callable[[SegmentStoreAPI, str], Awaitable[object]]) -> Handler:
+    """A command that calls one store method with the path and prints nothing."""
 
+    async def handler(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
+        await call(store, args.path)
+        return EXIT_OK
 
-async def _seal(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    await store.seal(args.path)
-    return EXIT_OK
-
-
-async def _unseal(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    await store.unseal(args.path)
-    return EXIT_OK
-
-
-async def _rm(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    await store.delete(args.path)
-    return EXIT_OK
+    return handler
 
 
 async def _mv(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
@@ -317,7 +307,11 @@ async def _policy(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
 COMMANDS: dict[str, Handler] = {
     "create": _create, "append": _append, "cat": _cat, "tail": _tail, "sync": _sync,
     "flush": _flush, "concat": _concat, "stat": _stat, "ls": _ls, "mkdir": _mkdir,
-    "rmdir": _rmdir, "seal": _seal, "unseal": _unseal, "rm": _rm, "mv": _mv, "fsck": _fsck,
+    "rmdir": _path_command(lambda store, path: store.rmdir(path)),
+    "seal": _path_command(lambda store, path: store.seal(path)),
+    "unseal": _path_command(lambda store, path: store.unseal(path)),
+    "rm": _path_command(lambda store, path: store.delete(path)),
+    "mv": _mv, "fsck": _fsck,
     "offload": _offload, "offload-status": _offload_status, "policy": _policy,
 }
 
