@@ -53,6 +53,7 @@ from tierfs.engine.metadata import MetadataStore, now_ns
 from tierfs.engine.ownership import DataDirLock
 from tierfs.engine.readahead import SegmentReader
 from tierfs.engine.reader import Reader
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
@@ -128,17 +129,17 @@ class SegmentStore:
         (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
         self.metadata = MetadataStore(data_dir / "metadata.sqlite")
         store_record = self.metadata.begin_epoch()
-        self.epoch = int(store_record.epoch)
+        self.epoch = store_record.epoch
         chunk_storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
         table = self.table
         table.directories = self.metadata.load_directories()
         table.root_directory = self.metadata.load_root_directory()
         for row in self.metadata.load_segments():
-            flushed = int(row.record.flushed_length)
+            flushed = row.record.flushed_length
             table.add(SegmentState(row, appended_length=flushed, durable_length=flushed))
         report = recover_journal(
             data_dir / "journal",
-            int(store_record.journal_checkpoint_lsn),
+            store_record.journal_checkpoint_lsn,
             table.by_id,
             self.tail_budget,
             config.max_append_bytes + 64,
@@ -242,7 +243,7 @@ class SegmentStore:
     def _segment(self, name: str) -> SegmentState:
         return self.table.segment(name)
 
-    async def chunks_of(self, seg: SegmentState) -> builtins.list[Any]:
+    async def chunks_of(self, seg: SegmentState) -> builtins.list[Chunk]:
         return await self.catalogue.chunks_of(seg)
 
     # ------------------------------------------------------------------ namespace
@@ -337,7 +338,7 @@ class SegmentStore:
     async def _set_sealed(self, name: str, sealed: bool) -> SegmentInfo:
         seg = self.table.segment(name)
         async with seg.meta_lock:
-            if bool(seg.record.sealed) != sealed:
+            if seg.record.sealed != sealed:
                 seg.sealing = sealed  # refuse appends from now while the commit runs
                 try:
                     await self.catalogue.update_record(
