@@ -76,7 +76,7 @@ class Results:
     rounds: list[Round]
 
     def median(self, field: str) -> float:
-        return statistics.median(getattr(r, field).mb_per_s for r in self.rounds)
+        return float(statistics.median(getattr(r, field).mb_per_s for r in self.rounds))
 
 
 def _timed_sum(frame: Any, size: int) -> float:

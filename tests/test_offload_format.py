@@ -9,6 +9,7 @@ from tierfs.blocks.checksums import BLOCK_BYTES, block_crcs_of
 from tierfs.contracts.errors import DataCorruptionError
 from tierfs.engine import records
 from tierfs.engine.object_keys import OffloadKeys, new_attempt_uuid
+from tierfs.engine.record_types import Chunk
 from tierfs.offload.offload_format import (
     FORMAT_METADATA_KEY,
     FORMAT_VERSION,
@@ -18,12 +19,10 @@ from tierfs.offload.offload_format import (
 )
 
 
-def chunk_record(data: bytes, name: str = "s00000007/e000003-c00000012") -> object:
+def chunk_record(data: bytes, name: str = "s00000007/e000003-c00000012") -> Chunk:
     crcs = block_crcs_of(data)
-    chunk = records.ChunkRecord(name=name, segment_id=7, start_offset=4096, length=len(data),
-                                crc32c=crcs.whole, epoch=3)
-    chunk.block_crc32c.extend(crcs.blocks)
-    return chunk
+    return Chunk(name=name, segment_id=7, start_offset=4096, length=len(data),
+                 crc32c=crcs.whole, block_crc32c=tuple(crcs.blocks), epoch=3)
 
 
 def test_keys_derive_from_ids_and_differ_per_attempt() -> None:

@@ -13,6 +13,7 @@ from tierfs.contracts.errors import ConcurrentModificationError, InvalidArgument
 from tierfs.engine import records
 from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.metadata import MetadataStore
+from tierfs.engine.record_types import Chunk, SegmentMeta
 
 
 def test_config_precedence(tmp_path: Path) -> None:
@@ -55,13 +56,28 @@ def test_records_carry_and_check_versions() -> None:
         records.decode(records.ChunkRecord, future)
 
 
+def test_typed_records_keep_the_stored_format() -> None:
+    """A value dumps to the bytes of the protobuf message with the same fields, and
+    loads back equal (repeated fields as tuples), so existing data dirs open."""
+    chunk = Chunk(name="s00000007/e000003-c00000012", segment_id=7, start_offset=4096,
+                  length=5, crc32c=9, block_crc32c=(9,), epoch=3, offload_complete=True)
+    message = records.ChunkRecord(name=chunk.name, segment_id=7, start_offset=4096, length=5,
+                                  crc32c=9, block_crc32c=[9], epoch=3, offload_complete=True)
+    assert records.dump(chunk) == records.encode(message)
+    assert records.load(Chunk, records.encode(message)) == chunk
+    segment = SegmentMeta(durability="pd", txn_writer_ids=("a", "b"), txn_writer_seqs=(1, 2))
+    assert records.load(SegmentMeta, records.dump(segment)) == segment
+    with pytest.raises(records.RecordVersionError):
+        records.load(Chunk, records.ChunkRecord(version=records.RECORD_VERSION + 1).SerializeToString())
+
+
 def test_metadata_conditional_updates(tmp_path: Path) -> None:
     meta = MetadataStore(tmp_path / "m.sqlite")
-    row = meta.create_segment("s", "", records.SegmentRecord(durability="pd"))
-    new_rev = meta.update_segment(row, records.SegmentRecord(durability="vd"))
+    row = meta.create_segment("s", "", SegmentMeta(durability="pd"))
+    new_rev = meta.update_segment(row, SegmentMeta(durability="vd"))
     assert new_rev == row.rev + 1
     with pytest.raises(ConcurrentModificationError):
-        meta.update_segment(row, records.SegmentRecord(durability="pd"))  # stale revision
+        meta.update_segment(row, SegmentMeta(durability="pd"))  # stale revision
     assert meta.load_segments()[0].record.durability == "vd"
     assert meta.begin_epoch().epoch == 1 and meta.begin_epoch().epoch == 2
     meta.close()

@@ -32,4 +32,5 @@ def open_filesystem(url: str, storage_options: Mapping[str, Any] | None = None) 
         for key, value in S3_CHECKSUM_DEFAULTS.items():
             config.setdefault(key, value)
         options["config_kwargs"] = config
-    return fsspec.core.url_to_fs(url, **options)
+    filesystem, path = fsspec.core.url_to_fs(url, **options)
+    return filesystem, str(path)

@@ -17,18 +17,46 @@ Invariants:
   rejected (the chunk would be deleted before it is offloaded, or at once after).
 - The planning functions are pure: they look at chunk facts and a time, never at
   storage, so they are tested without a store.
+- A policy is read from and stored into any frozen dataclass with the directory
+  record's policy fields (``PolicyRecord``: the engine's ``DirectoryMeta``), so this
+  layer does not depend on the engine.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from tierfs.contracts.errors import InvalidArgumentError
 
 POLICY_KEYS = ("offload_after_s", "offload_hot_bytes", "retention_s", "retention_bytes")
 _UNSET = ("", "none", "unset")
+
+
+class PolicyRecord(Protocol):
+    """A frozen dataclass holding a policy: a key's value counts only if its bit
+    (``POLICY_KEYS`` order) is set in ``policy_set``, so 0 stays a usable value."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    @property
+    def policy_set(self) -> int: ...
+
+    @property
+    def offload_after_s(self) -> int: ...
+
+    @property
+    def offload_hot_bytes(self) -> int: ...
+
+    @property
+    def retention_s(self) -> int: ...
+
+    @property
+    def retention_bytes(self) -> int: ...
+
+
+R = TypeVar("R", bound=PolicyRecord)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +67,8 @@ class Policy:
     retention_bytes: int | None = None
 
     @classmethod
-    def from_record(cls, record: Any) -> Policy:
-        """The keys a ``DirectoryRecord`` sets (bit i of ``policy_set`` = POLICY_KEYS[i])."""
+    def from_record(cls, record: PolicyRecord) -> Policy:
+        """The keys a directory record sets (bit i of ``policy_set`` = POLICY_KEYS[i])."""
         values = {
             key: int(getattr(record, key))
             for bit, key in enumerate(POLICY_KEYS)
@@ -48,13 +76,16 @@ class Policy:
         }
         return cls(**values)
 
-    def store_in(self, record: Any) -> None:
-        record.policy_set = 0
+    def stored_in(self, record: R) -> R:
+        """``record`` holding exactly this policy (unset keys 0, their bits clear)."""
+        policy_set = 0
+        values: dict[str, int] = {}
         for bit, key in enumerate(POLICY_KEYS):
             value = getattr(self, key)
-            setattr(record, key, value or 0)
+            values[key] = value or 0
             if value is not None:
-                record.policy_set |= 1 << bit
+                policy_set |= 1 << bit
+        return dataclasses.replace(record, policy_set=policy_set, **values)
 
     def items(self) -> dict[str, int]:
         return {key: getattr(self, key) for key in POLICY_KEYS if getattr(self, key) is not None}

@@ -14,8 +14,6 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES
@@ -24,14 +22,15 @@ from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.ports import LongTermBlocks
+from tierfs.engine.record_types import Chunk
 
 BlockKey = tuple[str, int, int]
 
 
-def block_key(chunk: Any, block: int) -> BlockKey:
+def block_key(chunk: Chunk, block: int) -> BlockKey:
     """Cache key of a block: a growing chunk's last block is keyed by its length."""
     block_start = block * BLOCK_BYTES
-    return (str(chunk.name), block, min(block_start + BLOCK_BYTES, int(chunk.length)) - block_start)
+    return (chunk.name, block, min(block_start + BLOCK_BYTES, chunk.length) - block_start)
 
 
 class BlockSource:
@@ -47,7 +46,7 @@ class BlockSource:
         self._limiter = tier2_limiter
         self._long_term = long_term
 
-    async def block(self, chunk: Any, block: int) -> bytes:
+    async def block(self, chunk: Chunk, block: int) -> bytes:
         """One verified block of a chunk, through the shared cache."""
         key = block_key(chunk, block)
         if chunk.location:  # offloaded: the same bytes, so the same cache key
@@ -59,9 +58,9 @@ class BlockSource:
                 )
             return await self.cache.get(key, lambda: long_term.read_block(chunk, block))
         block_start = block * BLOCK_BYTES
-        block_end = min(block_start + BLOCK_BYTES, int(chunk.length))
-        address = BlockAddress(f"chunk {chunk.name}", block, int(chunk.start_offset) + block_start)
-        expected_crc = int(chunk.block_crc32c[block])
+        block_end = min(block_start + BLOCK_BYTES, chunk.length)
+        address = BlockAddress(f"chunk {chunk.name}", block, chunk.start_offset + block_start)
+        expected_crc = chunk.block_crc32c[block]
 
         def fetch_and_verify() -> bytes:
             """In the worker thread: the GET and the CRC, off the event loop."""

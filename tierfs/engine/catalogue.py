@@ -6,8 +6,8 @@ segment's in-memory state right after it succeeds (write-through), so readers of
 state always see what the metadata holds.
 
 Invariants:
-- A segment's chunk list is loaded once, then kept write-through; records are replaced,
-  never mutated in place.
+- A segment's chunk list is loaded once, then kept write-through; records are frozen
+  values (``record_types``), replaced (``dataclasses.replace``), never mutated.
 - Commits are conditional on the row's revision (``MetadataStore``); on failure the
   in-memory state is unchanged.
 - Callers of ``update_record``/``commit_chunk`` hold the segment's ``meta_lock``.
@@ -15,22 +15,17 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import trio
 
 from tierfs.engine.metadata import MetadataStore, SegmentRow, now_ns
+from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 
 T = TypeVar("T")
-
-
-def copy_record(record: Any) -> Any:
-    """A fresh protobuf record equal to ``record`` (records are never changed in place)."""
-    new = type(record)()
-    new.CopyFrom(record)
-    return new
 
 
 class ChunkCatalogue:
@@ -42,7 +37,7 @@ class ChunkCatalogue:
         """Run one ``MetadataStore`` method off the event loop."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
-    async def chunks_of(self, seg: SegmentState) -> list[Any]:
+    async def chunks_of(self, seg: SegmentState) -> list[Chunk]:
         """The segment's chunk records (loaded once, then kept write-through)."""
         if seg.chunks is None:
             chunks = await self.call(self.metadata.load_chunks, seg.segment_id)
@@ -51,29 +46,26 @@ class ChunkCatalogue:
         assert seg.chunks is not None
         return seg.chunks
 
-    def install(self, seg: SegmentState, revision: int, record: Any) -> None:
+    def install(self, seg: SegmentState, revision: int, record: SegmentMeta) -> None:
         seg.row = SegmentRow(seg.segment_id, seg.name, revision, record)
 
     async def update_record(self, seg: SegmentState, **fields: Any) -> None:
         """Commit a new segment record with ``fields`` changed (and a new modified time)."""
-        record = copy_record(seg.record)
-        for key, value in fields.items():
-            setattr(record, key, value)
-        record.modified_ns = now_ns()
+        record = dataclasses.replace(seg.record, **fields, modified_ns=now_ns())
         self.install(seg, await self.call(self.metadata.update_segment, seg.row, record), record)
 
-    async def commit_flush(self, seg: SegmentState, record: Any, chunk: Any) -> None:
+    async def commit_flush(self, seg: SegmentState, record: SegmentMeta, chunk: Chunk) -> None:
         """A flush: the new or grown chunk record and the segment record, together."""
         self.install(seg, await self.call(self.metadata.commit_flush, seg.row, record, chunk), record)
         seg.put_chunk(chunk)
 
-    async def commit_chunk(self, seg: SegmentState, chunk: Any) -> None:
+    async def commit_chunk(self, seg: SegmentState, chunk: Chunk) -> None:
         """A new version of an existing chunk record (same start offset)."""
         revision = await self.call(self.metadata.commit_chunk_update, seg.row, chunk)
         self.install(seg, revision, seg.record)
         seg.replace_chunk(chunk)
 
-    async def truncate_head(self, seg: SegmentState, record: Any, chunks: list[Any]) -> None:
+    async def truncate_head(self, seg: SegmentState, record: SegmentMeta, chunks: list[Chunk]) -> None:
         """Retention: drop the first ``len(chunks)`` chunk records with the new record."""
         current = await self.chunks_of(seg)
         self.install(seg, await self.call(self.metadata.truncate_head, seg.row, record, chunks), record)
@@ -91,11 +83,5 @@ class ChunkCatalogue:
         """(segment id, chunk start) -> completion time (s) of every offloaded chunk whose
         chunk-store copy still exists (read once at start-up)."""
 
-        def scan() -> dict[tuple[int, int], float]:
-            return {
-                (int(c.segment_id), int(c.start_offset)): c.offload_completed_ns / 1e9
-                for c in self.metadata.all_chunks()
-                if c.offload_complete and not c.offload_hot_deleted
-            }
-
-        return await self.call(scan)
+        pending = await self.call(self.metadata.hot_copies_pending)
+        return {key: completed_ns / 1e9 for key, completed_ns in pending.items()}

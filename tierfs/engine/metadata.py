@@ -3,7 +3,9 @@
 This is the only index of the store: nothing lists tier-2 to find data.
 
 Invariants:
-- Values are protobuf records (``records.py``) carrying a version.
+- Values are protobuf records (``records.py``) carrying a version; this is the one
+  place they are converted to and from the engine's typed values (``record_types``),
+  once per load or commit, never per read or append.
 - Every change that touches more than one row runs in one transaction; updates of a
   segment are conditional on its revision, so a stale writer fails instead of
   overwriting (``ConcurrentModificationError``) and changes nothing.
@@ -16,11 +18,11 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import operator
 import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from tierfs.contracts.errors import (
     ConcurrentModificationError,
@@ -30,6 +32,12 @@ from tierfs.contracts.errors import (
 )
 from tierfs.engine import records
 from tierfs.engine.object_keys import garbage_names
+from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta, StoreMeta
+
+# the fields of a chunk record (``Chunk``) that the start-up scan reads
+_HOT_COPY_FIELDS = operator.attrgetter(
+    "segment_id", "start_offset", "offload_complete", "offload_hot_deleted", "offload_completed_ns"
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -55,7 +63,7 @@ class SegmentRow:
     segment_id: int
     name: str
     rev: int
-    record: Any  # records.SegmentRecord
+    record: SegmentMeta
 
 
 def now_ns() -> int:
@@ -77,59 +85,60 @@ class MetadataStore:
         return _Transaction(self._db)
 
     # ------------------------------------------------------------ store record
-    def load_store_record(self) -> Any:
+    def load_store_record(self) -> StoreMeta:
         row = self._db.execute("SELECT value FROM store WHERE key='store'").fetchone()
         if row is None:
-            return records.StoreRecord(created_ns=now_ns())
-        return records.decode(records.StoreRecord, row[0])
+            return StoreMeta(created_ns=now_ns())
+        return records.load(StoreMeta, row[0])
 
-    def save_store_record(self, record: Any) -> None:
+    def save_store_record(self, record: StoreMeta) -> None:
         with self._transaction():
-            self._db.execute(
-                "INSERT OR REPLACE INTO store (key, value) VALUES ('store', ?)",
-                (records.encode(record),),
-            )
+            self._write_store_record(record)
 
-    def begin_epoch(self) -> Any:
+    def _write_store_record(self, record: StoreMeta) -> None:
+        """Caller holds a transaction."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO store (key, value) VALUES ('store', ?)",
+            (records.dump(record),),
+        )
+
+    def begin_epoch(self) -> StoreMeta:
         """Increase the owner epoch (one transaction) and return the store record."""
         with self._transaction():
-            record = self.load_store_record()
-            record.epoch += 1
-            self._db.execute(
-                "INSERT OR REPLACE INTO store (key, value) VALUES ('store', ?)",
-                (records.encode(record),),
-            )
+            old = self.load_store_record()
+            record = dataclasses.replace(old, epoch=old.epoch + 1)
+            self._write_store_record(record)
         return record
 
     # ------------------------------------------------------------ namespace
-    def load_root_directory(self) -> Any:
+    def load_root_directory(self) -> DirectoryMeta:
         row = self._db.execute("SELECT value FROM store WHERE key='root_directory'").fetchone()
-        return records.DirectoryRecord() if row is None else records.decode(records.DirectoryRecord, row[0])
+        return DirectoryMeta() if row is None else records.load(DirectoryMeta, row[0])
 
-    def update_directory(self, name: str, record: Any) -> None:
+    def update_directory(self, name: str, record: DirectoryMeta) -> None:
         """Replace a directory's record ('' is the root)."""
         with self._transaction():
             if name == "":
                 self._db.execute(
                     "INSERT OR REPLACE INTO store (key, value) VALUES ('root_directory', ?)",
-                    (records.encode(record),),
+                    (records.dump(record),),
                 )
                 return
             cursor = self._db.execute(
-                "UPDATE directories SET value=? WHERE name=?", (records.encode(record), name)
+                "UPDATE directories SET value=? WHERE name=?", (records.dump(record), name)
             )
             if cursor.rowcount != 1:
                 raise SegmentNotFoundError(name)
 
-    def load_directories(self) -> dict[str, Any]:
+    def load_directories(self) -> dict[str, DirectoryMeta]:
         return {
-            name: records.decode(records.DirectoryRecord, value)
+            name: records.load(DirectoryMeta, value)
             for name, value in self._db.execute("SELECT name, value FROM directories")
         }
 
     def load_segments(self) -> list[SegmentRow]:
         return [
-            SegmentRow(seg_id, name, rev, records.decode(records.SegmentRecord, value))
+            SegmentRow(seg_id, name, rev, records.load(SegmentMeta, value))
             for seg_id, name, rev, value in self._db.execute(
                 "SELECT id, name, rev, value FROM segments"
             )
@@ -149,15 +158,15 @@ class MetadataStore:
         ).fetchone() is None:
             raise SegmentNotFoundError(parent)
 
-    def mkdir(self, name: str, parent: str) -> Any:
-        record = records.DirectoryRecord(created_ns=now_ns())
+    def mkdir(self, name: str, parent: str) -> DirectoryMeta:
+        record = DirectoryMeta(created_ns=now_ns())
         with self._transaction():
             self._require_parent(parent)
             if self._name_taken(name):
                 raise SegmentExistsError(name)
             self._db.execute(
                 "INSERT INTO directories (name, value) VALUES (?, ?)",
-                (name, records.encode(record)),
+                (name, records.dump(record)),
             )
         return record
 
@@ -173,32 +182,33 @@ class MetadataStore:
             if cursor.rowcount != 1:
                 raise SegmentNotFoundError(name)
 
-    def create_segment(self, name: str, parent: str, record: Any) -> SegmentRow:
+    def create_segment(self, name: str, parent: str, record: SegmentMeta) -> SegmentRow:
+        """Insert a segment; the row's record is ``record`` with its new segment id."""
         with self._transaction():
             self._require_parent(parent)
             if self._name_taken(name):
                 raise SegmentExistsError(name)
             cursor = self._db.execute(
                 "INSERT INTO segments (name, rev, value) VALUES (?, 1, ?)",
-                (name, records.encode(record)),
+                (name, records.dump(record)),
             )
             segment_id = cursor.lastrowid
             assert segment_id is not None
-            record.segment_id = segment_id
+            record = dataclasses.replace(record, segment_id=segment_id)
             self._db.execute(
-                "UPDATE segments SET value=? WHERE id=?", (records.encode(record), segment_id)
+                "UPDATE segments SET value=? WHERE id=?", (records.dump(record), segment_id)
             )
         return SegmentRow(segment_id, name, 1, record)
 
-    def update_segment(self, row: SegmentRow, record: Any) -> int:
+    def update_segment(self, row: SegmentRow, record: SegmentMeta) -> int:
         """Conditionally replace a segment's record; returns the new revision."""
         with self._transaction():
             return self._update_segment(row, record)
 
-    def _update_segment(self, row: SegmentRow, record: Any) -> int:
+    def _update_segment(self, row: SegmentRow, record: SegmentMeta) -> int:
         cursor = self._db.execute(
             "UPDATE segments SET value=?, rev=rev+1 WHERE id=? AND rev=?",
-            (records.encode(record), row.segment_id, row.rev),
+            (records.dump(record), row.segment_id, row.rev),
         )
         if cursor.rowcount != 1:
             raise ConcurrentModificationError(
@@ -241,34 +251,34 @@ class MetadataStore:
         return names
 
     # ------------------------------------------------------------ chunks
-    def _chunks(self, segment_id: int) -> Iterator[Any]:
+    def _chunks(self, segment_id: int) -> Iterator[Chunk]:
         for (value,) in self._db.execute(
             "SELECT value FROM chunks WHERE segment_id=? ORDER BY start_offset", (segment_id,)
         ):
-            yield records.decode(records.ChunkRecord, value)
+            yield records.load(Chunk, value)
 
-    def load_chunks(self, segment_id: int) -> list[Any]:
+    def load_chunks(self, segment_id: int) -> list[Chunk]:
         return list(self._chunks(segment_id))
 
-    def commit_flush(self, row: SegmentRow, record: Any, chunk: Any) -> int:
+    def commit_flush(self, row: SegmentRow, record: SegmentMeta, chunk: Chunk) -> int:
         """Record a chunk write (new chunk or grown chunk) and the segment's new flushed
         length in one transaction; conditional on the segment revision."""
         with self._transaction():
             rev = self._update_segment(row, record)
             self._db.execute(
                 "INSERT OR REPLACE INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
-                (chunk.segment_id, chunk.start_offset, records.encode(chunk)),
+                (chunk.segment_id, chunk.start_offset, records.dump(chunk)),
             )
         return rev
 
-    def commit_chunk_update(self, row: SegmentRow, chunk: Any) -> int:
+    def commit_chunk_update(self, row: SegmentRow, chunk: Chunk) -> int:
         """Replace an existing chunk record (offload progress), conditional on the
         segment revision, which it advances; returns the new revision."""
         with self._transaction():
             rev = self._update_segment(row, row.record)
             cursor = self._db.execute(
                 "UPDATE chunks SET value=? WHERE segment_id=? AND start_offset=?",
-                (records.encode(chunk), chunk.segment_id, chunk.start_offset),
+                (records.dump(chunk), chunk.segment_id, chunk.start_offset),
             )
             if cursor.rowcount != 1:
                 raise ConcurrentModificationError(
@@ -276,7 +286,9 @@ class MetadataStore:
                 )
         return rev
 
-    def concat(self, target: SegmentRow, target_record: Any, sources: list[SegmentRow], moved: list[Any]) -> int:
+    def concat(
+        self, target: SegmentRow, target_record: SegmentMeta, sources: list[SegmentRow], moved: list[Chunk]
+    ) -> int:
         """Metadata-only concat: ``moved`` (the sources' chunk records, re-addressed to
         the target) join the target, the target gets its new record and the sources
         disappear, in one transaction conditional on every revision. No object is
@@ -292,11 +304,11 @@ class MetadataStore:
                 self._db.execute("DELETE FROM chunks WHERE segment_id=?", (source.segment_id,))
             self._db.executemany(
                 "INSERT INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
-                [(c.segment_id, c.start_offset, records.encode(c)) for c in moved],
+                [(c.segment_id, c.start_offset, records.dump(c)) for c in moved],
             )
         return rev
 
-    def truncate_head(self, row: SegmentRow, record: Any, chunks: list[Any]) -> int:
+    def truncate_head(self, row: SegmentRow, record: SegmentMeta, chunks: list[Chunk]) -> int:
         """Delete head ``chunks`` (retention) and set the segment's new record (its
         start offset) in one transaction; their objects are queued for collection."""
         stamp = now_ns()
@@ -310,9 +322,19 @@ class MetadataStore:
             self._insert_garbage([name for chunk in chunks for name in garbage_names(chunk)], stamp)
         return rev
 
-    def all_chunks(self) -> Iterator[Any]:
-        for (value,) in self._db.execute("SELECT value FROM chunks ORDER BY segment_id, start_offset"):
-            yield records.decode(records.ChunkRecord, value)
+    def hot_copies_pending(self) -> dict[tuple[int, int], int]:
+        """(segment id, chunk start) -> completion time (ns) of every offloaded chunk whose
+        chunk-store copy still exists. Read once at start-up over every chunk record, so
+        it reads the five fields it needs off the protobuf message and builds no
+        ``Chunk``."""
+        pending: dict[tuple[int, int], int] = {}
+        for (value,) in self._db.execute("SELECT value FROM chunks"):
+            segment_id, start, complete, hot_deleted, completed_ns = _HOT_COPY_FIELDS(
+                records.decode(records.ChunkRecord, value)
+            )
+            if complete and not hot_deleted:
+                pending[(segment_id, start)] = completed_ns
+        return pending
 
     # ------------------------------------------------------------ garbage
     def queue_garbage(self, names: list[str]) -> None:
@@ -337,11 +359,7 @@ class MetadataStore:
         with self._transaction():
             record = self.load_store_record()
             if lsn > record.journal_checkpoint_lsn:
-                record.journal_checkpoint_lsn = lsn
-                self._db.execute(
-                    "INSERT OR REPLACE INTO store (key, value) VALUES ('store', ?)",
-                    (records.encode(record),),
-                )
+                self._write_store_record(dataclasses.replace(record, journal_checkpoint_lsn=lsn))
 
 
 def _escape_like(text: str) -> str:

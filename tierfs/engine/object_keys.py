@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
+
+from tierfs.engine.record_types import Chunk
 
 DATA_SUFFIX = ".data"
 INDEX_SUFFIX = ".index"
@@ -50,12 +51,12 @@ class OffloadKeys:
 LONG_TERM_GARBAGE_PREFIX = "longterm:"
 
 
-def garbage_names(chunk: Any) -> list[str]:
-    """Objects to delete once ``chunk`` (a ``ChunkRecord``) is gone from the metadata:
+def garbage_names(chunk: Chunk) -> list[str]:
+    """Objects to delete once ``chunk`` is gone from the metadata:
     its chunk-store copy unless already deleted, and the objects of its offload attempt
     (earlier attempts' objects were deleted before that attempt was recorded).
     Long-term keys carry ``LONG_TERM_GARBAGE_PREFIX``."""
-    names = [] if chunk.offload_hot_deleted else [str(chunk.name)]
+    names = [] if chunk.offload_hot_deleted else [chunk.name]
     if chunk.offload_attempt_uuid:
         keys = OffloadKeys.for_attempt(chunk.name, chunk.offload_attempt_uuid)
         names += [LONG_TERM_GARBAGE_PREFIX + keys.data, LONG_TERM_GARBAGE_PREFIX + keys.index]

@@ -15,17 +15,18 @@ objects that have them. No part ever receives the façade.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 
 
 class ChunkSource(Protocol):
-    async def chunks_of(self, seg: SegmentState) -> list[Any]: ...
+    async def chunks_of(self, seg: SegmentState) -> list[Chunk]: ...
 
 
 class LongTermBlocks(Protocol):
-    async def read_block(self, chunk: Any, block: int) -> bytes: ...
+    async def read_block(self, chunk: Chunk, block: int) -> bytes: ...
 
 
 class JournalFiles(Protocol):

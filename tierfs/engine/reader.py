@@ -19,8 +19,6 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES
@@ -36,6 +34,7 @@ from tierfs.contracts.errors import (
 )
 from tierfs.engine.block_source import BlockKey, BlockSource, block_key
 from tierfs.engine.ports import ChunkSource
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.tail_reader import TailReader
 
@@ -96,9 +95,9 @@ class Reader:
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     @staticmethod
-    def _blocks_of(chunks: list[Any], seg: SegmentState, start: int, end: int) -> list[tuple[Any, int]]:
+    def _blocks_of(chunks: list[Chunk], seg: SegmentState, start: int, end: int) -> list[tuple[Chunk, int]]:
         """(chunk, block index) of every block overlapping segment bytes [start, end)."""
-        wanted: list[tuple[Any, int]] = []
+        wanted: list[tuple[Chunk, int]] = []
         index = max(seg.chunk_index_at(start), 0)
         while index < len(chunks) and chunks[index].start_offset < end:
             chunk = chunks[index]
@@ -120,7 +119,7 @@ class Reader:
                 raise
             return await self._read_chunks(seg, await self._chunks.chunks_of(seg), start, end)
 
-    async def _read_chunks(self, seg: SegmentState, chunks: list[Any], start: int, end: int) -> bytes:
+    async def _read_chunks(self, seg: SegmentState, chunks: list[Chunk], start: int, end: int) -> bytes:
         wanted = self._blocks_of(chunks, seg, start, end)
         blocks: list[bytes] = [b""] * len(wanted)
         cache = self._blocks.cache
@@ -173,7 +172,7 @@ class Reader:
                 started += 1
         return started
 
-    async def _prefetch_block(self, chunk: Any, block: int, key: BlockKey) -> None:
+    async def _prefetch_block(self, chunk: Chunk, block: int, key: BlockKey) -> None:
         try:
             await self._blocks.block(chunk, block)
         except TierFSError:

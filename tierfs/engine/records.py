@@ -1,20 +1,33 @@
-"""Protobuf records persisted in the metadata database.
+"""Protobuf records persisted in the metadata database, and their codec.
 
 The message types are declared here in Python (a ``FileDescriptorProto``) instead of a
 generated ``_pb2`` module, so no protoc run is needed to build tierfs. The wire format
 is ordinary proto3, readable by any protobuf implementation given the same schema.
 
+The engine never handles these messages: it passes frozen dataclasses around
+(``record_types``: ``Chunk``, ``SegmentMeta``, ...; ``offload_format.IndexObject``),
+whose fields have the messages' names. ``load`` and ``dump`` convert between the two,
+and only where records are read and written (the metadata store, the offload index).
+
 Invariants:
 - Every record has ``version`` as field 1; readers reject versions newer than
-  ``RECORD_VERSION`` instead of misreading them.
+  ``RECORD_VERSION`` instead of misreading them; ``dump`` writes ``RECORD_VERSION``.
 - Field numbers are never reused; new fields get new numbers.
+- A value type has exactly the message's fields, ``version`` aside (``check_value_type``
+  at import), repeated fields as tuples. Fields this tierfs does not know are not kept
+  when it rewrites a record, so a field whose loss would matter comes with a new
+  ``RECORD_VERSION``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import operator
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 RECORD_VERSION = 1
 
@@ -102,7 +115,7 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
 }
 
 
-def _build() -> dict[str, Any]:
+def _build() -> dict[str, type[Message]]:
     file_proto = descriptor_pb2.FileDescriptorProto(
         name="tierfs/records.proto", package="tierfs", syntax="proto3"
     )
@@ -125,28 +138,92 @@ def _build() -> dict[str, Any]:
 
 
 _CLASSES = _build()
-StoreRecord: Any = _CLASSES["StoreRecord"]
-DirectoryRecord: Any = _CLASSES["DirectoryRecord"]
-SegmentRecord: Any = _CLASSES["SegmentRecord"]
-ChunkRecord: Any = _CLASSES["ChunkRecord"]
-OffloadIndex: Any = _CLASSES["OffloadIndex"]
+StoreRecord = _CLASSES["StoreRecord"]
+DirectoryRecord = _CLASSES["DirectoryRecord"]
+SegmentRecord = _CLASSES["SegmentRecord"]
+ChunkRecord = _CLASSES["ChunkRecord"]
+OffloadIndex = _CLASSES["OffloadIndex"]
+
+_VERSION_FIELD = "version"
+# message name -> its fields other than version, in field-number order: (name, repeated)
+_VALUE_FIELDS: dict[str, tuple[tuple[str, bool], ...]] = {
+    message_name: tuple(
+        (field_name, repeated) for field_name, _, repeated in fields if field_name != _VERSION_FIELD
+    )
+    for message_name, fields in _SCHEMA.items()
+}
+# message name -> (reads those fields off a message in one call, positions of repeated ones)
+_READERS: dict[str, tuple[Callable[[Message], tuple[Any, ...]], tuple[int, ...]]] = {
+    message_name: (
+        operator.attrgetter(*(name for name, _ in fields)),
+        tuple(i for i, (_, repeated) in enumerate(fields) if repeated),
+    )
+    for message_name, fields in _VALUE_FIELDS.items()
+}
 
 
 class RecordVersionError(ValueError):
     """A stored record was written by a newer tierfs than this one."""
 
 
-def decode(cls: Any, data: bytes) -> Any:
+def decode(cls: type[Message], data: bytes) -> Message:
+    """The ``cls`` message in ``data``; ``RecordVersionError`` if it is too new."""
     record = cls.FromString(data)
-    if record.version > RECORD_VERSION:
+    version = int(getattr(record, _VERSION_FIELD))
+    if version > RECORD_VERSION:
         raise RecordVersionError(
-            f"{cls.DESCRIPTOR.name} version {record.version} is newer than "
+            f"{cls.DESCRIPTOR.name} version {version} is newer than "
             f"this tierfs understands ({RECORD_VERSION}); upgrade tierfs"
         )
     return record
 
 
-def encode(record: Any) -> bytes:
-    record.version = RECORD_VERSION
-    data: bytes = record.SerializeToString()
-    return data
+def encode(record: Message) -> bytes:
+    """``record``'s bytes, stamped with ``RECORD_VERSION``."""
+    setattr(record, _VERSION_FIELD, RECORD_VERSION)
+    return record.SerializeToString()
+
+
+# ------------------------------------------------------------------ typed values
+class RecordValue(Protocol):
+    """A frozen dataclass with the fields of the message named ``MESSAGE``, in the
+    message's order."""
+
+    MESSAGE: ClassVar[str]
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
+V = TypeVar("V", bound=RecordValue)
+
+
+def check_value_type(cls: type[RecordValue]) -> None:
+    """Fail at import if ``cls`` does not have exactly its message's fields, in order
+    (``load`` passes them by position)."""
+    expected = [name for name, _ in _VALUE_FIELDS[cls.MESSAGE]]
+    actual = [field.name for field in dataclasses.fields(cls)]
+    if actual != expected:
+        raise TypeError(f"{cls.__name__} has fields {actual}, {cls.MESSAGE} has {expected}")
+
+
+def load(cls: type[V], data: bytes) -> V:
+    """The value of type ``cls`` stored in ``data`` (``RecordVersionError`` if a newer
+    tierfs wrote it; protobuf's ``DecodeError`` if it is not a record)."""
+    read_fields, repeated = _READERS[cls.MESSAGE]
+    values = read_fields(decode(_CLASSES[cls.MESSAGE], data))
+    if not repeated:
+        return cls(*values)
+    listed = list(values)
+    for i in repeated:
+        listed[i] = tuple(listed[i])
+    return cls(*listed)
+
+
+def dump(value: RecordValue) -> bytes:
+    """The stored form of ``value``, stamped with ``RECORD_VERSION``."""
+    message = _CLASSES[value.MESSAGE]()
+    for name, repeated in _VALUE_FIELDS[value.MESSAGE]:
+        if repeated:
+            getattr(message, name).extend(getattr(value, name))
+        else:
+            setattr(message, name, getattr(value, name))
+    return encode(message)

@@ -3,8 +3,8 @@ its lengths (appended LAP, durable LAC, flushed), its unflushed tail and its chu
 
 Invariants:
 - ``flushed_length <= durable_length <= appended_length``.
-- ``row.record`` and chunk records are replaced, never mutated in place, so a reader
-  holding an old record sees a consistent snapshot.
+- ``row.record`` and chunk records are frozen values (``record_types``), replaced,
+  never mutated, so a reader holding an old record sees a consistent snapshot.
 - ``chunks`` (once loaded) equals the metadata's chunk records in offset order.
 """
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import time
-from typing import Any
 
 import trio
 
 from tierfs.engine.metadata import SegmentRow
+from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.tail import Tail
 
 
@@ -27,7 +27,7 @@ class SegmentState:
     appended_length: int
     durable_length: int
     tail: Tail = dataclasses.field(default_factory=Tail)
-    chunks: list[Any] | None = None  # ChunkRecords, loaded lazily
+    chunks: list[Chunk] | None = None  # loaded lazily
     chunk_starts: list[int] = dataclasses.field(default_factory=list)
     meta_lock: trio.Lock = dataclasses.field(default_factory=trio.Lock)
     deleted: bool = False
@@ -60,7 +60,7 @@ class SegmentState:
     def row(self, row: SegmentRow) -> None:
         self._row = row
         self.is_pd = row.record.durability == "pd"
-        self._sealed_record = bool(row.record.sealed)
+        self._sealed_record = row.record.sealed
 
     @property
     def segment_id(self) -> int:
@@ -71,17 +71,17 @@ class SegmentState:
         return self.row.name
 
     @property
-    def record(self) -> Any:
+    def record(self) -> SegmentMeta:
         return self.row.record
 
     @property
     def flushed_length(self) -> int:
-        return int(self.row.record.flushed_length)
+        return self.row.record.flushed_length
 
     @property
     def start_offset(self) -> int:
         """First readable byte: retention deleted everything below it."""
-        return int(self.row.record.start_offset)
+        return self.row.record.start_offset
 
     @property
     def sealed(self) -> bool:
@@ -89,7 +89,7 @@ class SegmentState:
 
     @property
     def durability(self) -> str:
-        return str(self.row.record.durability)
+        return self.row.record.durability
 
     def last_append_wall_s(self) -> float:
         """Wall-clock time of the last append (monotonic on the hot path, converted here)."""
@@ -97,28 +97,28 @@ class SegmentState:
             return 0.0
         return time.time() - (time.monotonic() - self.last_append_s)
 
-    def set_chunks(self, chunks: list[Any]) -> None:
+    def set_chunks(self, chunks: list[Chunk]) -> None:
         self.chunks = chunks
-        self.chunk_starts = [int(c.start_offset) for c in chunks]
+        self.chunk_starts = [c.start_offset for c in chunks]
 
-    def put_chunk(self, chunk: Any) -> None:
+    def put_chunk(self, chunk: Chunk) -> None:
         """Install a new or grown chunk record (the last one) in the cached list."""
         assert self.chunks is not None
         if self.chunks and self.chunk_starts[-1] == chunk.start_offset:
             self.chunks = [*self.chunks[:-1], chunk]
         else:
             self.chunks = [*self.chunks, chunk]
-            self.chunk_starts = [*self.chunk_starts, int(chunk.start_offset)]
+            self.chunk_starts = [*self.chunk_starts, chunk.start_offset]
 
-    def replace_chunk(self, chunk: Any) -> None:
+    def replace_chunk(self, chunk: Chunk) -> None:
         """Install a new version of an existing chunk record (same start offset)."""
         assert self.chunks is not None
-        index = self.chunk_index_at(int(chunk.start_offset))
+        index = self.chunk_index_at(chunk.start_offset)
         if index < 0 or self.chunk_starts[index] != chunk.start_offset:
             raise KeyError(f"no chunk starts at {chunk.start_offset}")
         self.chunks = [*self.chunks[:index], chunk, *self.chunks[index + 1 :]]
 
-    def chunk_at(self, start: int) -> Any | None:
+    def chunk_at(self, start: int) -> Chunk | None:
         """The chunk record starting at ``start`` (None if there is none)."""
         index = self.chunk_index_at(start)
         if self.chunks is None or index < 0 or self.chunk_starts[index] != start:

@@ -12,7 +12,6 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import trio
 
@@ -23,6 +22,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     StoreClosedError,
 )
+from tierfs.engine.record_types import DirectoryMeta
 from tierfs.engine.segment_state import SegmentState
 
 
@@ -30,8 +30,8 @@ class SegmentTable:
     def __init__(self) -> None:
         self.by_name: dict[str, SegmentState] = {}
         self.by_id: dict[int, SegmentState] = {}
-        self.directories: dict[str, Any] = {}  # DirectoryRecords by name ('' not included)
-        self.root_directory: Any = None
+        self.directories: dict[str, DirectoryMeta] = {}  # by name ('' not included)
+        self.root_directory = DirectoryMeta()  # loaded when the store opens
         # serializes namespace changes (create, mkdir, rmdir, rename, delete, concat)
         self.lock = trio.Lock()
         self.closed = False
@@ -84,10 +84,10 @@ class SegmentTable:
         self.require_directory(parent)
         return parent
 
-    def directory_record(self, name: str) -> Any:
+    def directory_record(self, name: str) -> DirectoryMeta:
         return self.root_directory if name == "" else self.directories[name]
 
-    def set_directory_record(self, name: str, record: Any) -> None:
+    def set_directory_record(self, name: str, record: DirectoryMeta) -> None:
         if name == "":
             self.root_directory = record
         else:

@@ -27,9 +27,10 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
@@ -41,12 +42,11 @@ from tierfs.contracts.errors import (
     Tier2Error,
     TierFSError,
 )
-from tierfs.engine import records
-from tierfs.engine.catalogue import copy_record
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.metadata import now_ns
 from tierfs.engine.object_keys import chunk_name
 from tierfs.engine.ports import GarbageSink, JournalFiles
+from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.tail import TailBudget
 from tierfs.engine.tail_reader import TailReader
@@ -59,9 +59,9 @@ TICK_S = 0.05  # how often time-based triggers are checked
 class FlushCatalogue(Protocol):
     """What the writer needs of the metadata."""
 
-    async def chunks_of(self, seg: SegmentState) -> list[Any]: ...
+    async def chunks_of(self, seg: SegmentState) -> list[Chunk]: ...
 
-    async def commit_flush(self, seg: SegmentState, record: Any, chunk: Any) -> None: ...
+    async def commit_flush(self, seg: SegmentState, record: SegmentMeta, chunk: Chunk) -> None: ...
 
     async def set_checkpoint(self, lsn: int) -> None: ...
 
@@ -227,12 +227,12 @@ class StorageWriter:
             and last.length < config.max_chunk_bytes
         ):
             name = last.name
-            chunk_offset = int(last.length)
+            chunk_offset = last.length
             end = min(end, last.start_offset + config.max_chunk_bytes)
-            crcs = BlockCrcs(int(last.length), int(last.crc32c), list(last.block_crc32c))
+            crcs = BlockCrcs(last.length, last.crc32c, list(last.block_crc32c))
             new_seq = None
         else:
-            new_seq = int(seg.record.next_chunk_seq)
+            new_seq = seg.record.next_chunk_seq
             name = chunk_name(seg.segment_id, self._epoch, new_seq)
             chunk_offset = 0
             end = min(end, start + config.max_chunk_bytes)
@@ -242,13 +242,13 @@ class StorageWriter:
         await trio.to_thread.run_sync(
             storage.write, name, chunk_offset, data, limiter=self._limiter
         )
-        chunk = records.ChunkRecord(
+        chunk = Chunk(
             name=name,
             segment_id=seg.segment_id,
             start_offset=start - chunk_offset,
             length=crcs.length,
             crc32c=crcs.whole,
-            block_crc32c=crcs.blocks,
+            block_crc32c=tuple(crcs.blocks),
             epoch=self._epoch,
             created_ns=last.created_ns if new_seq is None and last is not None else now_ns(),
             location="",
@@ -265,12 +265,11 @@ class StorageWriter:
                 raise ConcurrentModificationError(
                     f"chunk {name} of {seg.name!r} changed during a flush; retrying"
                 )
-            record = copy_record(seg.record)
-            record.flushed_length = end
-            record.modified_ns = now_ns()
+            record = dataclasses.replace(seg.record, flushed_length=end, modified_ns=now_ns())
             if new_seq is not None:
-                record.next_chunk_seq = new_seq + 1
-                record.chunk_count = record.chunk_count + 1
+                record = dataclasses.replace(
+                    record, next_chunk_seq=new_seq + 1, chunk_count=record.chunk_count + 1
+                )
             await self._catalogue.commit_flush(seg, record, chunk)
         seg.tail.drop_through(end, self._tail_budget)
         self.unflushed_bytes -= end - start

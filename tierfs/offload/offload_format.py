@@ -7,7 +7,8 @@ An offloaded chunk is two objects under the long-term URL:
 - the **index object** ``<key>.index``: an ``OffloadIndex`` protobuf record with the
   segment name and id, the chunk's name, segment offset and length, the per-1 MiB-block
   CRC32Cs, the whole-chunk CRC32C, the format version, the attempt UUID, the software
-  version and the time.
+  version and the time. In memory it is an ``IndexObject`` (same field names), converted
+  here only, once per fetch of the object.
 
 Invariants:
 - Keys derive from ids, never from names: ``s<segment id>/<chunk file name>-<attempt
@@ -23,8 +24,9 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any
+from typing import ClassVar
 
 from google.protobuf.message import DecodeError
 
@@ -32,10 +34,33 @@ from tierfs.blocks.checksums import BLOCK_BYTES
 from tierfs.contracts.errors import DataCorruptionError
 from tierfs.contracts.version import __version__
 from tierfs.engine import records
+from tierfs.engine.record_types import Chunk
 
 FORMAT_VERSION = 1
 FORMAT_METADATA_KEY = "tierfs-format"
 
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IndexObject:
+    """The contents of an index object: the chunk as it was at offload time."""
+
+    MESSAGE: ClassVar[str] = "OffloadIndex"
+
+    format_version: int = 0
+    segment_name: str = ""
+    segment_id: int = 0
+    chunk_name: str = ""
+    start_offset: int = 0
+    length: int = 0
+    block_bytes: int = 0
+    crc32c: int = 0
+    block_crc32c: tuple[int, ...] = ()
+    attempt_uuid: str = ""
+    software_version: str = ""
+    created_ns: int = 0
+
+
+records.check_value_type(IndexObject)
 
 
 def object_metadata() -> dict[str, str]:
@@ -43,9 +68,9 @@ def object_metadata() -> dict[str, str]:
     return {FORMAT_METADATA_KEY: str(FORMAT_VERSION)}
 
 
-def encode_index(segment_name: str, chunk: Any, attempt_uuid: str) -> bytes:
-    """The index object for ``chunk`` (a ``ChunkRecord``) of ``segment_name``."""
-    index = records.OffloadIndex(
+def encode_index(segment_name: str, chunk: Chunk, attempt_uuid: str) -> bytes:
+    """The index object for ``chunk`` of ``segment_name``."""
+    index = IndexObject(
         format_version=FORMAT_VERSION,
         segment_name=segment_name,
         segment_id=chunk.segment_id,
@@ -54,18 +79,18 @@ def encode_index(segment_name: str, chunk: Any, attempt_uuid: str) -> bytes:
         length=chunk.length,
         block_bytes=BLOCK_BYTES,
         crc32c=chunk.crc32c,
+        block_crc32c=chunk.block_crc32c,
         attempt_uuid=attempt_uuid,
         software_version=__version__,
         created_ns=time.time_ns(),
     )
-    index.block_crc32c.extend(chunk.block_crc32c)
-    return records.encode(index)
+    return records.dump(index)
 
 
-def decode_index(data: bytes, chunk: Any, url: str) -> Any:
-    """The ``OffloadIndex`` in ``data``, checked against the chunk record it describes."""
+def decode_index(data: bytes, chunk: Chunk, url: str) -> IndexObject:
+    """The index object in ``data``, checked against the chunk record it describes."""
     try:
-        index = records.decode(records.OffloadIndex, data)
+        index = records.load(IndexObject, data)
     except (DecodeError, records.RecordVersionError) as e:
         raise DataCorruptionError(f"offload index {url} cannot be read: {e}") from None
     if index.format_version != FORMAT_VERSION:
@@ -82,7 +107,7 @@ def decode_index(data: bytes, chunk: Any, url: str) -> Any:
         )
         if getattr(index, field) != expected
     ]
-    if list(index.block_crc32c) != list(chunk.block_crc32c):
+    if index.block_crc32c != chunk.block_crc32c:
         mismatches.append("block_crc32c")
     if mismatches:
         raise DataCorruptionError(

@@ -49,10 +49,10 @@ from tierfs.contracts.errors import (
     TierFSError,
     single_error,
 )
-from tierfs.engine.catalogue import copy_record
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.faults import crash_point
 from tierfs.engine.object_keys import OffloadKeys, new_attempt_uuid
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 from tierfs.offload.longterm import LongTermStore
 from tierfs.offload.offload_format import encode_index, object_metadata
@@ -66,9 +66,9 @@ NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
 class OffloadCatalogue(Protocol):
     """What the offloader needs of the metadata."""
 
-    async def chunks_of(self, seg: SegmentState) -> list[Any]: ...
+    async def chunks_of(self, seg: SegmentState) -> list[Chunk]: ...
 
-    async def commit_chunk(self, seg: SegmentState, chunk: Any) -> None: ...
+    async def commit_chunk(self, seg: SegmentState, chunk: Chunk) -> None: ...
 
     async def hot_copies_pending(self) -> dict[tuple[int, int], float]: ...
 
@@ -177,7 +177,7 @@ class Offloader:
 
     def start_job(self, seg: SegmentState, starts: list[int], trigger: str) -> None:
         assert self._nursery is not None and seg.chunks is not None
-        lengths = {int(c.start_offset): int(c.length) for c in seg.chunks}
+        lengths = {c.start_offset: c.length for c in seg.chunks}
         job = OffloadJob(
             state=RUNNING, trigger=trigger, bytes_total=sum(lengths[s] for s in starts),
             chunks_total=len(starts), started=time.time(),
@@ -220,8 +220,8 @@ class Offloader:
         if seg.deleted or chunk is None:
             return 0  # deleted, or expired by retention, meanwhile
         if chunk.offload_complete:
-            return int(chunk.length)
-        earlier = str(chunk.offload_attempt_uuid)
+            return chunk.length
+        earlier = chunk.offload_attempt_uuid
         if earlier:
             await self._delete_attempt_objects(chunk.name, earlier)
         attempt = new_attempt_uuid()
@@ -233,8 +233,7 @@ class Offloader:
                 raise ConcurrentModificationError(
                     f"chunk {chunk.name} of {seg.name!r} changed while its offload started"
                 )
-            recorded = copy_record(current)
-            recorded.offload_attempt_uuid = attempt
+            recorded = dataclasses.replace(current, offload_attempt_uuid=attempt)
             await self._catalogue.commit_chunk(seg, recorded)
         crash_point("offload.attempt_recorded")
 
@@ -256,10 +255,13 @@ class Offloader:
                 or current.length != recorded.length or current.name != recorded.name
             )
             if not lost:
-                done = copy_record(current)
-                done.offload_complete = True
-                done.location = long_term.url_of(keys.data)
-                done.offload_completed_ns = int(self._clock() * 1e9)
+                assert current is not None
+                done = dataclasses.replace(
+                    current,
+                    offload_complete=True,
+                    location=long_term.url_of(keys.data),
+                    offload_completed_ns=int(self._clock() * 1e9),
+                )
                 await self._catalogue.commit_chunk(seg, done)
         if lost:
             if not seg.deleted and current is not None:
@@ -270,18 +272,18 @@ class Offloader:
                 f"chunk {recorded.name} of {seg.name!r} changed during its offload; "
                 f"attempt {attempt} abandoned"
             )
-        self.offloaded_bytes += int(done.length)
+        self.offloaded_bytes += done.length
         self.offloaded_chunks += 1
         crash_point("offload.completed")
         self._hot_pending[(seg.segment_id, start)] = done.offload_completed_ns / 1e9
         if self._config.offload_deletion_lag_s == 0:
             await self._delete_hot_copy(seg, start)
-        return int(done.length)
+        return done.length
 
-    def _read_verified(self, chunk: Any) -> bytes:
+    def _read_verified(self, chunk: Chunk) -> bytes:
         """The chunk's committed bytes from the chunk store, every block CRC-checked
         (a damaged chunk is never copied to the long-term store)."""
-        length = int(chunk.length)
+        length = chunk.length
         data = self.chunk_storage.read(chunk.name, 0, length)
         if len(data) != length:
             raise DataCorruptionError(
@@ -291,8 +293,8 @@ class Offloader:
         for block, expected in enumerate(chunk.block_crc32c):
             block_start = block * BLOCK_BYTES
             piece = view[block_start : block_start + BLOCK_BYTES]
-            address = BlockAddress(f"chunk {chunk.name}", block, int(chunk.start_offset) + block_start)
-            verified_block(piece, len(piece), int(expected), address, "the chunk store")
+            address = BlockAddress(f"chunk {chunk.name}", block, chunk.start_offset + block_start)
+            verified_block(piece, len(piece), expected, address, "the chunk store")
         return data
 
     async def _delete_attempt_objects(self, chunk_name: str, attempt: str) -> None:
@@ -314,8 +316,7 @@ class Offloader:
         async with seg.meta_lock:
             current = seg.chunk_at(start)
             if not seg.deleted and current is not None and current.name == chunk.name:
-                updated = copy_record(current)
-                updated.offload_hot_deleted = True
+                updated = dataclasses.replace(current, offload_hot_deleted=True)
                 await self._catalogue.commit_chunk(seg, updated)
         self._hot_pending.pop((seg.segment_id, start), None)
         self.hot_copies_deleted += 1

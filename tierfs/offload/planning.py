@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from tierfs.contracts.policy import Policy
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 
 
@@ -67,7 +67,7 @@ def head_chunks_to_expire(chunks: Sequence[ChunkFacts], policy: Policy, now_s: f
     return count
 
 
-def chunk_facts(seg: SegmentState, chunks: list[Any]) -> list[ChunkFacts]:
+def chunk_facts(seg: SegmentState, chunks: list[Chunk]) -> list[ChunkFacts]:
     """Chunk facts for the planners. A chunk is sealed once a later chunk exists
     (sealed when that one was created), or when its segment is sealed and every byte is
     flushed (sealed when the segment was)."""
@@ -79,6 +79,5 @@ def chunk_facts(seg: SegmentState, chunks: list[Any]) -> list[ChunkFacts]:
             sealed_at = chunks[i + 1].created_ns / 1e9
         elif seg.sealed and fully_flushed and not seg.sealing:
             sealed_at = (seg.record.sealed_ns or seg.record.modified_ns) / 1e9
-        facts.append(ChunkFacts(int(chunk.start_offset), int(chunk.length), sealed_at,
-                                bool(chunk.offload_complete)))
+        facts.append(ChunkFacts(chunk.start_offset, chunk.length, sealed_at, chunk.offload_complete))
     return facts

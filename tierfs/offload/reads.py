@@ -12,8 +12,6 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
-
 import cachetools
 import trio
 
@@ -21,8 +19,9 @@ from tierfs.blocks.checksums import BLOCK_BYTES
 from tierfs.blocks.verify import BlockAddress, verified_block
 from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.object_keys import OffloadKeys
+from tierfs.engine.record_types import Chunk
 from tierfs.offload.longterm import LongTermStore
-from tierfs.offload.offload_format import decode_index
+from tierfs.offload.offload_format import IndexObject, decode_index
 
 INDEX_CACHE_BYTES = 8 << 20  # index objects are ~300 B + 4 B per MiB of chunk
 INDEX_CACHE_ENTRIES = 4096
@@ -34,19 +33,21 @@ class LongTermReads:
         self._limiter = tier2_limiter
         self._index_cache = BlockCache(INDEX_CACHE_BYTES)  # raw index objects, single flight
         # decoded and checked indexes: a block read does not parse its index again
-        self._indexes: cachetools.LRUCache[str, Any] = cachetools.LRUCache(maxsize=INDEX_CACHE_ENTRIES)
+        self._indexes: cachetools.LRUCache[str, IndexObject] = cachetools.LRUCache(
+            maxsize=INDEX_CACHE_ENTRIES
+        )
 
-    async def read_block(self, chunk: Any, block: int) -> bytes:
+    async def read_block(self, chunk: Chunk, block: int) -> bytes:
         """One block of an offloaded chunk: a ranged GET, checked against the block
         CRC32C of the chunk's index object."""
         long_term = self.long_term
         index = await self.index_of(chunk)
-        key = long_term.key_of(str(chunk.location))
+        key = long_term.key_of(chunk.location)
         block_start = block * BLOCK_BYTES
-        block_end = min(block_start + BLOCK_BYTES, int(chunk.length))
-        expected = int(index.block_crc32c[block])
+        block_end = min(block_start + BLOCK_BYTES, chunk.length)
+        expected = index.block_crc32c[block]
         address = BlockAddress(
-            f"offloaded chunk {chunk.location}", block, int(chunk.start_offset) + block_start
+            f"offloaded chunk {chunk.location}", block, chunk.start_offset + block_start
         )
 
         def fetch_and_verify() -> bytes:
@@ -55,8 +56,8 @@ class LongTermReads:
 
         return await trio.to_thread.run_sync(fetch_and_verify, limiter=self._limiter)
 
-    async def index_of(self, chunk: Any, *, cached: bool = True) -> Any:
-        """The chunk's ``OffloadIndex``, fetched once and cached, checked against the
+    async def index_of(self, chunk: Chunk, *, cached: bool = True) -> IndexObject:
+        """The chunk's index object, fetched once and cached, checked against the
         record; ``cached=False`` (fsck) reads the object again."""
         long_term = self.long_term
         keys = OffloadKeys.for_attempt(chunk.name, chunk.offload_attempt_uuid)

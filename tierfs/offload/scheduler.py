@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 
 from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.policy import Policy
 from tierfs.engine.ports import ChunkSource
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 from tierfs.offload.offloader import Offloader
 from tierfs.offload.planning import chunk_facts, chunks_to_offload, head_chunks_to_expire
@@ -36,7 +36,7 @@ class PolicyScheduler:
         offloader: Offloader,
         chunks: ChunkSource,
         segments_with_policy: Callable[[], list[tuple[SegmentState, Policy]]],
-        truncate_head: Callable[[SegmentState, list[Any]], Awaitable[None]],
+        truncate_head: Callable[[SegmentState, list[Chunk]], Awaitable[None]],
         clock: Callable[[], float],
         interval_s: float,
     ) -> None:
@@ -80,7 +80,7 @@ class PolicyScheduler:
                 expired = chunks[:expire]
                 await self._truncate_head(seg, expired)
                 self.retention_deleted_chunks += len(expired)
-                self.retention_deleted_bytes += sum(int(c.length) for c in expired)
+                self.retention_deleted_bytes += sum(c.length for c in expired)
                 facts = facts[expire:]
             if offloader.long_term is None:
                 continue

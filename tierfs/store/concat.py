@@ -16,9 +16,9 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import Any
 
 import trio
 
@@ -31,8 +31,9 @@ from tierfs.contracts.errors import (
     SegmentSealedError,
 )
 from tierfs.contracts.info import SegmentInfo
-from tierfs.engine.catalogue import ChunkCatalogue, copy_record
+from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.metadata import now_ns
+from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.offload.offloader import Offloader
@@ -43,16 +44,18 @@ MAX_WRITER_MARKS = 1024  # per segment; the oldest writer's mark is dropped beyo
 ChunkMoves = dict[tuple[int, int], tuple[int, int]]
 
 
-def set_writer_mark(record: Any, writer: str, writer_seq: int) -> None:
-    """Record ``writer_seq`` as ``writer``'s last committed transaction, most recent last."""
+def with_writer_mark(record: SegmentMeta, writer: str, writer_seq: int) -> SegmentMeta:
+    """``record`` with ``writer_seq`` as ``writer``'s last committed transaction, most
+    recent last."""
     marks = dict(zip(record.txn_writer_ids, record.txn_writer_seqs, strict=True))
     marks.pop(writer, None)
     marks[writer] = writer_seq
     kept = list(marks.items())[-MAX_WRITER_MARKS:]
-    del record.txn_writer_ids[:]
-    del record.txn_writer_seqs[:]
-    record.txn_writer_ids.extend(name for name, _ in kept)
-    record.txn_writer_seqs.extend(seq for _, seq in kept)
+    return dataclasses.replace(
+        record,
+        txn_writer_ids=tuple(name for name, _ in kept),
+        txn_writer_seqs=tuple(seq for _, seq in kept),
+    )
 
 
 def check_writer_seq(dst: SegmentState, writer: str, writer_seq: int | None) -> None:
@@ -146,22 +149,24 @@ class Concatenator:
         catalogue = self._catalogue
         await catalogue.chunks_of(dst)
         base = dst.flushed_length
-        moved = []
+        moved: list[Chunk] = []
         moves: ChunkMoves = {}
         for src in srcs:
             for chunk in await catalogue.chunks_of(src):
-                copy = copy_record(chunk)
-                copy.segment_id = dst.segment_id
-                copy.start_offset = base + chunk.start_offset
+                copy = dataclasses.replace(
+                    chunk, segment_id=dst.segment_id, start_offset=base + chunk.start_offset
+                )
                 moved.append(copy)
-                moves[(src.segment_id, int(chunk.start_offset))] = (dst.segment_id, int(copy.start_offset))
+                moves[(src.segment_id, chunk.start_offset)] = (dst.segment_id, copy.start_offset)
             base += src.flushed_length
-        record = copy_record(dst.record)
-        record.flushed_length = base
-        record.chunk_count = record.chunk_count + len(moved)
-        record.modified_ns = now_ns()
+        record = dataclasses.replace(
+            dst.record,
+            flushed_length=base,
+            chunk_count=dst.record.chunk_count + len(moved),
+            modified_ns=now_ns(),
+        )
         if writer and writer_seq is not None:
-            set_writer_mark(record, writer, writer_seq)
+            record = with_writer_mark(record, writer, writer_seq)
         metadata = catalogue.metadata
         revision = await catalogue.call(metadata.concat, dst.row, record, [s.row for s in srcs], moved)
         catalogue.install(dst, revision, record)

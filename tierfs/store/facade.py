@@ -54,6 +54,7 @@ from tierfs.engine.metadata import MetadataStore, now_ns
 from tierfs.engine.ownership import DataDirLock
 from tierfs.engine.readahead import SegmentReader
 from tierfs.engine.reader import Reader
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.recovery import RecoveryReport
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
@@ -211,7 +212,7 @@ class SegmentStore:
     def _segment(self, name: str) -> SegmentState:
         return self.table.segment(name)
 
-    async def chunks_of(self, seg: SegmentState) -> builtins.list[Any]:
+    async def chunks_of(self, seg: SegmentState) -> builtins.list[Chunk]:
         return await self.catalogue.chunks_of(seg)
 
     # ------------------------------------------------------------------ namespace
@@ -306,7 +307,7 @@ class SegmentStore:
     async def _set_sealed(self, name: str, sealed: bool) -> SegmentInfo:
         seg = self.table.segment(name)
         async with seg.meta_lock:
-            if bool(seg.record.sealed) != sealed:
+            if seg.record.sealed != sealed:
                 seg.sealing = sealed  # refuse appends from now while the commit runs
                 try:
                     await self.catalogue.update_record(

@@ -67,7 +67,7 @@ async def fsck(store: FsckTarget) -> FsckReport:
                 )
             expected_start = chunk.start_offset + chunk.length
             try:
-                storage, key = store.chunk_storage, str(chunk.name)
+                storage, key = store.chunk_storage, chunk.name
                 if chunk.location:
                     reads = require_long_term_reads(store.long_term_reads)
                     storage, key = reads.long_term.storage, reads.long_term.key_of(chunk.location)
@@ -84,7 +84,7 @@ async def fsck(store: FsckTarget) -> FsckReport:
             whole = 0
             for block, expected_crc in enumerate(chunk.block_crc32c):
                 start = block * BLOCK_BYTES
-                end = min(start + BLOCK_BYTES, int(chunk.length))
+                end = min(start + BLOCK_BYTES, chunk.length)
                 data = await trio.to_thread.run_sync(
                     storage.read, key, start, end, limiter=store.tier2_limiter
                 )

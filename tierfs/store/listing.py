@@ -7,12 +7,14 @@ flushed lengths are reported beside it, never instead of it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from tierfs.contracts import names
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 
@@ -28,7 +30,7 @@ def segment_info(seg: SegmentState) -> SegmentInfo:
         flushed_length=seg.flushed_length,
         sealed=seg.sealed,
         durability=seg.durability,
-        chunk_count=int(record.chunk_count),
+        chunk_count=record.chunk_count,
         created=record.created_ns / 1e9,
         modified=max(record.modified_ns / 1e9, seg.last_append_wall_s()),
         start_offset=seg.start_offset,
@@ -68,18 +70,20 @@ async def walk_segments(table: SegmentTable) -> list[SegmentInfo]:
     return [segment_info(s) for s in sorted(table.segments(), key=lambda s: s.name)]
 
 
-def chunk_layout(seg: SegmentState, chunks: list[Any], chunk_url: Any) -> list[dict[str, Any]]:
+def chunk_layout(
+    seg: SegmentState, chunks: list[Chunk], chunk_url: Callable[[str], str]
+) -> list[dict[str, Any]]:
     """Chunks of a segment for direct readers: name, URL, segment offset range, CRCs."""
     return [
         {
             "name": c.name,
             "url": c.location or chunk_url(c.name),
-            "start": int(c.start_offset),
-            "end": int(c.start_offset + c.length),
-            "crc32c": int(c.crc32c),
-            "block_crc32c": [int(x) for x in c.block_crc32c],
-            "epoch": int(c.epoch),
-            "segment_id": int(seg.segment_id),
+            "start": c.start_offset,
+            "end": c.start_offset + c.length,
+            "crc32c": c.crc32c,
+            "block_crc32c": list(c.block_crc32c),
+            "epoch": c.epoch,
+            "segment_id": seg.segment_id,
             "offloaded": bool(c.location),  # "" = in the chunk store
         }
         for c in chunks

@@ -21,10 +21,10 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
 )
 from tierfs.contracts.info import SegmentInfo
-from tierfs.engine import records
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.metadata import now_ns
+from tierfs.engine.record_types import SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.storage_writer import StorageWriter
@@ -69,7 +69,7 @@ class Namespace:
                 raise SegmentExistsError(canonical)
             parent = table.check_parent(canonical)
             stamp = now_ns()
-            record = records.SegmentRecord(
+            record = SegmentMeta(
                 durability=level, created_ns=stamp, modified_ns=stamp, next_chunk_seq=1
             )
             metadata = self._catalogue.metadata

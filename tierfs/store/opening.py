@@ -49,16 +49,16 @@ def open_data_dir(
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
     metadata = MetadataStore(data_dir / "metadata.sqlite")
     store_record = metadata.begin_epoch()
-    epoch = int(store_record.epoch)
+    epoch = store_record.epoch
     chunk_storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
     table.directories = metadata.load_directories()
     table.root_directory = metadata.load_root_directory()
     for row in metadata.load_segments():
-        flushed = int(row.record.flushed_length)
+        flushed = row.record.flushed_length
         table.add(SegmentState(row, appended_length=flushed, durable_length=flushed))
     report = recover_journal(
         data_dir / "journal",
-        int(store_record.journal_checkpoint_lsn),
+        store_record.journal_checkpoint_lsn,
         table.by_id,
         tail_budget,
         config.max_append_bytes + 64,

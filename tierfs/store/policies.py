@@ -12,15 +12,17 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from tierfs.contracts import names
 from tierfs.contracts.policy import Policy
-from tierfs.engine.catalogue import ChunkCatalogue, copy_record
+from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.metadata import now_ns
+from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 
@@ -78,8 +80,7 @@ class PolicyBook:
         async with table.lock:
             table.require_directory(directory)
             old = table.directory_record(directory)
-            updated = copy_record(old)
-            Policy.from_record(old).changed(assignments).store_in(updated)
+            updated = Policy.from_record(old).changed(assignments).stored_in(old)
             table.set_directory_record(directory, updated)
             try:
                 # the change must leave every directory at and below this one consistent
@@ -110,7 +111,7 @@ class PolicyBook:
                 effective[key] = {"value": value, "from": directory}
         return {"path": canonical, "set": own, "effective": effective}
 
-    async def truncate_head(self, seg: SegmentState, chunks: list[Any]) -> None:
+    async def truncate_head(self, seg: SegmentState, chunks: list[Chunk]) -> None:
         """Retention: delete whole head ``chunks`` (which must be the first ones, sealed
         and flushed); bytes below the next chunk can no longer be read."""
         async with seg.meta_lock:
@@ -118,10 +119,12 @@ class PolicyBook:
             if seg.deleted or current[: len(chunks)] != chunks:
                 return
             last = chunks[-1]
-            record = copy_record(seg.record)
-            record.start_offset = int(last.start_offset + last.length)
-            record.chunk_count = max(0, record.chunk_count - len(chunks))
-            record.modified_ns = now_ns()
+            record = dataclasses.replace(
+                seg.record,
+                start_offset=last.start_offset + last.length,
+                chunk_count=max(0, seg.record.chunk_count - len(chunks)),
+                modified_ns=now_ns(),
+            )
             await self._catalogue.truncate_head(seg, record, chunks)
         log.info("retention: deleted %d chunks of %r, it now starts at %d",
                  len(chunks), seg.name, record.start_offset)
