@@ -45,7 +45,7 @@ from tierfs.engine.block_source import BlockSource
 from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
-from tierfs.engine.clock import WallClock
+from tierfs.engine.clock import WallClock, monotonic_s
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
@@ -115,13 +115,15 @@ class SegmentStore:
     async def _start(self) -> None:
         self._lock.acquire()
         try:
-            chunk_storage = await trio.to_thread.run_sync(self._open_blocking)
+            # replayed appends count as appended now (read here: recovery's thread
+            # cannot read the trio clock)
+            chunk_storage = await trio.to_thread.run_sync(self._open_blocking, monotonic_s())
             self._wire(chunk_storage)
         except BaseException:
             self._lock.release()
             raise
 
-    def _open_blocking(self) -> ChunkStorage:
+    def _open_blocking(self, now_s: float) -> ChunkStorage:
         """In a worker thread: metadata, epoch, the namespace, journal recovery."""
         config = self.config
         data_dir = config.data_dir
@@ -142,6 +144,7 @@ class SegmentStore:
             table.by_id,
             self.tail_budget,
             config.max_append_bytes + 64,
+            now_s=now_s,
         )
         self._recovery = report
         self.journal = Journal(
