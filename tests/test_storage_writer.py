@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
+from trio.testing import MockClock
 
 from tierfs import open_store
 from tierfs.contracts.errors import BacklogFullError, Tier2Error
@@ -14,12 +19,32 @@ from tierfs.testing.storages import FlakyStorage
 
 
 async def _wait(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.01)
+    """Poll ``predicate`` every 10 ms of trio time; fail after ``timeout_s`` real seconds
+    (under ``_autojump`` a trio timeout would fire while a flush does real I/O)."""
+    deadline_s = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline_s:
+            raise TimeoutError(f"condition still false after {timeout_s} s")
+        await trio.sleep(0.01)
 
 
-async def test_flushes_by_size_and_by_age(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _autojump(clock: MockClock) -> Iterator[None]:
+    """Inside the block the test's mock clock jumps to the next deadline whenever every
+    task is blocked; outside it stands still, so no timer fires during real I/O (open,
+    fdatasync, SQLite, shutdown's flush), and nothing there may wait for one.
+
+    Only around waits for the engine's timers, with no trio timeout around real I/O in
+    the block: while a worker thread works every task is blocked too, and the clock races
+    ahead (seconds of trio time during one flush)."""
+    clock.autojump_threshold = 0
+    try:
+        yield
+    finally:
+        clock.autojump_threshold = math.inf
+
+
+async def test_flushes_by_size(tmp_path: Path) -> None:
     config = small_config(tmp_path / "d", flush_interval_s=1.5, flush_bytes=32 * KiB)
     async with open_store(config) as store:
         await store.create("size")
@@ -27,11 +52,19 @@ async def test_flushes_by_size_and_by_age(tmp_path: Path) -> None:
         start = trio.current_time()
         await _wait(lambda: store.table.by_name["size"].flushed_length == 40 * KiB, 1.4)
         assert trio.current_time() - start < config.flush_interval_s  # size, not age
+
+
+async def test_flushes_by_age(tmp_path: Path, mock_clock: MockClock) -> None:
+    config = small_config(tmp_path / "d", flush_interval_s=1.5, flush_bytes=32 * KiB)
+    async with open_store(config) as store:
         await store.create("age")
         await store.append("age", b"a" * 100)
-        await trio.sleep(0.3)
-        assert store.table.by_name["age"].flushed_length == 0
-        await _wait(lambda: store.table.by_name["age"].flushed_length == 100, 5.0)
+        # Timer-driven: the writer's tick and the 1.5 s interval pass in no real time; the
+        # flush they trigger does real I/O, which _wait (bounded in real time) tolerates.
+        with _autojump(mock_clock):
+            await trio.sleep(0.3)
+            assert store.table.by_name["age"].flushed_length == 0
+            await _wait(lambda: store.table.by_name["age"].flushed_length == 100, 5.0)
 
 
 async def test_rolls_over_at_max_chunk_size_and_deletes_journal_files(config) -> None:  # type: ignore[no-untyped-def]
@@ -65,7 +98,9 @@ async def test_object_store_gets_one_object_per_flush(tmp_path: Path) -> None:
         assert await store.read("m") == b"".join(bytes([i]) * 1000 for i in range(3))
 
 
-async def test_tier2_failure_retries_without_blocking_appends(tmp_path: Path) -> None:
+async def test_tier2_failure_retries_without_blocking_appends(
+    tmp_path: Path, mock_clock: MockClock
+) -> None:
     config = small_config(
         tmp_path / "d", tier2_retry_initial_s=0.01, tier2_retry_max_s=0.05,
         max_backlog_bytes=200 * KiB, max_append_bytes=64 * KiB,
@@ -76,7 +111,10 @@ async def test_tier2_failure_retries_without_blocking_appends(tmp_path: Path) ->
         await store.create("f")
         for _ in range(3):
             await store.append("f", b"q" * (64 * KiB))
-        await _wait(lambda: flaky.attempts >= 3)
+        # Timer-driven: the retries' backoff and the writer's tick; FlakyStorage fails
+        # before any I/O.
+        with _autojump(mock_clock):
+            await _wait(lambda: flaky.attempts >= 3)
         assert store.statistics().flush_failures >= 2
         with pytest.raises(BacklogFullError) as excinfo:
             await store.append("f", b"q" * (64 * KiB))

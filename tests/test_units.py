@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from trio.testing import MockClock
 
 from tierfs.blocks.checksums import BLOCK_BYTES, BlockCrcs, block_crcs_of, crc32c
 from tierfs.contracts.config import load_config
@@ -83,7 +84,8 @@ def test_metadata_conditional_updates(tmp_path: Path) -> None:
     meta.close()
 
 
-async def test_block_cache_lru_by_bytes_and_single_flight() -> None:
+async def test_block_cache_lru_by_bytes_and_single_flight(autojump_clock: MockClock) -> None:
+    # autojump: the only waits are the fake fetch's sleeps (no threads, no I/O)
     cache = BlockCache(capacity_bytes=3000)
     calls = 0
 

@@ -72,6 +72,8 @@ def _call(name: str, call: Callable[[], T], attempts: int = RETRY_ATTEMPTS, labe
                     f"the {label} failed on {name!r}{tries}: {type(e).__name__}: {e}"
                 ) from e
             log.info("%s %s on %r, retry %d in %.2f s", label, type(e).__name__, name, attempt, delay_s)
+            # real time: this runs in a worker thread (no trio clock there) and waits
+            # for a real backend to recover
             time.sleep(delay_s * (0.5 + random.random()))
             delay_s *= 2
     raise AssertionError("unreachable")

@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import trio
 
 from tierfs.blocks.checksums import crc32c
 from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError
+from tierfs.engine.clock import monotonic_s
 from tierfs.engine.journal_format import (
     APPEND_HEADER,
     FRAME_HEADER,
@@ -56,7 +56,10 @@ class _SyncJob:
 class _SyncThread:
     """One long-lived thread that runs fdatasync jobs and reports back to the trio loop
     through its token: cheaper per round than ``trio.to_thread`` (no limiter, no
-    thread hand-off per call), which matters at thousands of rounds per second."""
+    thread hand-off per call), which matters at thousands of rounds per second.
+
+    It reads no clock: the VD interval is timed on the event loop (``Journal.run``),
+    because a thread cannot read the trio clock that the loop's timeouts run on."""
 
     def __init__(
         self,
@@ -186,7 +189,7 @@ class Journal:
             raise
         self.written_lsn += total
         if arm_vd_timer and self._first_unsynced_write_s is None:
-            self._first_unsynced_write_s = time.monotonic()
+            self._first_unsynced_write_s = monotonic_s()
             self._wakeup.set()  # start the VD interval timer
 
     def request_sync(self) -> trio.Event:
@@ -279,15 +282,14 @@ class Journal:
         try:
             task_status.started()
             while not self._closed:
-                timeout_s = float("inf")
+                deadline_s = float("inf")
                 if self._first_unsynced_write_s is not None:
-                    deadline = self._first_unsynced_write_s + self._vd_sync_interval_s
-                    timeout_s = max(0.0, deadline - time.monotonic())
-                with trio.move_on_after(timeout_s):
+                    deadline_s = self._first_unsynced_write_s + self._vd_sync_interval_s
+                with trio.move_on_at(deadline_s):
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 first = self._first_unsynced_write_s
-                vd_due = first is not None and time.monotonic() >= first + self._vd_sync_interval_s
+                vd_due = first is not None and monotonic_s() >= first + self._vd_sync_interval_s
                 if (self._sync_requested or vd_due) and not self._round_in_flight:
                     self._start_round()
         finally:

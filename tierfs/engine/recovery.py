@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from pathlib import Path
 
 from tierfs.contracts.errors import JournalCorruptionError
@@ -56,8 +55,14 @@ def recover_journal(
     segments_by_id: dict[int, SegmentState],
     budget: TailBudget,
     max_payload_bytes: int,
+    *,
+    now_s: float,
 ) -> RecoveryReport:
-    """Blocking: run the steps above, filling the segments' tails."""
+    """Blocking: run the steps above, filling the segments' tails.
+
+    Replayed appends are stamped ``now_s``: a ``clock.monotonic_s()`` reading the caller
+    takes on the event loop, since this runs in a worker thread, which cannot read the
+    trio clock."""
     files = []
     for start, path in list_files(journal_dir):
         if path.stat().st_size == 0:
@@ -73,7 +78,6 @@ def recover_journal(
             keep.append((start, path))
     result = ScanResult(end_lsn=keep[0][0] if keep else checkpoint_lsn, next_seq=1)
     frames = skipped = replayed_bytes = 0
-    now_s = time.monotonic()
     for frame in scan(keep, max_payload_bytes, result):
         seg = segments_by_id.get(frame.segment_id)
         frame_end = frame.offset + len(frame.data)

@@ -16,6 +16,7 @@ import time
 
 import trio
 
+from tierfs.engine.clock import monotonic_s
 from tierfs.engine.metadata import SegmentRow
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.tail import Tail
@@ -34,7 +35,7 @@ class SegmentState:
     sealing: bool = False
     # set while a concat into this segment commits: appends wait for it (see store.concat)
     merge_done: trio.Event | None = None
-    last_append_s: float = 0.0  # time.monotonic() of the last append (0: none)
+    last_append_s: float | None = None  # clock.monotonic_s() of the last append
     # storage writer bookkeeping
     flushing: bool = False
     flush_requested: bool = False
@@ -92,10 +93,11 @@ class SegmentState:
         return self.row.record.durability
 
     def last_append_wall_s(self) -> float:
-        """Wall-clock time of the last append (monotonic on the hot path, converted here)."""
-        if not self.last_append_s:
+        """Wall-clock time of the last append (monotonic on the hot path, converted here
+        through its age: the two clocks are never compared directly)."""
+        if self.last_append_s is None:
             return 0.0
-        return time.time() - (time.monotonic() - self.last_append_s)
+        return time.time() - (monotonic_s() - self.last_append_s)
 
     def set_chunks(self, chunks: list[Chunk]) -> None:
         self.chunks = chunks

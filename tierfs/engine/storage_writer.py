@@ -23,13 +23,14 @@ Invariants:
 - Blocking tier-2 calls run in worker threads under the store's tier-2 limiter.
 - The writer owns the backlog counter (``unflushed_bytes``: appended bytes not yet in
   tier-2): appends add to it through ``appended``, flushes and deletes take from it.
+- Append ages, ``retry_at_s`` and the tick are on the engine's monotonic clock
+  (``clock.monotonic_s``, the trio run's clock).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from typing import Protocol
 
 import trio
@@ -43,6 +44,7 @@ from tierfs.contracts.errors import (
     TierFSError,
 )
 from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.clock import monotonic_s
 from tierfs.engine.metadata import now_ns
 from tierfs.engine.object_keys import chunk_name
 from tierfs.engine.ports import GarbageSink, JournalFiles
@@ -144,7 +146,7 @@ class StorageWriter:
     def flush_lag_s(self) -> float:
         """Age of the oldest append not yet in tier-2."""
         oldest = [t for t in (seg.tail.oldest_append_s() for seg in self.dirty) if t is not None]
-        return time.monotonic() - min(oldest) if oldest else 0.0
+        return monotonic_s() - min(oldest) if oldest else 0.0
 
     # ------------------------------------------------------------------ the loop
     def _is_due(self, seg: SegmentState, now_s: float) -> bool:
@@ -166,7 +168,7 @@ class StorageWriter:
                 with trio.move_on_after(TICK_S):
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
-                now_s = time.monotonic()
+                now_s = monotonic_s()
                 for seg in list(self.dirty):
                     if seg.deleted:
                         self.dirty.discard(seg)
@@ -196,7 +198,7 @@ class StorageWriter:
                 max(seg.backoff_s * 2, self._config.tier2_retry_initial_s),
                 self._config.tier2_retry_max_s,
             )
-            seg.retry_at_s = time.monotonic() + seg.backoff_s
+            seg.retry_at_s = monotonic_s() + seg.backoff_s
             seg.last_flush_error = str(e)
             log.warning(
                 "flush of segment %r failed, retrying in %.1f s: %s", seg.name, seg.backoff_s, e

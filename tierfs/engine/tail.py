@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
-import time
 
 
 @dataclasses.dataclass(eq=False)
@@ -28,7 +27,7 @@ class TailEntry:
     frame_lsn: int  # journal LSN where this append's frame starts
     frame_skip: int  # bytes of the frame's data before this entry (partly flushed frame)
     end_lsn: int  # journal LSN just past the frame
-    appended_s: float  # monotonic time of the append
+    appended_s: float  # clock.monotonic_s() of the append
     data: bytes | None  # None once evicted to the journal
 
     @property
@@ -154,7 +153,3 @@ class TailBudget:
             self.evicted_entries += 1
         while fifo and fifo[0].data is None:
             fifo.popleft()
-
-
-def now_s() -> float:
-    return time.monotonic()

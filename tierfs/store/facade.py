@@ -46,7 +46,7 @@ from tierfs.engine.block_source import BlockSource
 from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
-from tierfs.engine.clock import WallClock
+from tierfs.engine.clock import WallClock, monotonic_s
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
@@ -120,8 +120,11 @@ class SegmentStore:
     async def _start(self) -> None:
         self._lock.acquire()
         try:
+            # replayed appends count as appended now (read here: recovery's thread
+            # cannot read the trio clock)
             opened = await trio.to_thread.run_sync(
-                open_data_dir, self.config, self.table, self.tail_budget, self._appender.on_durable
+                open_data_dir, self.config, self.table, self.tail_budget,
+                self._appender.on_durable, monotonic_s(),
             )
             self.metadata, self.epoch, self.journal = opened.metadata, opened.epoch, opened.journal
             self._recovery = opened.recovery

@@ -42,9 +42,12 @@ def open_data_dir(
     table: SegmentTable,
     tail_budget: TailBudget,
     on_durable: Callable[[int], None],
+    now_s: float,
 ) -> OpenedDataDir:
     """Blocking: fill ``table`` from the metadata and the segments' tails from the
-    journal; ``on_durable`` becomes the journal's callback for synced LSNs."""
+    journal; ``on_durable`` becomes the journal's callback for synced LSNs; replayed
+    appends count as appended at ``now_s`` (the engine's monotonic clock, read by the
+    caller on the event loop)."""
     data_dir = config.data_dir
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
     metadata = MetadataStore(data_dir / "metadata.sqlite")
@@ -62,6 +65,7 @@ def open_data_dir(
         table.by_id,
         tail_budget,
         config.max_append_bytes + 64,
+        now_s=now_s,
     )
     journal = Journal(
         data_dir / "journal",
