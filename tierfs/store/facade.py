@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -249,17 +249,15 @@ class SegmentStore:
         return await self._concat.concat(target, sources, writer=writer, writer_seq=writer_seq)
 
     # ------------------------------------------------------------------ data
-    def append(
+    async def append(
         self, name: str, data: bytes | bytearray | memoryview, *, expected_offset: int | None = None
-    ) -> Coroutine[Any, Any, int]:
-        """Append ``data`` as one atomic record; await it for the offset it starts at.
+    ) -> int:
+        """Append ``data`` as one atomic record; returns the offset it starts at.
 
         With ``expected_offset`` the append happens only if the segment's appended
-        length equals it (else ``BadOffsetError``, nothing written). The appender's
-        coroutine is returned as it is, not awaited in another one: on the hottest path
-        a coroutine layer costs about a tenth of a VD append.
+        length equals it (else ``BadOffsetError``, nothing written).
         """
-        return self._appender.append(self.table.segment(name), data, expected_offset)
+        return await self._appender.append(self.table.segment(name), data, expected_offset)
 
     async def read(
         self, name: str, offset: int = 0, length: int | None = None, *, unconfirmed: bool = False
