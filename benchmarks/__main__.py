@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "fuse": "benchmarks.fuse_mount",
     "offload": "benchmarks.offload",
     "spark": "benchmarks.spark",
+    "instructions": "benchmarks.instructions",
 }
 
 
