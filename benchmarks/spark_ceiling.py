@@ -1,6 +1,9 @@
-"""The ceiling of Spark's Python data source path on this machine: a data source whose
-executors yield 1 MiB rows from memory (no I/O, no CRC), with the tierfs raw schema.
-Its own module so that importing ``benchmarks.spark`` stays free of pyspark."""
+"""The ceilings of Spark's Python data source path on this machine, with no I/O: a data
+source whose executors yield Arrow batches of 1 MiB rows from memory, with the tierfs
+raw schema (``MemorySource``), and one whose executors yield the same Arrow batch of event
+rows again and again, with the schema of the tierfs ``json`` or ``lines`` read it
+stands next to (``ArrowMemorySource``). Its own module so that importing
+``benchmarks.spark`` stays free of pyspark."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 MiB = 1 << 20
+RAW_BATCH_ROWS = 4  # a 4 MiB read piece of 1 MiB blocks
 
 
 class MemoryPartition(InputPartition):
@@ -28,11 +32,20 @@ class MemoryReader(DataSourceReader):
         share = -(-blocks // self.count)
         return [MemoryPartition(min(share, blocks - start)) for start in range(0, blocks, share)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Arrow batches of ``RAW_BATCH_ROWS`` 1 MiB rows, as the tierfs source yields
+        for 1 MiB blocks (one 4 MiB read piece per batch)."""
+        import pyarrow as pa
+
         assert isinstance(partition, MemoryPartition)
+        schema = pa.schema([("path", pa.string()), ("offset", pa.int64()), ("value", pa.binary())])
         block = os.urandom(MiB)
-        for index in range(partition.blocks):
-            yield ("memory", index * MiB, block)
+        for first in range(0, partition.blocks, RAW_BATCH_ROWS):
+            rows = min(RAW_BATCH_ROWS, partition.blocks - first)
+            offsets = [(first + i) * MiB for i in range(rows)]
+            yield pa.RecordBatch.from_arrays(
+                [pa.repeat("memory", rows), pa.array(offsets, pa.int64()), pa.array([block] * rows, pa.binary())],
+                schema=schema)
 
 
 class MemorySource(DataSource):
@@ -47,3 +60,66 @@ class MemorySource(DataSource):
 
     def reader(self, schema: StructType) -> MemoryReader:
         return MemoryReader(int(self.options["size"]), int(self.options["partitions"]))
+
+
+class ArrowMemoryPartition(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class ArrowMemoryReader(DataSourceReader):
+    """Yields one Arrow batch built from ``sample`` (whole lines of the events file)
+    again and again: what moving the rows of a batch into the JVM costs, with no I/O
+    and no parsing in the timed part (the batch is built once per partition, by
+    pyarrow's JSON reader for ``json``)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.sample, self.form, self.schema = options["sample"], options["format"], schema
+        self.rows, self.count = int(options["rows"]), int(options["partitions"])
+
+    def partitions(self) -> list[ArrowMemoryPartition]:
+        share = -(-self.rows // self.count)
+        return [ArrowMemoryPartition(min(share, self.rows - start)) for start in range(0, self.rows, share)]
+
+    def _batch(self) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json as pa_json
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        with open(self.sample, "rb") as file:
+            data = file.read()
+        lines = pc.split_pattern(pa.array([data.rstrip(b"\n")], pa.binary()), "\n").flatten()
+        offsets = pc.cumulative_sum(pc.add(pc.binary_length(lines).cast(pa.int64()), 1))
+        columns: dict[str, Any] = {"path": pa.repeat("memory", len(lines)), "offset": offsets}
+        if self.form == "lines":
+            columns["value"] = lines.cast(pa.string())
+        else:
+            fields = [f for f in target if f.name not in columns]
+            table = pa_json.read_json(pa.BufferReader(data), parse_options=pa_json.ParseOptions(
+                explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"))
+            columns.update({f.name: table.column(f.name).combine_chunks() for f in fields})
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in target], schema=target)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ArrowMemoryPartition)
+        batch = self._batch()
+        left = partition.rows
+        while left > 0:
+            part = batch if left >= batch.num_rows else batch.slice(0, left)
+            left -= part.num_rows
+            yield part
+
+
+class ArrowMemorySource(DataSource):
+    """``format("tierfs-bench-arrow-memory")``, options ``sample`` (a file of whole
+    JSON lines), ``format`` (``json`` or ``lines``), ``rows``, ``partitions``; the
+    schema of the tierfs read it stands next to."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tierfs-bench-arrow-memory"
+
+    def reader(self, schema: StructType) -> ArrowMemoryReader:
+        return ArrowMemoryReader(dict(self.options), schema)

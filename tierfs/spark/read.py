@@ -1,5 +1,7 @@
 """Reading side of the Spark data source: plan partitions from chunk layouts, and turn
-segment bytes into rows (shared by batch and streaming reads).
+segment bytes into rows (shared by batch and streaming reads): Arrow record batches
+(``batches``) built from blocks of whole records (``records``), or, for a schema the
+batches cannot build, one tuple per record (``tuple_rows``, the reference semantics).
 
 Invariants:
 - A partition covers ranges ``[start, end)`` of segment snapshots; ``length`` of a
@@ -23,10 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Generator, Iterable, Iterator
+import threading
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
@@ -35,6 +39,9 @@ from tierfs.contracts.info import SegmentInfo
 from tierfs.contracts.names import basename
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
+from tierfs.spark.batches import BatchShape, line_batches, raw_batches
+from tierfs.spark.json_columns import json_record
+from tierfs.spark.records import record_blocks, split_lines
 
 MiB = 1 << 20
 DEFAULT_PARTITION_BYTES = 64 * MiB
@@ -44,6 +51,8 @@ DEFAULT_SCHEMAS = {
     "lines": "path string, offset long, value string",
     "raw": "path string, offset long, value binary",
 }
+MAX_BLOCK_SIZE = (1 << 31) - 1  # a raw row is one Arrow binary value (32-bit offsets)
+_Row = TypeVar("_Row")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +99,8 @@ class ReadOptions:
             raise InvalidArgumentError(f"bad tierfs read option: {e}") from None
         if block_size < 1 or partition_bytes < 1:
             raise InvalidArgumentError("block_size and partition_bytes must be >= 1")
+        if block_size > MAX_BLOCK_SIZE:
+            raise InvalidArgumentError(f"block_size must be <= {MAX_BLOCK_SIZE} (one Spark binary value)")
         return cls(strip_scheme(options.get("path", "")), form, block_size, partition_bytes,
                    options.get("url"), options.get("data_dir"), options.get("token"), storage_options)
 
@@ -159,10 +170,34 @@ def plan_partitions(ranges: list[SegmentRange], target_bytes: int) -> list[TierP
     return partitions
 
 
+class DaemonReads:
+    """A partition's reads through the daemon, its client opened on first use: ranges
+    whose bytes are all in chunk objects never pay for it (setting up an HTTP client
+    takes tens of milliseconds, mostly its TLS context)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self._options = options
+        self._client: TierClient | None = None
+        self._lock = threading.Lock()  # read-ahead threads of consecutive ranges may overlap
+
+    def read(self, path: str, start: int, end: int) -> bytes:
+        with self._lock:
+            if self._client is None:
+                self._client = self._options.client()
+            client = self._client
+        return client.read(path, start, end)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
 class SegmentBytes:
     """Bytes of one segment snapshot: chunks directly where possible, else the daemon."""
 
-    def __init__(self, client: TierClient, direct: DirectChunkReader, item: SegmentRange) -> None:
+    def __init__(self, client: DaemonReads, direct: DirectChunkReader, item: SegmentRange) -> None:
         self._client = client
         self._direct = direct
         self._path = item.path
@@ -202,10 +237,20 @@ class SegmentBytes:
                 position = following
 
 
-def iter_lines(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, bytes]]:
-    """(offset, line without its newline) of every line that starts in the range."""
+def iter_record_blocks(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, bytes]]:
+    """(offset, block of whole records) of the records that start in the range."""
     # Past the segment's first byte, records of this range begin after the first newline
     # at or after ``start - 1``: a line in progress at ``start`` belongs to the range before.
+    skip = item.start > item.first
+    stream = source.pieces(item.start - 1 if skip else item.start, READ_PIECE_BYTES)
+    try:
+        yield from record_blocks(stream, item.end, skip_first=skip)
+    finally:
+        stream.close()
+
+
+def iter_lines(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, bytes]]:
+    """(offset, line without its newline) of every line that starts in the range."""
     skip = item.start > item.first
     stream = source.pieces(item.start - 1 if skip else item.start, READ_PIECE_BYTES)
     try:
@@ -214,52 +259,10 @@ def iter_lines(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, 
         stream.close()
 
 
-def split_lines(
-    pieces: Iterable[tuple[int, bytes]], end: int, *, skip_first: bool = False
-) -> Iterator[tuple[int, bytes]]:
-    """(offset, line without its newline) of every line that starts before ``end`` in a
-    stream of consecutive (offset, bytes) pieces; with ``skip_first`` the bytes up to and
-    including the first newline belong to an earlier range and are skipped.
-
-    Linear in the bytes: each piece is searched from an index that moves forward, and
-    only a record that continues into the next piece is copied (into ``pending``, which
-    grows by appending), so no byte is copied more than twice whatever the line lengths.
-    """
-    pending = bytearray()  # the start of a record that continues into the next piece
-    pending_start = -1  # its offset; -1 while no record is pending
-    for piece_start, piece in pieces:
-        position = 0
-        if skip_first:
-            newline = piece.find(b"\n")
-            if newline < 0:
-                continue
-            skip_first = False
-            position = newline + 1
-        while position < len(piece):
-            record_start = pending_start if pending_start >= 0 else piece_start + position
-            if record_start >= end:
-                return
-            newline = piece.find(b"\n", position)
-            if newline < 0:
-                pending += memoryview(piece)[position:]
-                pending_start = record_start
-                break
-            if pending_start >= 0:
-                pending += memoryview(piece)[position:newline]
-                line = bytes(pending)
-                pending.clear()
-                pending_start = -1
-            else:
-                line = piece[position:newline]
-            yield record_start, line
-            position = newline + 1
-    if pending_start >= 0 and pending_start < end:
-        yield pending_start, bytes(pending)  # the last record, without a newline
-
-
-def iter_blocks(source: SegmentBytes, item: SegmentRange, block_size: int) -> Iterator[tuple[int, bytes]]:
-    """(offset, bytes) of every ``block_size`` block that starts in the range; blocks
-    are aligned to multiples of ``block_size``, except a first one cut by retention."""
+def iter_block_pieces(source: SegmentBytes, item: SegmentRange, block_size: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of consecutive pieces of whole ``block_size`` blocks, holding
+    every block that starts in the range; blocks are aligned to multiples of
+    ``block_size``, except a first one cut by retention (a piece of its own)."""
     first = item.start if item.start == item.first else -(-item.start // block_size) * block_size
     if first % block_size:  # a retention cut: the first block ends at the next multiple
         cut = min(first - first % block_size + block_size, item.length)
@@ -269,44 +272,60 @@ def iter_blocks(source: SegmentBytes, item: SegmentRange, block_size: int) -> It
     stream = source.pieces(first, piece_bytes)
     try:
         for piece_start, piece in stream:
-            for offset in range(0, len(piece), block_size):
-                if piece_start + offset >= item.end:
-                    return
-                yield piece_start + offset, piece[offset : offset + block_size]
+            if piece_start >= item.end:
+                return
+            blocks = -(-(item.end - piece_start) // block_size)  # those starting before the end
+            yield piece_start, piece[: blocks * block_size] if blocks * block_size < len(piece) else piece
     finally:
         stream.close()
 
 
-def _json_record(path: str, offset: int, line: bytes) -> dict[str, Any]:
-    if not line.strip():
-        return {}
-    try:
-        record = json.loads(line)
-    except ValueError as e:
-        raise InvalidArgumentError(f"{path!r} at offset {offset}: not a JSON line ({e})") from None
-    if not isinstance(record, dict):
-        raise InvalidArgumentError(f"{path!r} at offset {offset}: a JSON line must hold an object")
-    return record
+def iter_blocks(source: SegmentBytes, item: SegmentRange, block_size: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of every ``block_size`` block that starts in the range."""
+    for piece_start, piece in iter_block_pieces(source, item, block_size):
+        for offset in range(0, len(piece), block_size):
+            yield piece_start + offset, piece[offset : offset + block_size]
 
 
-def read_partition(options: ReadOptions, schema: StructType, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-    """The rows of one partition (runs on an executor)."""
-    assert isinstance(partition, TierPartition)
-    client = options.client()
-    direct = DirectChunkReader(options.chunk_storage_options)
+def tuple_rows(options: ReadOptions, schema: StructType, item: SegmentRange,
+               source: SegmentBytes) -> Iterator[tuple[Any, ...]]:
+    """The rows of one range as tuples, one record at a time: the reference the Arrow
+    batches follow, and the path of schemas they cannot build (``BatchShape.of``)."""
+    if options.format == "raw":
+        for offset, block in iter_blocks(source, item, options.block_size):
+            yield (item.path, offset, block)
+        return
     names = schema.fieldNames()
+    for offset, line in iter_lines(source, item):
+        if options.format == "lines":
+            yield (item.path, offset, line.decode("utf-8", "replace"))
+        else:
+            values = {**json_record(item.path, offset, line), "path": item.path, "offset": offset}
+            yield tuple(values.get(name) for name in names)
+
+
+def read_partition(options: ReadOptions, schema: StructType,
+                   partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
+    """The rows of one partition (runs on an executor): Arrow record batches, or tuples
+    for a schema the batches cannot build."""
+    assert isinstance(partition, TierPartition)
+    shape = BatchShape.of(options.format, schema)
+    if shape is None:
+        return _rows(options, partition, lambda item, source: tuple_rows(options, schema, item, source))
+    if options.format == "raw":
+        return _rows(options, partition, lambda item, source: raw_batches(
+            shape, item.path, iter_block_pieces(source, item, options.block_size), options.block_size))
+    return _rows(options, partition,
+                 lambda item, source: line_batches(shape, item.path, iter_record_blocks(source, item)))
+
+
+def _rows(options: ReadOptions, partition: TierPartition,
+          rows_of: Callable[[SegmentRange, SegmentBytes], Iterator[_Row]]) -> Iterator[_Row]:
+    """``rows_of`` every range of the partition, with one daemon client for them all."""
+    client = DaemonReads(options)
+    direct = DirectChunkReader(options.chunk_storage_options)
     try:
         for item in partition.ranges:
-            source = SegmentBytes(client, direct, item)
-            if options.format == "raw":
-                for offset, block in iter_blocks(source, item, options.block_size):
-                    yield (item.path, offset, block)
-                continue
-            for offset, line in iter_lines(source, item):
-                if options.format == "lines":
-                    yield (item.path, offset, line.decode("utf-8", "replace"))
-                else:
-                    values = {**_json_record(item.path, offset, line), "path": item.path, "offset": offset}
-                    yield tuple(values.get(name) for name in names)
+            yield from rows_of(item, SegmentBytes(client, direct, item))
     finally:
         client.close()

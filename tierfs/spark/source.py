@@ -18,7 +18,8 @@ fsspec options that let executors read S3 chunks, in tier-2 or offloaded, direct
 for streams, ``starting`` (``earliest`` default, ``latest``). Every row has ``path`` and
 ``offset`` (the record's first byte) columns: ``lines`` and ``json`` give one row per
 newline-terminated record (the last one of a sealed segment may lack its newline),
-``raw`` one row per ``block_size`` bytes.
+``raw`` one row per ``block_size`` bytes. Executors yield the rows as Arrow record
+batches (``batches``); ``json_columns`` says how JSON lines become columns.
 
 Write options: ``path`` (the target segment, created if missing), ``format`` (``json``
 default, ``lines``, ``raw``), ``url`` / ``data_dir`` / ``token`` and, for streams,
@@ -67,6 +68,7 @@ class TierReader(DataSourceReader):
         return plan_partitions(ranges, self.options.partition_bytes)
 
     def read(self, partition: InputPartition) -> Any:
+        """Arrow record batches of the partition (tuples for a schema they cannot build)."""
         return read_partition(self.options, self.schema, partition)
 
 

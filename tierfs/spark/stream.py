@@ -117,7 +117,8 @@ class TierStreamReader(DataSourceStreamReader):
         finally:
             client.close()
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Arrow record batches of the partition (tuples for a schema they cannot build)."""
         return read_partition(self.options, self.schema, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
