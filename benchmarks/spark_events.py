@@ -23,8 +23,11 @@ rounds which of a pair goes first:
   partition count: the same number of rows, one Arrow batch yielded again and again
   from memory (no I/O, no parsing): what a Python data source can hand to the JVM;
 - (l), (T), (n): the same three for ``format("lines")`` / ``spark.read.text`` /
-  ``ArrowMemorySource`` with the lines schema: ``count(*)`` and
-  ``sum(length(value))``, which must be equal.
+  ``ArrowMemorySource``, each with ``spark.read.text``'s one column ``value string``:
+  ``count(*)`` and ``sum(length(value))``, which must be equal;
+- (p) ``format("lines")`` with its default schema ``path string, offset long, value
+  string``: what the same job costs when every row also carries its segment's name
+  and offset to the JVM.
 
 Throughput is the events file's size over the job's wall time. Each ratio is the median
 over the rounds of the ratio within one session. Targets (issue 19):
@@ -55,9 +58,10 @@ LINES_AGGREGATE = ["count(*)", "sum(length(value))"]
 SAMPLE_BYTES = 4 * MiB  # one Arrow batch of the memory ceiling: one read piece of events
 KINDS = ("view", "click", "buy", "scroll", "share")
 DAEMON_TIMEOUT_S = 60.0
-CASES = ("j", "J", "m", "l", "T", "n")
+CASES = ("j", "J", "m", "l", "p", "T", "n")
 LABELS = {"j": "tierfs json", "J": "spark.read.json", "m": "memory, json rows",
-          "l": "tierfs lines", "T": "spark.read.text", "n": "memory, lines rows"}
+          "l": "tierfs lines", "p": "tierfs lines+path", "T": "spark.read.text",
+          "n": "memory, lines rows"}
 MASTERS = ("local[1]", "local[2]")
 
 
@@ -141,7 +145,7 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
                     .option("partition_bytes", str(partition_bytes)).schema(schema).load(f"tierfs://{SEGMENT}"))
 
         json_frame = tierfs("json", f"path string, offset long, {EVENTS}")
-        lines_frame = tierfs("lines", "path string, offset long, value string")
+        lines_frame = tierfs("lines", "value string")
         partitions = json_frame.rdd.getNumPartitions()
 
         def memory(form: str, schema: str) -> Any:
@@ -152,15 +156,17 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
         frames = {"j": (json_frame, JSON_AGGREGATE), "J": (spark.read.schema(EVENTS).json(file), JSON_AGGREGATE),
                   "m": (memory("json", f"path string, offset long, {EVENTS}"), ["count(*)"]),
                   "l": (lines_frame, LINES_AGGREGATE), "T": (spark.read.text(file), LINES_AGGREGATE),
-                  "n": (memory("lines", "path string, offset long, value string"), ["count(*)"])}
-        order = list(CASES) if index % 2 == 0 else ["J", "j", "m", "T", "l", "n"]
+                  "p": (tierfs("lines", "path string, offset long, value string"), LINES_AGGREGATE),
+                  "n": (memory("lines", "value string"), ["count(*)"])}
+        order = list(CASES) if index % 2 == 0 else ["J", "j", "m", "T", "p", "l", "n"]
         seconds: dict[str, float] = {}
         totals: dict[str, tuple[Any, ...]] = {}
         for case in order:
             seconds[case], totals[case] = _second_of_two(*frames[case])
             print(f"round {index + 1} {master}: {LABELS[case]} {size / seconds[case] / 1e6:.1f} MB/s",
                   file=log, flush=True)
-        if totals["j"] != totals["J"] or totals["l"] != totals["T"] or totals["l"][0] != events:
+        if totals["j"] != totals["J"] or totals["l"] != totals["T"] or totals["p"] != totals["T"] \
+                or totals["l"][0] != events:
             raise RuntimeError(f"the readers disagree: {totals}")
         if totals["m"][0] != events or totals["n"][0] != events:
             raise RuntimeError(f"the memory sources gave {totals['m']} and {totals['n']} rows, not {events}")
@@ -238,6 +244,7 @@ def bounds(results: Results) -> list[str]:
         for ours, memory in (("j", "m"), ("l", "n"), ("J", "m"), ("T", "n")):
             lines.append(f"({ours})/({memory}) {master}: {results.ratio(ours, memory, master):6.3f} x"
                          " the Python data source ceiling")
+        lines.append(f"(p)/(T) {master}: {results.ratio('p', 'T', master):6.3f} x with path and offset columns")
     return lines
 
 

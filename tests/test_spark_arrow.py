@@ -317,10 +317,34 @@ def test_timestamps_and_not_null_columns() -> None:
         list(line_batches(shape, "s", [(0, data + b'{"t":null}\n')]))
 
 
+@pytest.mark.parametrize("ddl", ["value string", "offset long, value string", "value string, path string",
+                                 "value string, path string, offset long", "offset long", "p string, o long, v string"])
+def test_lines_columns_by_name_are_the_default_rows_projected(ddl: str) -> None:
+    rng = random.Random(ddl)
+    data = b"".join(random_text(rng) for _ in range(40))
+    full = reference_rows("lines", schema_of(LINES_SCHEMA), "seg/a", split_lines([(5, data)], 10**9))
+    schema = schema_of(ddl)
+    shape = BatchShape.of("lines", schema)
+    assert shape is not None
+    got = rows_of(list(line_batches(shape, "seg/a", record_blocks([(5, data)], 10**9))), shape.arrow_schema)
+    names = schema.fieldNames()
+    positions = [0, 1, 2] if names == ["p", "o", "v"] else [["path", "offset", "value"].index(n) for n in names]
+    assert_same_rows(got, [tuple(row[i] for i in positions) for row in full])
+
+
+@pytest.mark.parametrize(("form", "ddl"), [("lines", "value long"), ("lines", "path string, extra string"),
+                                           ("lines", "value string, value string"),
+                                           ("raw", "path string, offset long, value string"),
+                                           ("lines", "a string, b string, c string")])
+def test_lines_and_raw_refuse_columns_nothing_can_fill(form: str, ddl: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"format {form} reads the columns path string, offset long"):
+        BatchShape.of(form, schema_of(ddl))
+    with pytest.raises(InvalidArgumentError, match="reads the columns"):
+        TierReader({"path": "tierfs://x", "format": form}, schema_of(ddl))
+
+
 def test_schemas_the_batches_cannot_build_keep_the_per_record_path() -> None:
     assert BatchShape.of("lines", schema_of(LINES_SCHEMA)) is not None
-    assert BatchShape.of("lines", schema_of("value string, path string, offset long")) is None
-    assert BatchShape.of("raw", schema_of("path string, offset long, value string")) is None
     assert BatchShape.of("json", schema_of("path long, n long")) is None
     nested = StructType([StructField("tags", StructType([StructField("a", LongType())]))])
     assert BatchShape.of("json", nested) is None

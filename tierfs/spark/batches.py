@@ -15,9 +15,9 @@ Invariants:
   piece and the longest record, never by the partition.
 - The rows are the per-record path's (``read.tuple_rows``), value for value: ``lines``
   decodes UTF-8 with replacement like ``bytes.decode("utf-8", "replace")``, ``json``
-  follows ``json_columns``. A schema the batches cannot build that way (column types
-  or an order other than the defaults for ``lines``/``raw``; types outside
-  ``json_columns.READ_TYPES`` for ``json``) keeps the per-record path:
+  follows ``json_columns``. ``lines`` and ``raw`` columns come from ``record_columns``
+  on both paths. A schema the batches cannot build that way (no Arrow form; types
+  outside ``json_columns.READ_TYPES`` for ``json``) keeps the per-record path:
   ``BatchShape.of`` returns None.
 """
 
@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
+from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.spark.json_columns import JsonColumns
 from tierfs.spark.records import Lines, split_block
 
@@ -62,12 +63,8 @@ class BatchShape:
         except (TypeError, ValueError, NotImplementedError) as e:
             log.info("tierfs: schema %s has no Arrow form (%s); rows go one by one", schema.simpleString(), e)
             return None
-        kinds = [type(field.dataType) for field in schema.fields]
         if form in ("lines", "raw"):
-            value = StringType if form == "lines" else BinaryType
-            if kinds != [StringType, LongType, value]:  # the per-record path fills them by position
-                return None
-            return cls(form, arrow_schema, (PATH, OFFSET, 0), None)
+            return cls(form, arrow_schema, record_columns(form, schema), None)
         names = [field.name for field in schema.fields]
         if len(set(names)) != len(names):
             return None
@@ -101,6 +98,25 @@ class BatchShape:
             else:
                 columns.append(values[source])
         return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+
+
+def record_columns(form: str, schema: StructType) -> tuple[int, ...]:
+    """Where each column of a ``lines`` or ``raw`` read comes from (``PATH``, ``OFFSET``
+    or 0, the record): by name when every column is ``path``, ``offset`` or ``value``
+    (any of them, in any order: ``.schema("value string")`` reads what
+    ``spark.read.text`` does), else by position for three columns typed like the
+    default schema. Any other schema is refused: nothing could fill its columns."""
+    value_type, value_name = (StringType, "string") if form == "lines" else (BinaryType, "binary")
+    by_name = {"path": (PATH, StringType), "offset": (OFFSET, LongType), "value": (0, value_type)}
+    names = schema.fieldNames()
+    if names and len(set(names)) == len(names) and all(name in by_name for name in names):
+        if all(isinstance(field.dataType, by_name[field.name][1]) for field in schema.fields):
+            return tuple(by_name[name][0] for name in names)
+    elif [type(field.dataType) for field in schema.fields] == [StringType, LongType, value_type]:
+        return (PATH, OFFSET, 0)
+    raise InvalidArgumentError(
+        f"format {form} reads the columns path string, offset long, value {value_name} (any of them, "
+        f"in any order, by name); the schema {schema.simpleString()} has others")
 
 
 def line_batches(shape: BatchShape, path: str, blocks: Iterable[tuple[int, bytes]]) -> Iterator[pa.RecordBatch]:

@@ -39,7 +39,7 @@ from tierfs.contracts.info import SegmentInfo
 from tierfs.contracts.names import basename
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
-from tierfs.spark.batches import BatchShape, line_batches, raw_batches
+from tierfs.spark.batches import OFFSET, PATH, BatchShape, line_batches, raw_batches, record_columns
 from tierfs.spark.json_columns import json_record
 from tierfs.spark.records import record_blocks, split_lines
 
@@ -291,17 +291,23 @@ def tuple_rows(options: ReadOptions, schema: StructType, item: SegmentRange,
                source: SegmentBytes) -> Iterator[tuple[Any, ...]]:
     """The rows of one range as tuples, one record at a time: the reference the Arrow
     batches follow, and the path of schemas they cannot build (``BatchShape.of``)."""
-    if options.format == "raw":
-        for offset, block in iter_blocks(source, item, options.block_size):
-            yield (item.path, offset, block)
+    if options.format != "json":
+        columns = record_columns(options.format, schema)
+        records = (iter_blocks(source, item, options.block_size) if options.format == "raw" else
+                   ((offset, line.decode("utf-8", "replace")) for offset, line in iter_lines(source, item)))
+        for offset, value in records:
+            yield tuple(item.path if c == PATH else offset if c == OFFSET else value for c in columns)
         return
     names = schema.fieldNames()
     for offset, line in iter_lines(source, item):
-        if options.format == "lines":
-            yield (item.path, offset, line.decode("utf-8", "replace"))
-        else:
-            values = {**json_record(item.path, offset, line), "path": item.path, "offset": offset}
-            yield tuple(values.get(name) for name in names)
+        values = {**json_record(item.path, offset, line), "path": item.path, "offset": offset}
+        yield tuple(values.get(name) for name in names)
+
+
+def check_schema(options: ReadOptions, schema: StructType) -> None:
+    """Refuse on the driver, when the query is planned, a schema no row could fill."""
+    if options.format != "json":
+        record_columns(options.format, schema)
 
 
 def read_partition(options: ReadOptions, schema: StructType,

@@ -38,6 +38,7 @@ from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.spark.read import (
     DEFAULT_SCHEMAS,
     ReadOptions,
+    check_schema,
     plan_partitions,
     plan_ranges,
     read_partition,
@@ -54,6 +55,7 @@ class TierReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = ReadOptions.parse(options)
         self.schema = schema
+        check_schema(self.options, schema)
 
     def partitions(self) -> list[Any]:
         client = self.options.client()

@@ -31,6 +31,7 @@ from tierfs.contracts.info import SegmentInfo
 from tierfs.remote.client import TierClient
 from tierfs.spark.read import (
     ReadOptions,
+    check_schema,
     plan_partitions,
     plan_ranges,
     read_partition,
@@ -47,6 +48,7 @@ class TierStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = ReadOptions.parse(options)
         self.schema = schema
+        check_schema(self.options, schema)
         self.starting = options.get("starting", "earliest")
         if self.starting not in STARTING:
             raise InvalidArgumentError(f"starting must be one of {STARTING}, not {self.starting!r}")
