@@ -60,13 +60,20 @@ async def test_kill_9_in_a_flush_leaves_an_orphan_chunk_that_gc_deletes_after_th
 ) -> None:
     data_dir = tmp_path / "data"
     _crash_in_flush(data_dir)
-    orphan = chunk_name(1, 1, 0)  # segment 1, epoch 1, first chunk: never committed
+    orphan = chunk_name(1, 1, 1)  # segment 1, epoch 1, first chunk (seq 1): never committed
     chunks_dir = data_dir / "chunks"
     assert (chunks_dir / orphan).exists()
     # objects gc must never touch, however old: not chunk-shaped, or a newer owner's
     others = ["_owner/claim", "_metadata/backup-1", "s00000001/notes.txt",
               "s00000001/e000001-c00000000.tmp", chunk_name(1, 999999, 0)]
     for name in others:
+        _touch_old(chunks_dir / name)
+    # names of the next owner (epoch 2): below segment 1's next chunk sequence no flush
+    # will write again; at or above it, or of a segment the metadata does not know, a
+    # flush may be writing right now
+    own_epoch_orphan = chunk_name(1, 2, 0)
+    own_epoch_in_flight = [chunk_name(1, 2, 50), chunk_name(77, 2, 1)]
+    for name in [own_epoch_orphan, *own_epoch_in_flight]:
         _touch_old(chunks_dir / name)
 
     config = small_config(data_dir, orphan_grace_s=HOUR_S, orphan_gc_interval_s=0)
@@ -77,25 +84,29 @@ async def test_kill_9_in_a_flush_leaves_an_orphan_chunk_that_gc_deletes_after_th
         referenced = [c.name for c in await store.chunks_of(store._segment("logs/a"))]
         assert referenced and all(n.startswith("s00000001/e000002-") for n in referenced)
 
+        assert store._segment("logs/a").record.next_chunk_seq == 2
         report = await store.fsck()
         assert report.problems == []
-        assert [(o.store, o.name) for o in report.orphans] == [(TIER2, orphan)]
-        assert report.orphans[0].size_bytes > 0
+        both = [(TIER2, orphan), (TIER2, own_epoch_orphan)]
+        assert sorted((o.store, o.name) for o in report.orphans) == both
+        assert all(o.size_bytes > 0 for o in report.orphans)
 
-        young = await store.gc(dry_run=True)  # written a moment ago: within the grace
-        assert young.orphans == [] and young.kept_young == 1 and young.kept_newer_epoch == 1
+        young = await store.gc(dry_run=True)  # the crash was a moment ago: within the grace
+        assert _names(young) == [(TIER2, own_epoch_orphan)]
+        assert (young.kept_young, young.kept_in_flight, young.kept_newer_epoch) == (1, 2, 1)
 
         real_now = store.clock
         store.clock = lambda: real_now() + HOUR_S + 1
         listed = await store.gc(dry_run=True)
-        assert _names(listed) == [(TIER2, orphan)] and listed.dry_run
+        assert _names(listed) == both and listed.dry_run
         assert (chunks_dir / orphan).exists()  # a dry run deletes nothing
 
         deleted = await store.gc()
-        assert _names(deleted) == [(TIER2, orphan)] and not deleted.dry_run
+        assert _names(deleted) == both and not deleted.dry_run
         assert deleted.orphan_bytes == listed.orphan_bytes > 0 and deleted.failed == []
-        assert not (chunks_dir / orphan).exists()
-        assert all((chunks_dir / name).exists() for name in referenced + others)
+        assert not (chunks_dir / orphan).exists() and not (chunks_dir / own_epoch_orphan).exists()
+        kept = referenced + others + own_epoch_in_flight
+        assert all((chunks_dir / name).exists() for name in kept)
         store.block_cache.clear()
         assert await store.read("logs/a") == PAYLOAD
         report = await store.fsck()
@@ -132,7 +143,7 @@ async def test_a_chunk_being_flushed_is_never_touched(tmp_path: Path) -> None:
         await store.create("a")
         await store.append("a", PAYLOAD[: 100 * KiB])
         await _wait_until(blocking.written.is_set)  # written, commit not yet run
-        in_flight = chunk_name(1, store.epoch, 0)
+        in_flight = chunk_name(1, store.epoch, 1)
         assert (config.data_dir / "chunks" / in_flight).exists()
         report = await store.gc()
         assert report.orphans == [] and report.kept_in_flight == 1
@@ -193,7 +204,7 @@ async def test_s3_orphans_of_a_crashed_flush_and_of_an_offload_that_lost_its_chu
     data_dir = tmp_path / "data"
     _crash_in_flush(data_dir, {"TIERFS_TIER2": s3_urls["tier2"],
                                "TIERFS_TIER2_ENDPOINT_URL": s3_urls["endpoint"]})
-    orphan_chunk = chunk_name(1, 1, 0)
+    orphan_chunk = chunk_name(1, 1, 1)
     assert _s3_keys(s3_urls, "chunks") == [orphan_chunk]
 
     config = small_config(
@@ -261,7 +272,7 @@ def _cli(data_dir: Path, *args: str, env: dict[str, str]) -> subprocess.Complete
 def test_cli_gc_in_process_and_through_the_daemon(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     _crash_in_flush(data_dir)
-    orphan = chunk_name(1, 1, 0)
+    orphan = chunk_name(1, 1, 1)
     no_grace = {"TIERFS_ORPHAN_GRACE_S": "0"}
 
     fsck = _cli(data_dir, "fsck", env=no_grace)  # in-process (no daemon)
