@@ -20,6 +20,8 @@ import pytest
 import trio
 
 from tierfs import open_store
+from tierfs.contracts.config import StoreConfig, load_config
+from tierfs.contracts.errors import InvalidArgumentError, Tier2Error
 from tierfs.contracts.gc_report import LONG_TERM, TIER2, GcReport
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.object_keys import OffloadKeys, chunk_name, new_attempt_uuid
@@ -306,3 +308,32 @@ async def test_background_sweep_deletes_orphans_every_interval(tmp_path: Path) -
     async with open_store(config) as store:
         await _wait_until(lambda: not orphan.exists(), timeout_s=10)
         assert store.orphans.deleted_objects == 1
+
+
+class _RefusingDeletes(WrappedStorage):
+    def delete(self, name: str) -> None:
+        raise Tier2Error("injected: access denied")
+
+
+async def test_a_failed_delete_is_reported_and_the_object_kept_for_the_next_sweep(tmp_path: Path) -> None:
+    config = small_config(tmp_path / "data", orphan_grace_s=0, orphan_gc_interval_s=0)
+    orphan = tmp_path / "data" / "chunks" / chunk_name(5, 0, 3)
+    _touch_old(orphan)
+    async with open_store(config) as store:
+        real = store.chunk_storage
+        store.chunk_storage = _RefusingDeletes(real)
+        report = await store.gc()
+        assert report.orphans == [] and len(report.failed) == 1
+        assert chunk_name(5, 0, 3) in report.failed[0] and "access denied" in report.failed[0]
+        assert orphan.exists()
+        store.chunk_storage = real
+        assert [o.name for o in (await store.gc()).orphans] == [chunk_name(5, 0, 3)]
+
+
+def test_orphan_settings_are_checked() -> None:
+    for setting in ("orphan_grace_s", "orphan_gc_interval_s"):
+        with pytest.raises(InvalidArgumentError, match="must be >= 0"):
+            load_config({setting: -1})
+    config = load_config(environ={"TIERFS_ORPHAN_GRACE_S": "1.5", "TIERFS_ORPHAN_GC_INTERVAL_S": "0"})
+    assert (config.orphan_grace_s, config.orphan_gc_interval_s) == (1.5, 0.0)
+    assert (StoreConfig().orphan_grace_s, StoreConfig().orphan_gc_interval_s) == (HOUR_S, HOUR_S)
