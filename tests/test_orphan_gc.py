@@ -337,3 +337,51 @@ def test_orphan_settings_are_checked() -> None:
     config = load_config(environ={"TIERFS_ORPHAN_GRACE_S": "1.5", "TIERFS_ORPHAN_GC_INTERVAL_S": "0"})
     assert (config.orphan_grace_s, config.orphan_gc_interval_s) == (1.5, 0.0)
     assert (StoreConfig().orphan_grace_s, StoreConfig().orphan_gc_interval_s) == (HOUR_S, HOUR_S)
+
+
+@pytest.mark.parametrize("tier2", ["local", "memory"])
+async def test_sweeping_without_grace_while_flushing_and_offloading_loses_nothing(
+    tmp_path: Path, tier2: str
+) -> None:
+    """gc with no grace at all, over and over, races every flush commit and offload
+    attempt of a busy store: only the references and the in-flight rules protect them."""
+    tier2_url = "" if tier2 == "local" else f"memory://gc-{os.urandom(6).hex()}"
+    config = small_config(tmp_path / "data", tier2_url=tier2_url, offload_url=str(tmp_path / "longterm"),
+                          offload_deletion_lag_s=0, orphan_grace_s=0, orphan_gc_interval_s=0)
+    written: dict[str, bytearray] = {f"s{i}": bytearray() for i in range(3)}
+    sweeps = 0
+    async with open_store(config) as store:
+        done = trio.Event()
+
+        async def sweep_until_done() -> None:
+            nonlocal sweeps
+            while not done.is_set():
+                report = await store.gc()
+                assert report.orphans == [] and report.failed == []
+                sweeps += 1
+                await trio.sleep(0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sweep_until_done)
+            for round_ in range(6):
+                for name, data in written.items():
+                    if round_ == 0:
+                        await store.create(name)
+                    piece = os.urandom(40 * KiB)
+                    await store.append(name, piece)
+                    data += piece
+                    await trio.sleep(0.03)
+            await store.seal("s0")
+            await store.flush()
+            await store.offload("s0")
+            with trio.fail_after(30):
+                while (await store.offload_status("s0"))["state"] == "RUNNING":
+                    await trio.sleep(0.01)
+            done.set()
+        assert sweeps > 5
+        assert (await store.offload_status("s0"))["state"] == "SUCCESS"
+        store.block_cache.clear()
+        for name, data in written.items():
+            assert await store.read(name) == bytes(data)
+        report = await store.fsck()
+        assert report.problems == [] and report.orphans == []
