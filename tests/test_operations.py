@@ -20,6 +20,7 @@ from tierfs.contracts import operations as ops
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.errors import InvalidArgumentError, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
+from tierfs.contracts.gc_report import LONG_TERM, TIER2, GcReport, OrphanObject
 from tierfs.contracts.info import DirectoryInfo, SegmentInfo, info_json
 from tierfs.contracts.operations import OPERATIONS
 from tierfs.remote.remote_store import RemoteStore
@@ -37,6 +38,7 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "flush": ((None,), {}),
     "set_durability": (("s", "vd"), {}),
     "fsck": ((), {}),
+    "gc": ((), {"dry_run": True}),
     "offload": (("s", 1 << 20), {}),
     "offload_status": (("s",), {}),
     "policy_set": (("d", {"offload_after_s": 60, "retention_bytes": None}), {}),
@@ -118,8 +120,13 @@ def test_bad_values_are_refused_with_the_api_messages(name: str, body: dict[str,
 
 def test_results_survive_the_trip_through_json() -> None:
     info = SegmentInfo("s", 1, 5, 5, 7, 0, True, "vd", 0, 1.5, 2.5, start_offset=3)
-    report = FsckReport(2, 3, 4096, [Problem("s", "s1/e1-c1", "block 0 fails"), Problem("t", "", "lengths")])
+    orphans = [OrphanObject(TIER2, "s00000001/e000001-c00000001", 10, 7200.5),
+               OrphanObject(LONG_TERM, "s00000001/e000001-c00000001-u.data", 3, 0.0)]
+    report = FsckReport(2, 3, 4096, [Problem("s", "s1/e1-c1", "block 0 fails"), Problem("t", "", "lengths")],
+                        orphans)
+    gc = GcReport(True, 3600.0, orphans, kept_young=1, kept_in_flight=2, kept_newer_epoch=3, failed=["x"])
     for codec, value in ((ops.SEGMENT_INFO, info), (ops.DURABLE_LENGTH, 11), (ops.FSCK_REPORT, report),
+                         (ops.GC_REPORT, gc),
                          (ops.JSON_OBJECT, {"state": "NOT_RUN"}), (ops.NOTHING, None)):
         assert codec.decode(json.loads(json.dumps(codec.encode(value)))) == value
     assert ops.NOTHING.encode(None) == {"ok": True}
@@ -177,7 +184,10 @@ async def test_every_operation_through_the_route(api: httpx.AsyncClient, store: 
     assert await op("policy_get", path="d/s") == await store.get_policy("d/s")
     assert (await op("offload_status", path="d/s"))["state"] == "NOT_RUN"
     # concat is metadata only: the source's chunk joined the target's
-    assert await op("fsck") == {"segments": 1, "chunks": 2, "bytes_checked": 11, "problems": []}
+    assert await op("fsck") == {"segments": 1, "chunks": 2, "bytes_checked": 11, "problems": [],
+                                "orphans": []}
+    swept = await op("gc", dry_run=True)
+    assert (swept["dry_run"], swept["orphans"], swept["orphan_bytes"]) == (True, [], 0)
     response = await api.post("/v1/op/offload", json={"path": "d/s"})  # no long-term store
     assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_argument")
 

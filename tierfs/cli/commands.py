@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from tierfs.cli.gc_command import gc_command, print_orphans
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
@@ -213,6 +214,7 @@ async def _fsck(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     report = await store.fsck()
     for problem in report.problems:
         print(f"DAMAGED {problem}")
+    print_orphans(report.orphans)
     print(
         f"checked {report.segments} segments, {report.chunks} chunks, "
         f"{report.bytes_checked} bytes: "
@@ -312,7 +314,7 @@ COMMANDS: dict[str, Handler] = {
     "unseal": _path_command(lambda store, path: store.unseal(path)),
     "rm": _path_command(lambda store, path: store.delete(path)),
     "mv": _mv, "fsck": _fsck,
-    "offload": _offload, "offload-status": _offload_status, "policy": _policy,
+    "offload": _offload, "offload-status": _offload_status, "policy": _policy, "gc": gc_command,
 }
 
 

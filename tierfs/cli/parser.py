@@ -83,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?")
     p = add("flush", "wait until tier-2 holds every durable byte")
     p.add_argument("path", nargs="?")
-    add("fsck", "verify every chunk's CRC32C and the metadata invariants")
+    add("fsck", "verify every chunk's CRC32C and the metadata invariants; list orphan objects")
+    add("gc", "delete chunk and offload objects no metadata references, older than the grace "
+              "period (orphan_grace_s)").add_argument("--dry-run", action="store_true", help="only list them")
     p = add("tail", "print the end of a segment; -f follows it as it grows")
     p.add_argument("path")
     p.add_argument("-f", "--follow", action="store_true")

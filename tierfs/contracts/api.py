@@ -17,6 +17,7 @@ import builtins
 from typing import Any, Protocol
 
 from tierfs.contracts.fsck_report import FsckReport
+from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 
 
@@ -106,4 +107,8 @@ class SegmentStoreAPI(Protocol):
 
     async def fsck(self) -> FsckReport:
         """Verify every chunk's CRC32C and the metadata invariants."""
+        ...
+
+    async def gc(self, *, dry_run: bool = False) -> GcReport:
+        """Delete (``dry_run``: list) orphan objects older than the grace period."""
         ...

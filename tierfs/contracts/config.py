@@ -76,6 +76,12 @@ class StoreConfig:
     # How often policies (offload_after_s, offload_hot_bytes, retention) and the
     # deletion lag are evaluated.
     policy_interval_s: float = 10.0
+    # Orphan GC (engine/orphans.py): unreferenced chunk and offload objects older than
+    # the grace period are deleted every orphan_gc_interval_s (0: only by `tierfs gc`).
+    # The grace keeps objects a flush or an offload (here or a restarted owner) may
+    # still be writing; an hour is far beyond any single write.
+    orphan_gc_interval_s: float = 3600.0
+    orphan_grace_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_LEVELS:
@@ -102,6 +108,8 @@ class StoreConfig:
             )
         if self.offload_deletion_lag_s < 0:
             raise InvalidArgumentError("offload_deletion_lag_s must be >= 0")
+        if min(self.orphan_gc_interval_s, self.orphan_grace_s) < 0:
+            raise InvalidArgumentError("orphan_gc_interval_s and orphan_grace_s must be >= 0")
         if self.max_append_bytes > self.max_backlog_bytes:
             raise InvalidArgumentError("max_append_bytes must not exceed max_backlog_bytes")
 

@@ -1,6 +1,9 @@
 """What ``fsck`` reports: value types shared by the engine's checker, the HTTP API, the
 remote store and the CLI, and their wire form.
 
+Orphans (objects no metadata references, ``contracts.gc_report``) are listed apart
+from the problems: they are not damage, and ``tierfs gc`` deletes them.
+
 Invariant: ``fsck_report_from_json(fsck_report_json(r)) == r``, so a report read from
 the daemon is the report the in-process store gives.
 """
@@ -9,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from tierfs.contracts.gc_report import OrphanObject, orphans_from_json, orphans_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +35,7 @@ class FsckReport:
     chunks: int
     bytes_checked: int
     problems: list[Problem]
+    orphans: list[OrphanObject] = dataclasses.field(default_factory=list)
 
 
 def fsck_report_json(report: FsckReport) -> dict[str, Any]:
@@ -37,6 +43,7 @@ def fsck_report_json(report: FsckReport) -> dict[str, Any]:
         "segments": report.segments, "chunks": report.chunks,
         "bytes_checked": report.bytes_checked,
         "problems": [dataclasses.asdict(p) for p in report.problems],
+        "orphans": orphans_json(report.orphans),
     }
 
 
@@ -45,4 +52,5 @@ def fsck_report_from_json(data: dict[str, Any]) -> FsckReport:
         segments=int(data["segments"]), chunks=int(data["chunks"]),
         bytes_checked=int(data["bytes_checked"]),
         problems=[Problem(**p) for p in data["problems"]],
+        orphans=orphans_from_json(data.get("orphans", [])),
     )

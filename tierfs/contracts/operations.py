@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from tierfs.contracts.errors import InvalidArgumentError, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, fsck_report_from_json, fsck_report_json
+from tierfs.contracts.gc_report import GcReport, gc_report_from_json, gc_report_json
 from tierfs.contracts.info import SegmentInfo, info_from_json, info_json
 from tierfs.contracts.policy import parse_assignments
 
@@ -173,6 +174,7 @@ DURABLE_LENGTH: Codec[int] = Codec(
 )
 JSON_OBJECT: Codec[dict[str, Any]] = Codec("JSON object", _same, _same)
 FSCK_REPORT: Codec[FsckReport] = Codec("fsck report", fsck_report_json, fsck_report_from_json)
+GC_REPORT: Codec[GcReport] = Codec("gc report", gc_report_json, gc_report_from_json)
 
 _PATH = Param("path", NAME, "")
 _OPTIONAL_PATH = Param("path", OPTIONAL_NAME, "")
@@ -198,6 +200,10 @@ SET_DURABILITY = Operation(
     "choose pd or vd for an empty segment",
 )
 FSCK = Operation("fsck", "fsck", (), FSCK_REPORT, "verify every chunk and the metadata invariants")
+GC = Operation(
+    "gc", "gc", (Param("dry_run", FLAG, False, keywords=("dry_run",)),), GC_REPORT,
+    "delete (dry_run: list) unreferenced chunk and offload objects older than the grace period",
+)
 OFFLOAD = Operation(
     "offload", "offload", (_PATH, Param("up_to", OFFSET, None)), JSON_OBJECT,
     "start offloading the sealed chunks that end at or before up_to",
@@ -226,7 +232,7 @@ CONCAT = Operation(
 OPERATIONS: dict[str, Operation[Any]] = {
     op.name: op
     for op in (
-        MKDIR, RMDIR, MV, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, FSCK,
+        MKDIR, RMDIR, MV, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, FSCK, GC,
         OFFLOAD, OFFLOAD_STATUS, POLICY_SET, POLICY_GET, CONCAT,
     )
 }

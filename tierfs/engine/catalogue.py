@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import trio
 
 from tierfs.engine.metadata import MetadataStore, SegmentRow, now_ns
+from tierfs.engine.object_keys import ObjectReferences
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 
@@ -74,6 +75,10 @@ class ChunkCatalogue:
     async def queue_garbage(self, names: list[str]) -> None:
         if names:
             await self.call(self.metadata.queue_garbage, names)
+
+    async def object_references(self) -> ObjectReferences:
+        """Every object name the metadata references or queues, at one instant."""
+        return await self.call(self.metadata.object_references)
 
     async def set_checkpoint(self, lsn: int) -> None:
         """Journal files wholly below ``lsn`` may be deleted (recovery starts there)."""

@@ -1,7 +1,8 @@
 """Tier-2 chunk storage over any fsspec URL, with the PDP-34 verbs.
 
 Verbs: write (create, or append at the exact current end where supported), read a
-range, delete, list, stat. Capability flags tell the storage writer what it may do:
+range, delete, list, stat; ``list_objects`` (every object with its size and
+modification time, for orphan collection). Capability flags tell the storage writer what it may do:
 ``supports_append`` (false for object stores: every flush becomes a new object) and
 ``supports_concat``.
 
@@ -23,6 +24,9 @@ Invariants every backend gives:
 from __future__ import annotations
 
 import abc
+import builtins
+import dataclasses
+import datetime
 import errno
 import logging
 import os
@@ -79,6 +83,33 @@ def _call(name: str, call: Callable[[], T], attempts: int = RETRY_ATTEMPTS, labe
     raise AssertionError("unreachable")
 
 
+@dataclasses.dataclass(frozen=True)
+class StoredObject:
+    """One object as a listing shows it; ``modified_s`` (seconds since the epoch) is
+    None when the backend does not say."""
+
+    name: str
+    size_bytes: int
+    modified_s: float | None
+
+
+def _modified_s(info: Mapping[str, Any]) -> float | None:
+    """The modification time in an fsspec ``info`` dict (key and type vary by backend:
+    s3fs ``LastModified`` datetime, local ``mtime`` float, memory ``created``)."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, datetime.datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return datetime.datetime.fromisoformat(value).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
 class ChunkStorage(abc.ABC):
     """Interface of a tier-2 chunk store (see module docstring for guarantees)."""
 
@@ -106,6 +137,11 @@ class ChunkStorage(abc.ABC):
     @abc.abstractmethod
     def stat(self, name: str) -> int:
         """Size in bytes of the stored object (may exceed the committed length)."""
+
+    def list_objects(self) -> builtins.list[StoredObject]:
+        """Every object under the store's URL with size and modification time (orphan
+        collection only, never hot paths)."""
+        raise InvalidArgumentError(f"the {self.label} at {self.url} cannot list its objects")
 
     def chunk_url(self, name: str) -> str:
         return f"{self.url.rstrip('/')}/{name}"
@@ -185,6 +221,21 @@ class LocalChunkStorage(ChunkStorage):
     def stat(self, name: str) -> int:
         return _call(name, lambda: os.stat(self._path(name)).st_size, label=self.label)
 
+    def list_objects(self) -> builtins.list[StoredObject]:
+        def call() -> list[StoredObject]:
+            found = []
+            for dirpath, _, files in os.walk(self.root):
+                for file in files:
+                    path = os.path.join(dirpath, file)
+                    try:
+                        st = os.stat(path)
+                    except FileNotFoundError:
+                        continue  # deleted since the directory was read
+                    found.append(StoredObject(os.path.relpath(path, self.root), st.st_size, st.st_mtime))
+            return found
+
+        return _call("", call, label=self.label)
+
 
 class FsspecChunkStorage(ChunkStorage):
     """Chunks as whole objects on any fsspec filesystem (S3, memory, ...).
@@ -235,6 +286,21 @@ class FsspecChunkStorage(ChunkStorage):
 
     def stat(self, name: str) -> int:
         return _call(name, lambda: int(self.fs.info(self._path(name))["size"]), label=self.label)
+
+    def list_objects(self) -> builtins.list[StoredObject]:
+        def call() -> list[StoredObject]:
+            self.fs.invalidate_cache(self.root)  # a cached listing could be hours old
+            try:
+                found = self.fs.find(self.root, detail=True)
+            except FileNotFoundError:
+                return []
+            return [
+                StoredObject(path[len(self.root) + 1 :], int(info.get("size") or 0), _modified_s(info))
+                for path, info in found.items()
+                if info.get("type") != "directory"
+            ]
+
+        return _call("", call, label=self.label)
 
 
 def open_chunk_storage(url: str, storage_options: Mapping[str, Any] | None = None) -> ChunkStorage:

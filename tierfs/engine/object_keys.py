@@ -9,6 +9,10 @@
 - Garbage: names queued for deletion once their metadata is gone; long-term keys carry
   ``LONG_TERM_GARBAGE_PREFIX``.
 
+- Shapes: ``chunk_shape``/``offload_key_shape`` recognise exactly these two forms
+  (and nothing else a store may hold, e.g. ``_owner/`` or ``_metadata/`` objects), so
+  orphan collection never considers any other object.
+
 Invariants: every name here is a pure function of ids; nothing on the read or write
 path lists a store to find an object.
 """
@@ -16,6 +20,7 @@ path lists a store to find an object.
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 
 from tierfs.engine.record_types import Chunk
@@ -61,3 +66,51 @@ def garbage_names(chunk: Chunk) -> list[str]:
         keys = OffloadKeys.for_attempt(chunk.name, chunk.offload_attempt_uuid)
         names += [LONG_TERM_GARBAGE_PREFIX + keys.data, LONG_TERM_GARBAGE_PREFIX + keys.index]
     return names
+
+
+_CHUNK_PATTERN = r"s(?P<segment>[0-9]{8})/e(?P<epoch>[0-9]{6})-c(?P<seq>[0-9]{8})"
+_CHUNK_SHAPE = re.compile(_CHUNK_PATTERN)
+_OFFLOAD_KEY_SHAPE = re.compile(
+    _CHUNK_PATTERN + r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    + f"(?:{re.escape(DATA_SUFFIX)}|{re.escape(INDEX_SUFFIX)})"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkShape:
+    """The ids a chunk name (or the chunk part of an offload key) carries."""
+
+    segment_id: int
+    epoch: int
+    seq: int
+
+
+def _shape(pattern: re.Pattern[str], name: str) -> ChunkShape | None:
+    match = pattern.fullmatch(name)
+    if match is None:
+        return None
+    return ChunkShape(int(match["segment"]), int(match["epoch"]), int(match["seq"]))
+
+
+def chunk_shape(name: str) -> ChunkShape | None:
+    """The ids of a tier-2 chunk name ``s<8 digits>/e<6 digits>-c<8 digits>``, else None."""
+    return _shape(_CHUNK_SHAPE, name)
+
+
+def offload_key_shape(key: str) -> ChunkShape | None:
+    """The chunk ids of an offload attempt's key (``<chunk name>-<UUID>.data``/``.index``),
+    else None."""
+    return _shape(_OFFLOAD_KEY_SHAPE, key)
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectReferences:
+    """Every object name the metadata knows at one instant: chunk names and offload
+    keys its chunk records reference, names queued as garbage (long-term ones without
+    their prefix), and each live segment's ``next_chunk_seq``."""
+
+    tier2: frozenset[str]
+    long_term: frozenset[str]
+    queued_tier2: frozenset[str]
+    queued_long_term: frozenset[str]
+    next_chunk_seq: dict[int, int]  # by segment id

@@ -45,6 +45,7 @@ from tierfs.contracts.errors import (
 )
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import monotonic_s
+from tierfs.engine.faults import crash_point
 from tierfs.engine.metadata import now_ns
 from tierfs.engine.object_keys import chunk_name
 from tierfs.engine.ports import GarbageSink, JournalFiles
@@ -244,6 +245,7 @@ class StorageWriter:
         await trio.to_thread.run_sync(
             storage.write, name, chunk_offset, data, limiter=self._limiter
         )
+        crash_point("flush.chunk_written")  # in tier-2, not committed: an orphan if we die
         chunk = Chunk(
             name=name,
             segment_id=seg.segment_id,

@@ -124,6 +124,7 @@ class Offloader:
         # chunk-store copy still exists
         self._hot_pending: dict[tuple[int, int], float] = {}
         self._nursery: trio.Nursery | None = None
+        self.uploading: set[str] = set()  # long-term keys being written right now
         self.offloaded_bytes = 0
         self.offloaded_chunks = 0
         self.failures = 0
@@ -241,11 +242,11 @@ class Offloader:
         data = await trio.to_thread.run_sync(
             self._read_verified, recorded, limiter=self._limiter
         )
-        await trio.to_thread.run_sync(long_term.put, keys.data, data, object_metadata())
+        await self._put(long_term, keys.data, data)
         del data
         crash_point("offload.data_uploaded")
         index = encode_index(seg.name, recorded, attempt)
-        await trio.to_thread.run_sync(long_term.put, keys.index, index, object_metadata())
+        await self._put(long_term, keys.index, index)
         crash_point("offload.index_uploaded")
 
         async with seg.meta_lock:
@@ -279,6 +280,15 @@ class Offloader:
         if self._config.offload_deletion_lag_s == 0:
             await self._delete_hot_copy(seg, start)
         return done.length
+
+    async def _put(self, long_term: LongTermStore, key: str, data: bytes) -> None:
+        """Upload one object; its key is in ``uploading`` meanwhile (orphan collection
+        never touches an object being written)."""
+        self.uploading.add(key)
+        try:
+            await trio.to_thread.run_sync(long_term.put, key, data, object_metadata())
+        finally:
+            self.uploading.discard(key)
 
     def _read_verified(self, chunk: Chunk) -> bytes:
         """The chunk's committed bytes from the chunk store, every block CRC-checked

@@ -19,6 +19,7 @@ import trio
 from tierfs.contracts import operations as ops
 from tierfs.contracts.errors import OffsetOutOfRangeError
 from tierfs.contracts.fsck_report import FsckReport
+from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.operations import Operation
 from tierfs.remote.client import TierClient
@@ -126,3 +127,6 @@ class RemoteStore:
 
     async def fsck(self) -> FsckReport:
         return await self.op(ops.FSCK)
+
+    async def gc(self, *, dry_run: bool = False) -> GcReport:
+        return await self.op(ops.GC, dry_run=dry_run)

@@ -39,6 +39,7 @@ from tierfs.contracts.errors import (
     single_error,
 )
 from tierfs.contracts.fsck_report import FsckReport
+from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.policy import Policy
 from tierfs.engine.appender import Appender
@@ -51,6 +52,7 @@ from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore, now_ns
+from tierfs.engine.orphans import OrphanSweeper
 from tierfs.engine.ownership import DataDirLock
 from tierfs.engine.readahead import SegmentReader
 from tierfs.engine.reader import Reader
@@ -156,6 +158,9 @@ class SegmentStore:
             config, self.long_term, chunk_storage, limiter, catalogue, table.segment_by_id,
             flush_one, self._clock,
         )
+        long_term_objects = self.long_term.storage if self.long_term else None
+        self.orphans = OrphanSweeper(config, self.epoch, catalogue, chunk_storage, long_term_objects,
+                                     self.offloader.uploading, limiter, self._clock)
         self._namespace = Namespace(config, table, catalogue, self.writer, self.tail_budget, self.garbage)
         self._concat = Concatenator(table, catalogue, self.offloader, flush_one, self.growth.notify)
         self._policies = PolicyBook(table, catalogue, self.garbage)
@@ -201,7 +206,7 @@ class SegmentStore:
 
     @chunk_storage.setter
     def chunk_storage(self, storage: ChunkStorage) -> None:
-        for part in (self._blocks, self.writer, self.offloader, self.garbage):
+        for part in (self._blocks, self.writer, self.offloader, self.garbage, self.orphans):
             part.chunk_storage = storage
 
     @property
@@ -366,6 +371,10 @@ class SegmentStore:
         """Verify every chunk's CRC32C and the metadata invariants (``store.fsck``)."""
         return await fsck(self)
 
+    async def gc(self, *, dry_run: bool = False) -> GcReport:
+        """Delete (``dry_run``: list) unreferenced objects past the grace (engine/orphans.py)."""
+        return await self.orphans.sweep(dry_run=dry_run)
+
     # ------------------------------------------------------------------ info
     async def stat(self, name: str) -> Info:
         return await listing.stat(self.table, name)
@@ -404,6 +413,7 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
                 await nursery.start(store.writer.run)
                 await nursery.start(store.offloader.run)
                 await nursery.start(store.scheduler.run)
+                await nursery.start(store.orphans.run)
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
                 nursery.start_soon(store.garbage.collect)

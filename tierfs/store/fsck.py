@@ -6,7 +6,8 @@ matches; every chunk object exists (in the chunk store, or in the long-term stor
 offloaded, with an index object that matches the record) and is at least as long as
 its committed length; every 1 MiB block and the whole chunk match their CRC32C; the
 lengths obey flushed <= durable <= appended. Reads use the storage directly, bypassing
-the cache, so a cached copy cannot hide damage. The report's types are in
+the cache, so a cached copy cannot hide damage. Orphans (objects no metadata
+references, whatever their age: ``engine/orphans.py``) are listed apart, not as damage. The report's types are in
 ``contracts.fsck_report`` (clients read them without the engine).
 """
 
@@ -21,6 +22,7 @@ from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.orphans import OrphanSweeper
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.offload.offloader import require_long_term
 from tierfs.offload.reads import LongTermReads
@@ -34,6 +36,7 @@ class FsckTarget(Protocol):
     catalogue: ChunkCatalogue
     long_term_reads: LongTermReads | None
     tier2_limiter: trio.CapacityLimiter
+    orphans: OrphanSweeper
 
     @property
     def chunk_storage(self) -> ChunkStorage: ...
@@ -100,4 +103,5 @@ async def fsck(store: FsckTarget) -> FsckReport:
             problems.append(
                 Problem(info.name, "", f"chunks end at {expected_start}, flushed length is {info.flushed_length}")
             )
-    return FsckReport(len(infos), chunk_total, checked, problems)
+    orphans = await store.orphans.unreferenced()
+    return FsckReport(len(infos), chunk_total, checked, problems, orphans)

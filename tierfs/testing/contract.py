@@ -13,6 +13,9 @@ What the checks pin down (``tierfs/engine/chunkstore.py`` states the guarantees)
 - bytes read back are exactly the bytes written, for any range;
 - ``stat`` is the stored size; ``list(prefix)`` is sorted and holds only names with
   that prefix; ``delete`` is idempotent;
+- ``list_objects`` names every object (nested names too) with its size and a
+  modification time close to the write's (orphan collection compares it with a grace
+  period);
 - a missing chunk raises ``ChunkMissingError`` from ``read`` and ``stat``;
 - ``supports_append`` tells the truth: if set, a write at the current end appends and
   a retried append at the same offset replaces the same bytes (never duplicates them);
@@ -23,6 +26,7 @@ Invariant: no check depends on another's leftovers, and none imports pytest.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError
@@ -75,9 +79,27 @@ def check_append_capability(storage: ChunkStorage) -> None:
                       lambda: storage.write("c", 3, b"def"))
 
 
+def check_list_objects(storage: ChunkStorage) -> None:
+    """Every object with its size and an mtime within a minute of the write."""
+    before_s = time.time()
+    storage.write("s1/e1-c1", 0, b"0123456789")
+    storage.write("_owner/claim", 0, b"abc")
+    found = sorted(storage.list_objects(), key=lambda o: o.name)
+    _expect_equal("list_objects() names and sizes", [(o.name, o.size_bytes) for o in found],
+                  [("_owner/claim", 3), ("s1/e1-c1", 10)])
+    for obj in found:
+        if obj.modified_s is None or abs(obj.modified_s - before_s) > 60:
+            raise ContractViolation(
+                f"list_objects() gave {obj.name} mtime {obj.modified_s}, written at {before_s:.0f}"
+            )
+    storage.delete("s1/e1-c1")
+    _expect_equal("list_objects() after delete", [o.name for o in storage.list_objects()], ["_owner/claim"])
+
+
 CHECKS: tuple[Callable[[ChunkStorage], None], ...] = (
     check_write_read_stat_list_delete,
     check_append_capability,
+    check_list_objects,
 )
 
 

@@ -32,6 +32,11 @@ OFFLOAD_CRASH_POINTS: tuple[str, ...] = (
 )
 
 
+# A flush: the chunk object is written to tier-2, its metadata commit has not run
+# (tierfs/engine/storage_writer.py); the object is an orphan after the restart.
+FLUSH_CHUNK_WRITTEN = "flush.chunk_written"
+
+
 def crash_environment(point: str) -> dict[str, str]:
     """The environment variables for a daemon that dies at ``point``."""
     if not point or point != point.strip():

@@ -20,8 +20,10 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
+
 from tierfs.contracts.errors import Tier2Error
-from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.chunkstore import ChunkStorage, StoredObject
 
 
 class WrappedStorage(ChunkStorage):
@@ -48,6 +50,9 @@ class WrappedStorage(ChunkStorage):
 
     def stat(self, name: str) -> int:
         return self.inner.stat(name)
+
+    def list_objects(self) -> builtins.list[StoredObject]:
+        return self.inner.list_objects()
 
     def chunk_url(self, name: str) -> str:
         return self.inner.chunk_url(name)
