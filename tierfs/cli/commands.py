@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from tierfs.cli.defrag_command import defrag_command
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
@@ -313,6 +314,7 @@ COMMANDS: dict[str, Handler] = {
     "rm": _path_command(lambda store, path: store.delete(path)),
     "mv": _mv, "fsck": _fsck,
     "offload": _offload, "offload-status": _offload_status, "policy": _policy,
+    "defrag": defrag_command,
 }
 
 

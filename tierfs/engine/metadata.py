@@ -9,6 +9,8 @@ Invariants:
 - Every change that touches more than one row runs in one transaction; updates of a
   segment are conditional on its revision, so a stale writer fails instead of
   overwriting (``ConcurrentModificationError``) and changes nothing.
+- A garbage name is returned for collection only once its ``queued_ns`` has passed
+  (defrag queues old chunks with a deletion lag, readers may still hold them).
 - Segment ids come from AUTOINCREMENT and are never reused, so journal frames of a
   deleted segment can never be mistaken for another segment's bytes.
 - Methods here block (SQLite + fsync); the store calls them from one worker thread at a
@@ -322,6 +324,35 @@ class MetadataStore:
             self._insert_garbage([name for chunk in chunks for name in garbage_names(chunk)], stamp)
         return rev
 
+    def replace_chunks(
+        self, row: SegmentRow, record: SegmentMeta, old: list[Chunk], merged: Chunk, collect_after_ns: int
+    ) -> int:
+        """Defrag's swap: the adjacent chunk records ``old`` become the one record
+        ``merged``, with the segment's new record, in one transaction conditional on the
+        segment revision and on every old record being stored exactly as given. The old
+        objects are queued as garbage, collectable from ``collect_after_ns``."""
+        with self._transaction():
+            rev = self._update_segment(row, record)
+            for chunk in old:
+                stored = self._db.execute(
+                    "SELECT value FROM chunks WHERE segment_id=? AND start_offset=?",
+                    (chunk.segment_id, chunk.start_offset),
+                ).fetchone()
+                if stored is None or records.load(Chunk, stored[0]) != chunk:
+                    raise ConcurrentModificationError(
+                        f"chunk {chunk.name} of segment {row.name!r} changed during defrag"
+                    )
+                self._db.execute(
+                    "DELETE FROM chunks WHERE segment_id=? AND start_offset=?",
+                    (chunk.segment_id, chunk.start_offset),
+                )
+            self._db.execute(
+                "INSERT INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
+                (merged.segment_id, merged.start_offset, records.dump(merged)),
+            )
+            self._insert_garbage([n for chunk in old for n in garbage_names(chunk)], collect_after_ns)
+        return rev
+
     def hot_copies_pending(self) -> dict[tuple[int, int], int]:
         """(segment id, chunk start) -> completion time (ns) of every offloaded chunk whose
         chunk-store copy still exists. Read once at start-up over every chunk record, so
@@ -349,7 +380,12 @@ class MetadataStore:
         )
 
     def garbage(self, limit: int = 1000) -> list[str]:
-        return [n for (n,) in self._db.execute("SELECT name FROM garbage LIMIT ?", (limit,))]
+        """Queued names whose time has come (defrag queues with a deletion lag)."""
+        return [
+            n for (n,) in self._db.execute(
+                "SELECT name FROM garbage WHERE queued_ns <= ? LIMIT ?", (now_ns(), limit)
+            )
+        ]
 
     def forget_garbage(self, names: list[str]) -> None:
         with self._transaction():
