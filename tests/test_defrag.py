@@ -9,6 +9,10 @@ import random
 import re
 import subprocess
 import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import boto3
@@ -16,10 +20,10 @@ import pytest
 import trio
 
 from tierfs import open_store
-from tierfs.contracts.errors import ConcurrentModificationError
+from tierfs.contracts.errors import ChunkMissingError, ConcurrentModificationError
 from tierfs.engine.defrag_plan import merge_runs
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.s3_merge import MIN_PART_BYTES, plan_parts
+from tierfs.engine.s3_merge import MIN_PART_BYTES, MergeCounts, plan_parts
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import small_config, start_daemon
 from tierfs.testing.storages import WrappedStorage
@@ -38,6 +42,51 @@ class OneObjectPerFlush(WrappedStorage):
         self.supports_append = False
 
 
+class SlowReads(OneObjectPerFlush):
+    """Reads take a while, so reads holding the old chunk list are in flight while the
+    swap and the collection of the old objects happen."""
+
+    def read(self, name: str, start: int, end: int) -> bytes:
+        time.sleep(0.02)
+        return super().read(name, start, end)
+
+
+class ReadsAfterDeletion(OneObjectPerFlush):
+    """Reads of the objects in ``hold`` wait until the object was deleted: a read that
+    resolved the old chunk list before the swap reaches tier-2 only after the GC."""
+
+    def __init__(self, inner: WrappedStorage | object) -> None:
+        super().__init__(inner)
+        self.hold: set[str] = set()
+        self.deleted: set[str] = set()
+        self.missed = 0
+        self._changed = threading.Condition()
+
+    def read(self, name: str, start: int, end: int) -> bytes:
+        if name in self.hold:
+            with self._changed:
+                self._changed.wait_for(lambda: name in self.deleted, timeout=10)
+        try:
+            return super().read(name, start, end)
+        except ChunkMissingError:
+            self.missed += 1
+            raise
+
+    def delete(self, name: str) -> None:
+        super().delete(name)
+        with self._changed:
+            self.deleted.add(name)
+            self._changed.notify_all()
+
+
+class SlowMerge(OneObjectPerFlush):
+    """Merges take a while, so the segment can change while one runs."""
+
+    def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
+        time.sleep(0.3)
+        return super().merge(name, pieces)
+
+
 async def _slow_segment(store: SegmentStore, name: str, flushes: int, rng: random.Random) -> bytes:
     """A segment flushed after every small append: one chunk per flush."""
     await store.create(name, make_parents=True)
@@ -51,7 +100,8 @@ async def _slow_segment(store: SegmentStore, name: str, flushes: int, rng: rando
 
 
 def _config(tmp_path: Path, **overrides: object):  # type: ignore[no-untyped-def]
-    return small_config(tmp_path / "d", offload_deletion_lag_s=0, max_chunk_bytes=2 * MiB, **overrides)
+    values: dict[str, object] = {"offload_deletion_lag_s": 0, "max_chunk_bytes": 2 * MiB, **overrides}
+    return small_config(tmp_path / "d", **values)
 
 
 async def test_defrag_merges_a_slow_segment_and_every_byte_reads_back(tmp_path: Path) -> None:
@@ -91,8 +141,9 @@ async def test_defrag_merges_a_slow_segment_and_every_byte_reads_back(tmp_path: 
 
 async def test_a_reader_during_defrag_never_sees_a_gap(tmp_path: Path) -> None:
     rng = random.Random(2)
-    async with open_store(_config(tmp_path, block_cache_bytes=MiB)) as store:
-        store.chunk_storage = OneObjectPerFlush(store.chunk_storage)
+    config = _config(tmp_path, block_cache_bytes=MiB, max_chunk_bytes=128 * KiB)
+    async with open_store(config) as store:
+        store.chunk_storage = SlowReads(store.chunk_storage)
         expected = await _slow_segment(store, "s", 60, rng)
         reads = 0
         done = False
@@ -102,18 +153,41 @@ async def test_a_reader_during_defrag_never_sees_a_gap(tmp_path: Path) -> None:
             while not done:
                 store.block_cache.clear()  # every read goes to tier-2, racing the swap and GC
                 start = rng.randrange(len(expected))
-                assert await store.read("s", start, 300 * KiB) == expected[start : start + 300 * KiB]
+                assert await store.read("s", start, 100 * KiB) == expected[start : start + 100 * KiB]
                 reads += 1
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(keep_reading)
+            for _ in range(2):  # their block reads leave tier-2 slots free for the GC's deletes
+                nursery.start_soon(keep_reading)
             await trio.sleep(0.05)
             result = await store.defrag("s")
-            await store.garbage.collect()
             await trio.sleep(0.1)
             done = True
-        assert result["runs_merged"] >= 1 and reads > 5
+        assert result["runs_merged"] >= 5 and reads > 20
         assert await store.read("s") == expected
+
+
+async def test_a_read_holding_the_old_chunk_list_resolves_again(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    async with open_store(_config(tmp_path)) as store:
+        storage = ReadsAfterDeletion(store.chunk_storage)
+        store.chunk_storage = storage
+        expected = await _slow_segment(store, "s", 20, rng)
+        layout = await store.chunk_layout("s")
+        storage.hold = {c["name"] for c in layout[:3]}
+        store.block_cache.clear()
+        async with trio.open_nursery() as nursery:
+            read_back: list[bytes] = []
+
+            async def read_head() -> None:
+                read_back.append(await store.read("s", 0, layout[2]["end"]))
+
+            nursery.start_soon(read_head)
+            await trio.sleep(0.05)  # the read resolved the old list; its block reads wait
+            result = await store.defrag("s")
+        assert result["runs_merged"] == 1
+        assert storage.missed >= 1, "the read reached tier-2 after the old objects were deleted"
+        assert read_back == [expected[: layout[2]["end"]]]
 
 
 async def test_appends_and_flushes_during_defrag_are_safe(tmp_path: Path) -> None:
@@ -143,6 +217,39 @@ async def test_appends_and_flushes_during_defrag_are_safe(tmp_path: Path) -> Non
         assert all(a["end"] == b["start"] for a, b in zip(layout, layout[1:], strict=False))
         assert await store.read("s") == bytes(expected)
         assert (await store.fsck()).problems == []
+
+
+@pytest.mark.parametrize("change", ["offload attempt", "rm"])
+async def test_a_run_that_changed_during_its_merge_is_skipped(tmp_path: Path, change: str) -> None:
+    rng = random.Random(8)
+    async with open_store(_config(tmp_path)) as store:
+        store.chunk_storage = SlowMerge(store.chunk_storage)
+        expected = await _slow_segment(store, "s", 10, rng)
+        seg = store.table.segment("s")
+        before = list(await store.chunks_of(seg))
+        async with trio.open_nursery() as nursery:
+            results = []
+
+            async def defrag() -> None:
+                results.append(await store.defrag("s"))
+
+            nursery.start_soon(defrag)
+            await trio.sleep(0.1)  # the merge is running
+            if change == "rm":
+                await store.delete("s")
+            else:  # what the offloader records before it uploads anything
+                async with seg.meta_lock:
+                    attempt = dataclasses.replace(before[4], offload_attempt_uuid=str(uuid.uuid4()))
+                    await store.catalogue.commit_chunk(seg, attempt)
+        assert results[0]["runs_skipped"] == 1 and results[0]["runs_merged"] == 0
+        await store.garbage.collect()
+        if change == "rm":
+            assert store.chunk_storage.list() == [], "the merged object is collected too"
+        else:
+            assert [c.name for c in await store.chunks_of(seg)] == [c.name for c in before]
+            assert set(store.chunk_storage.list()) == {c.name for c in before}
+            assert await store.read("s") == expected
+            assert (await store.fsck()).problems == []
 
 
 async def test_the_swap_is_refused_when_an_old_chunk_changed(tmp_path: Path) -> None:

@@ -240,6 +240,8 @@ class Defragmenter:
             crcs = await trio.to_thread.run_sync(verify_merged, storage, name, run, limiter=self._limiter)
         except Exception:
             await self._garbage.queue([name])
+            if seg.deleted or not _holds_run(seg.chunks or [], run):
+                return None  # its sources went away with their records (rm, retention)
             raise
         merged = Chunk(
             name=name, segment_id=seg.segment_id, start_offset=run[0].start_offset,
