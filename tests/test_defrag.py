@@ -7,6 +7,7 @@ import dataclasses
 import json
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -20,11 +21,16 @@ import pytest
 import trio
 
 from tierfs import open_store
-from tierfs.contracts.errors import ChunkMissingError, ConcurrentModificationError
+from tierfs.contracts.errors import (
+    ChunkMissingError,
+    ConcurrentModificationError,
+    DaemonUnavailableError,
+)
 from tierfs.engine.defrag_plan import merge_runs
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.s3_merge import MIN_PART_BYTES, MergeCounts, plan_parts
 from tierfs.store.facade import SegmentStore
+from tierfs.testing.crash import DEFRAG_CRASH_POINTS, crash_environment, wait_for_crash
 from tierfs.testing.harness import small_config, start_daemon
 from tierfs.testing.storages import WrappedStorage
 
@@ -369,3 +375,35 @@ def test_tierfs_defrag_in_process_and_through_the_daemon(tmp_path: Path) -> None
     finally:
         daemon.stop()
     assert _tierfs(data_dir, "fsck").returncode == 0
+
+
+@pytest.mark.parametrize("point", DEFRAG_CRASH_POINTS)
+async def test_kill_9_during_defrag_loses_nothing(tmp_path: Path, point: str) -> None:
+    rng = random.Random(9)
+    config = _config(tmp_path)
+    async with open_store(config) as store:
+        store.chunk_storage = OneObjectPerFlush(store.chunk_storage)
+        expected = await _slow_segment(store, "s", 10, rng)
+        await store.seal("s")
+        before = [c["name"] for c in await store.chunk_layout("s")]
+    daemon = start_daemon(config.data_dir, env={"TIERFS_OFFLOAD_DELETION_LAG_S": "0", **crash_environment(point)})
+    client = daemon.client()
+    with pytest.raises(DaemonUnavailableError):
+        client.op("defrag", path="s")
+    code, stderr = wait_for_crash(daemon, timeout_s=60)
+    client.close()
+    assert code == -signal.SIGKILL and f"crash point {point} reached" in stderr, stderr[-2000:]
+    async with open_store(config) as store:
+        assert await store.read("s") == expected
+        assert (await store.fsck()).problems == []
+        layout = [c["name"] for c in await store.chunk_layout("s")]
+        await store.garbage.collect()
+        objects = set(store.chunk_storage.list())
+        if point == "defrag.merged":  # the merged object is not referenced; nothing changed
+            assert layout == before and len(objects - set(before)) == 1
+            orphan = (objects - set(before)).pop()
+            await store.defrag("s")
+            assert [c["name"] for c in await store.chunk_layout("s")] != [orphan]
+        else:  # swapped: the old objects were queued with the swap, collected now
+            assert len(layout) == 1 and objects == set(layout)
+        assert await store.read("s") == expected

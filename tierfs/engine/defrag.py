@@ -20,6 +20,10 @@ flush is a new object). ``Defragmenter.defrag(seg)`` merges each planned run
             in the same transaction, collectable after ``offload_deletion_lag_s`` (the
             store's deletion lag).
 
+A crash before the swap leaves the merged object unreferenced (its sequence number is
+never used again; an orphan for the orphan GC); a crash after it leaves the old
+objects in the garbage queue, collected after the restart.
+
 A run whose chunks changed meanwhile (a flush grew one, an offload attempt started,
 retention, concat or rm) is skipped: its merged object is queued as garbage and the
 segment is left as it was.
@@ -51,6 +55,7 @@ from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import ConcurrentModificationError, DataCorruptionError, TierFSError
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.defrag_plan import merge_runs, small_chunk_count
+from tierfs.engine.faults import crash_point
 from tierfs.engine.metadata import now_ns
 from tierfs.engine.object_keys import chunk_name
 from tierfs.engine.ports import GarbageSink
@@ -251,6 +256,7 @@ class Defragmenter:
             # (offload_after_s), and retention ages are unchanged
             created_ns=run[0].created_ns,
         )
+        crash_point("defrag.merged")
         lag_s = self._config.offload_deletion_lag_s
         async with seg.meta_lock:
             if seg.deleted or not _holds_run(seg.chunks or [], run):
@@ -264,6 +270,7 @@ class Defragmenter:
             except ConcurrentModificationError:
                 await self._garbage.queue([name])
                 return None
+        crash_point("defrag.swapped")
         self._collect_after(lag_s)
         return counts
 

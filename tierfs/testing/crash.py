@@ -31,6 +31,12 @@ OFFLOAD_CRASH_POINTS: tuple[str, ...] = (
     "offload.hot_deleted",  # chunk-store copy deleted, not yet recorded
 )
 
+# Defrag of one run (tierfs/engine/defrag.py).
+DEFRAG_CRASH_POINTS: tuple[str, ...] = (
+    "defrag.merged",  # merged object written and verified, metadata unchanged
+    "defrag.swapped",  # records swapped, old objects queued, not yet collected
+)
+
 
 def crash_environment(point: str) -> dict[str, str]:
     """The environment variables for a daemon that dies at ``point``."""
