@@ -407,3 +407,18 @@ async def test_kill_9_during_defrag_loses_nothing(tmp_path: Path, point: str) ->
         else:  # swapped: the old objects were queued with the swap, collected now
             assert len(layout) == 1 and objects == set(layout)
         assert await store.read("s") == expected
+
+
+async def test_old_objects_wait_for_the_deletion_lag(tmp_path: Path) -> None:
+    rng = random.Random(10)
+    async with open_store(_config(tmp_path, offload_deletion_lag_s=0.5)) as store:
+        store.chunk_storage = OneObjectPerFlush(store.chunk_storage)
+        expected = await _slow_segment(store, "s", 10, rng)
+        old = {c["name"] for c in await store.chunk_layout("s")}
+        await store.defrag("s")
+        await store.garbage.collect()
+        assert old <= set(store.chunk_storage.list()), "kept for readers that hold the old list"
+        with trio.fail_after(10):  # the defragmenter wakes the collector after the lag
+            while old & set(store.chunk_storage.list()) != {sorted(old)[-1]}:
+                await trio.sleep(0.05)
+        assert await store.read("s") == expected

@@ -173,10 +173,7 @@ class Defragmenter:
                 with trio.move_on_after(interval_s):
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
-                try:
-                    await self.scan()
-                except TierFSError as e:
-                    log.warning("defrag pass failed, will retry: %s", e)
+                await self.scan()
 
     async def scan(self) -> None:
         """One background pass over every segment."""
@@ -184,9 +181,12 @@ class Defragmenter:
         for seg in self._segments():
             if seg.deleted:
                 continue
-            chunks = await self._catalogue.chunks_of(seg)
-            if small_chunk_count(chunks, config.defrag_small_chunk_bytes) > config.defrag_min_small_chunks:
-                await self.defrag(seg, small_bytes=config.defrag_small_chunk_bytes)
+            try:
+                chunks = await self._catalogue.chunks_of(seg)
+                if small_chunk_count(chunks, config.defrag_small_chunk_bytes) > config.defrag_min_small_chunks:
+                    await self.defrag(seg, small_bytes=config.defrag_small_chunk_bytes)
+            except TierFSError as e:  # one segment's failure does not stop the pass
+                log.warning("defrag of %r failed, will retry on the next pass: %s", seg.name, e)
 
     async def defrag(self, seg: SegmentState, *, small_bytes: int | None = None) -> DefragResult:
         """Merge the segment's runs of chunks below ``small_bytes`` (default: every chunk
@@ -212,6 +212,8 @@ class Defragmenter:
         result.chunks_after = len(seg.chunks or [])
         self.runs_merged += result.runs_merged
         self.chunks_merged += result.chunks_merged
+        if result.runs_merged:
+            self._collect_after(config.offload_deletion_lag_s)
         return result
 
     async def _reserve_chunk_seq(self, seg: SegmentState) -> int:
@@ -271,13 +273,14 @@ class Defragmenter:
                 await self._garbage.queue([name])
                 return None
         crash_point("defrag.swapped")
-        self._collect_after(lag_s)
+        if lag_s <= 0:
+            self._garbage.collect_soon()
         return counts
 
     def _collect_after(self, lag_s: float) -> None:
-        if lag_s <= 0:
-            self._garbage.collect_soon()
-        elif self._nursery is not None:
+        """Wake the collector once the objects this call queued may go (one timer per
+        ``defrag`` call; a restart collects them too)."""
+        if lag_s > 0 and self._nursery is not None:
             self._nursery.start_soon(self._sleep_then_collect, lag_s)
 
     async def _sleep_then_collect(self, lag_s: float) -> None:
