@@ -4,7 +4,9 @@ with a verified copy and one conditional metadata swap (engine/defrag.py)."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 import random
 import re
 import signal
@@ -26,6 +28,7 @@ from tierfs.contracts.errors import (
     ConcurrentModificationError,
     DaemonUnavailableError,
 )
+from tierfs.engine.chunkstore import open_chunk_storage
 from tierfs.engine.defrag_plan import merge_runs
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.s3_merge import MIN_PART_BYTES, MergeCounts, plan_parts
@@ -422,3 +425,19 @@ async def test_old_objects_wait_for_the_deletion_lag(tmp_path: Path) -> None:
             while old & set(store.chunk_storage.list()) != {sorted(old)[-1]}:
                 await trio.sleep(0.05)
         assert await store.read("s") == expected
+
+
+def test_local_merge_copies_through_user_space_where_the_kernel_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = open_chunk_storage(str(tmp_path / "chunks"))
+    storage.write("s1/e1-c1", 0, b"a" * 3000 + b"tail beyond the committed length")
+    storage.write("s1/e1-c2", 0, b"b" * (3 * MiB))
+
+    def refuse(*args: object) -> int:
+        raise OSError(errno.EXDEV, "cross-device copy")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    counts = storage.merge("s1/e2-c3", [("s1/e1-c1", 3000), ("s1/e1-c2", 3 * MiB)])
+    assert storage.read("s1/e2-c3", 0, 4 * MiB) == b"a" * 3000 + b"b" * (3 * MiB)
+    assert (counts.copied_natively_bytes, counts.rewritten_bytes) == (0, 3000 + 3 * MiB)

@@ -126,15 +126,35 @@ class ChunkStorage(abc.ABC):
         return MergeCounts(rewritten_bytes=len(data))
 
 
-def _copy_range(source_fd: int, target_fd: int, length: int, target_offset: int) -> None:
+# copy_file_range refuses these where the kernel or file system cannot copy in place
+_NO_KERNEL_COPY_ERRNOS = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
+_COPY_PIECE_BYTES = 1 << 20  # user-space fallback: 1 MiB at a time
+
+
+def _copy_range(source_fd: int, target_fd: int, length: int, target_offset: int) -> int:
     """Copy the first ``length`` bytes of ``source_fd`` to ``target_offset`` inside the
-    kernel (reflinks or server-side copies where the file system offers them)."""
-    copied = 0
+    kernel (reflinks or server-side copies where the file system offers them), or
+    through user space where it cannot; returns the bytes the kernel copied."""
+    copied = kernel_copied = 0
+    kernel_copy = True
     while copied < length:
-        count = os.copy_file_range(source_fd, target_fd, length - copied, copied, target_offset + copied)
+        want = length - copied
+        if kernel_copy:
+            try:
+                count = os.copy_file_range(source_fd, target_fd, want, copied, target_offset + copied)
+            except OSError as e:
+                if e.errno not in _NO_KERNEL_COPY_ERRNOS:
+                    raise
+                kernel_copy = False
+                continue
+            kernel_copied += count
+        else:
+            data = os.pread(source_fd, min(want, _COPY_PIECE_BYTES), copied)
+            count = os.pwrite(target_fd, data, target_offset + copied) if data else 0
         if count == 0:
             raise Tier2Error(f"a chunk file ended after {copied} of its {length} committed bytes")
         copied += count
+    return kernel_copied
 
 
 class LocalChunkStorage(ChunkStorage):
@@ -213,16 +233,16 @@ class LocalChunkStorage(ChunkStorage):
         return _call(name, lambda: os.stat(self._path(name)).st_size, label=self.label)
 
     def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
-        def call() -> None:
+        def call() -> int:
             path = self._path(name)
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            kernel_copied = position = 0
             try:
-                position = 0
                 for source, length in pieces:
                     source_fd = os.open(self._path(source), os.O_RDONLY)
                     try:
-                        _copy_range(source_fd, fd, length, position)
+                        kernel_copied += _copy_range(source_fd, fd, length, position)
                     finally:
                         os.close(source_fd)
                     position += length
@@ -234,9 +254,11 @@ class LocalChunkStorage(ChunkStorage):
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+            return kernel_copied
 
-        _call(name, call, label=self.label)
-        return MergeCounts(copied_natively_bytes=sum(length for _, length in pieces))
+        kernel_copied = _call(name, call, label=self.label)
+        total_bytes = sum(length for _, length in pieces)
+        return MergeCounts(copied_natively_bytes=kernel_copied, rewritten_bytes=total_bytes - kernel_copied)
 
 
 class FsspecChunkStorage(ChunkStorage):
