@@ -66,6 +66,9 @@ from tierfs.engine.segment_state import SegmentState
 log = logging.getLogger(__name__)
 
 VERIFY_PIECE_BYTES = 8 << 20  # read-back piece: 8 ranged reads per 64 MiB chunk, bounded memory
+# Merged-away objects wait for their deletion lag in the garbage queue; the collector is
+# woken this often too, so those queued before a restart are collected after it.
+GARBAGE_RECHECK_S = 600.0
 
 
 class DefragCatalogue(Protocol):
@@ -163,17 +166,22 @@ class Defragmenter:
         self._wakeup.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The background pass, every ``defrag_interval_s`` (never if 0); also collects
-        merged-away objects once their deletion lag has passed."""
+        """The background pass, every ``defrag_interval_s`` (never if 0); also wakes the
+        garbage collector every ``GARBAGE_RECHECK_S`` for merged-away objects whose
+        deletion lag has passed."""
         interval_s = self._config.defrag_interval_s or float("inf")
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
+            next_scan_s = trio.current_time() + interval_s
             while True:
-                with trio.move_on_after(interval_s):
+                with trio.move_on_at(min(next_scan_s, trio.current_time() + GARBAGE_RECHECK_S)):
                     await self._wakeup.wait()
-                self._wakeup = trio.Event()
-                await self.scan()
+                self._garbage.collect_soon()
+                if self._wakeup.is_set() or trio.current_time() >= next_scan_s:
+                    self._wakeup = trio.Event()
+                    next_scan_s = trio.current_time() + interval_s
+                    await self.scan()
 
     async def scan(self) -> None:
         """One background pass over every segment."""
@@ -279,7 +287,7 @@ class Defragmenter:
 
     def _collect_after(self, lag_s: float) -> None:
         """Wake the collector once the objects this call queued may go (one timer per
-        ``defrag`` call; a restart collects them too)."""
+        ``defrag`` call; after a restart the periodic wake-up in ``run`` does it)."""
         if lag_s > 0 and self._nursery is not None:
             self._nursery.start_soon(self._sleep_then_collect, lag_s)
 
