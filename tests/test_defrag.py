@@ -28,7 +28,7 @@ from tierfs.contracts.errors import (
     ConcurrentModificationError,
     DaemonUnavailableError,
 )
-from tierfs.engine.chunkstore import open_chunk_storage
+from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.defrag_plan import merge_runs
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.s3_merge import MIN_PART_BYTES, MergeCounts, plan_parts
@@ -46,8 +46,8 @@ class OneObjectPerFlush(WrappedStorage):
     """Local tier-2 that never appends, as an object store: every flush is a new chunk.
     Its merges still go to the local storage (copy_file_range)."""
 
-    def __init__(self, inner: WrappedStorage | object) -> None:
-        super().__init__(inner)  # type: ignore[arg-type]
+    def __init__(self, inner: ChunkStorage) -> None:
+        super().__init__(inner)
         self.supports_append = False
 
 
@@ -64,7 +64,7 @@ class ReadsAfterDeletion(OneObjectPerFlush):
     """Reads of the objects in ``hold`` wait until the object was deleted: a read that
     resolved the old chunk list before the swap reaches tier-2 only after the GC."""
 
-    def __init__(self, inner: WrappedStorage | object) -> None:
+    def __init__(self, inner: ChunkStorage) -> None:
         super().__init__(inner)
         self.hold: set[str] = set()
         self.deleted: set[str] = set()
