@@ -57,6 +57,7 @@ OPERATIONS = {
     "sync": lambda s, n: s.sync(n),
     "set_durability": lambda s, n: s.set_durability(n, "vd"),
     "chunk_layout": lambda s, n: s.chunk_layout(n),
+    "defrag": lambda s, n: s.defrag(n),
 }
 
 

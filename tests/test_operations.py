@@ -44,6 +44,7 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "policy_set": (("d", {"offload_after_s": 60, "retention_bytes": None}), {}),
     "policy_get": (("d",), {}),
     "concat": (("t", ["a", "b"]), {"writer": "job", "writer_seq": 3}),
+    "defrag": (("s",), {}),
 }
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from tierfs.cli.defrag_command import defrag_command
 from tierfs.cli.gc_command import gc_command, print_orphans
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
@@ -315,6 +316,7 @@ COMMANDS: dict[str, Handler] = {
     "rm": _path_command(lambda store, path: store.delete(path)),
     "mv": _mv, "fsck": _fsck,
     "offload": _offload, "offload-status": _offload_status, "policy": _policy, "gc": gc_command,
+    "defrag": defrag_command,
 }
 
 

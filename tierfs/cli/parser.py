@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("fsck", "verify every chunk's CRC32C and the metadata invariants; list orphan objects")
     add("gc", "delete chunk and offload objects no metadata references, older than the grace "
               "period (orphan_grace_s)").add_argument("--dry-run", action="store_true", help="only list them")
+    p = add("defrag", "merge a segment's runs of small adjacent chunks into large ones")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true")
     p = add("tail", "print the end of a segment; -f follows it as it grows")
     p.add_argument("path")
     p.add_argument("-f", "--follow", action="store_true")

@@ -105,6 +105,10 @@ class SegmentStoreAPI(Protocol):
         """``{"path", "set": {key: value}, "effective": {key: {"value", "from"}}}``."""
         ...
 
+    async def defrag(self, name: str) -> dict[str, Any]:
+        """Merge the segment's runs of small adjacent chunks; what was merged."""
+        ...
+
     async def fsck(self) -> FsckReport:
         """Verify every chunk's CRC32C and the metadata invariants."""
         ...

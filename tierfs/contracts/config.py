@@ -82,6 +82,14 @@ class StoreConfig:
     # still be writing; an hour is far beyond any single write.
     orphan_gc_interval_s: float = 3600.0
     orphan_grace_s: float = 3600.0
+    # Defrag (docs/ARCHITECTURE.md): every defrag_interval_s (0: never in the
+    # background) a segment holding more than defrag_min_small_chunks chunks below
+    # defrag_small_chunk_bytes gets its runs of adjacent small chunks merged into chunks
+    # of up to max_chunk_bytes. Merged-away objects are deleted offload_deletion_lag_s
+    # later (readers may still hold the old chunk list).
+    defrag_interval_s: float = 300.0
+    defrag_small_chunk_bytes: int = 1 * MiB
+    defrag_min_small_chunks: int = 16
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_LEVELS:
@@ -93,7 +101,7 @@ class StoreConfig:
             "max_flush_bytes max_backlog_bytes max_append_bytes journal_file_bytes "
             "tier2_concurrency tier2_retry_initial_s tier2_retry_max_s "
             "block_cache_bytes offload_concurrency offload_upload_concurrency "
-            "policy_interval_s"
+            "policy_interval_s defrag_small_chunk_bytes defrag_min_small_chunks"
         ).split()
         for name in positive:
             if not getattr(self, name) > 0:
@@ -106,6 +114,8 @@ class StoreConfig:
             raise InvalidArgumentError(
                 "offload_part_bytes must be within 5 MiB..64 MiB (S3 multipart limits)"
             )
+        if self.defrag_interval_s < 0:
+            raise InvalidArgumentError("defrag_interval_s must be >= 0 (0: no background defrag)")
         if self.offload_deletion_lag_s < 0:
             raise InvalidArgumentError("offload_deletion_lag_s must be >= 0")
         if min(self.orphan_gc_interval_s, self.orphan_grace_s) < 0:

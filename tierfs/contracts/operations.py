@@ -228,11 +228,15 @@ CONCAT = Operation(
     ),
     SEGMENT_INFO, "append sealed sources, in order, to target and remove them (metadata only)",
 )
+DEFRAG = Operation(
+    "defrag", "defrag", (_PATH,), JSON_OBJECT,
+    "merge a segment's runs of small adjacent chunks into large ones (one metadata swap per run)",
+)
 
 OPERATIONS: dict[str, Operation[Any]] = {
     op.name: op
     for op in (
         MKDIR, RMDIR, MV, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, FSCK, GC,
-        OFFLOAD, OFFLOAD_STATUS, POLICY_SET, POLICY_GET, CONCAT,
+        OFFLOAD, OFFLOAD_STATUS, POLICY_SET, POLICY_GET, CONCAT, DEFRAG,
     )
 }

@@ -72,6 +72,20 @@ class ChunkCatalogue:
         self.install(seg, await self.call(self.metadata.truncate_head, seg.row, record, chunks), record)
         seg.set_chunks(current[len(chunks):])
 
+    async def replace_chunks(
+        self, seg: SegmentState, record: SegmentMeta, old: list[Chunk], merged: Chunk, collect_after_ns: int
+    ) -> None:
+        """Defrag: the adjacent records ``old`` (as the cached list holds them) become
+        ``merged``; the cached list is replaced by a new list in one step, so a reader
+        sees either the old chunks or the merged one, never a gap."""
+        revision = await self.call(
+            self.metadata.replace_chunks, seg.row, record, old, merged, collect_after_ns
+        )
+        self.install(seg, revision, record)
+        current = await self.chunks_of(seg)
+        first = current.index(old[0])
+        seg.set_chunks([*current[:first], merged, *current[first + len(old):]])
+
     async def queue_garbage(self, names: list[str]) -> None:
         if names:
             await self.call(self.metadata.queue_garbage, names)

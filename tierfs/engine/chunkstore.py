@@ -1,10 +1,12 @@
 """Tier-2 chunk storage over any fsspec URL, with the PDP-34 verbs.
 
 Verbs: write (create, or append at the exact current end where supported), read a
-range, delete, list, stat; ``list_objects`` (every object with its size and
-modification time, for orphan collection). Capability flags tell the storage writer what it may do:
-``supports_append`` (false for object stores: every flush becomes a new object) and
-``supports_concat``.
+range, delete, list, stat, merge (defrag: a new chunk from the leading bytes of others);
+``list_objects`` (every object with its size and modification time, for orphan
+collection). Capability flags tell the parts what they may do: ``supports_append``
+(false for object stores: every flush becomes a new object), ``supports_concat`` and
+``supports_native_merge`` (``merge`` copies inside the backend: ``copy_file_range``
+locally, S3 multipart ``UploadPartCopy``; otherwise it reads and writes the bytes).
 
 Invariants every backend gives:
 - Chunk bytes are exactly the user's bytes; names are opaque and supplied by the caller.
@@ -13,6 +15,8 @@ Invariants every backend gives:
   replace are deleted afterwards.
 - ``write(name, offset, data)`` with ``offset > 0`` writes at exactly that position
   (pwrite), so a retried append after a failure never duplicates bytes.
+- ``merge(name, pieces)`` creates a new object and never changes its sources; like
+  ``write`` it returns once the new object is durable, and a retry starts it afresh.
 - Methods block; callers run them in worker threads under a limiter. Backend errors
   are translated here, in one place (``_call``): missing object -> ``ChunkMissingError``;
   access denied or an invalid request -> ``Tier2Error`` at once; anything transient
@@ -32,12 +36,13 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tierfs.blocks.filesystems import open_filesystem
 from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError, Tier2Error
+from tierfs.engine.s3_merge import MergeCounts, multipart_merge
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -115,6 +120,7 @@ class ChunkStorage(abc.ABC):
 
     supports_append = False
     supports_concat = False
+    supports_native_merge = False
     url = ""
     label = "tier-2"  # names the store in error messages
 
@@ -146,11 +152,52 @@ class ChunkStorage(abc.ABC):
     def chunk_url(self, name: str) -> str:
         return f"{self.url.rstrip('/')}/{name}"
 
+    def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
+        """Create chunk ``name`` from the first ``length`` bytes of each ``(source,
+        length)``, in order. Here: read them and write the concatenation at once (in
+        memory: defrag bounds a merge by ``max_chunk_bytes``); backends that can copy
+        inside themselves override it and set ``supports_native_merge``."""
+        data = b"".join(self.read(source, 0, length) for source, length in pieces)
+        self.write(name, 0, data)
+        return MergeCounts(rewritten_bytes=len(data))
+
+
+# copy_file_range refuses these where the kernel or file system cannot copy in place
+_NO_KERNEL_COPY_ERRNOS = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
+_COPY_PIECE_BYTES = 1 << 20  # user-space fallback: 1 MiB at a time
+
+
+def _copy_range(source_fd: int, target_fd: int, length: int, target_offset: int) -> int:
+    """Copy the first ``length`` bytes of ``source_fd`` to ``target_offset`` inside the
+    kernel (reflinks or server-side copies where the file system offers them), or
+    through user space where it cannot; returns the bytes the kernel copied."""
+    copied = kernel_copied = 0
+    kernel_copy = True
+    while copied < length:
+        want = length - copied
+        if kernel_copy:
+            try:
+                count = os.copy_file_range(source_fd, target_fd, want, copied, target_offset + copied)
+            except OSError as e:
+                if e.errno not in _NO_KERNEL_COPY_ERRNOS:
+                    raise
+                kernel_copy = False
+                continue
+            kernel_copied += count
+        else:
+            data = os.pread(source_fd, min(want, _COPY_PIECE_BYTES), copied)
+            count = os.pwrite(target_fd, data, target_offset + copied) if data else 0
+        if count == 0:
+            raise Tier2Error(f"a chunk file ended after {copied} of its {length} committed bytes")
+        copied += count
+    return kernel_copied
+
 
 class LocalChunkStorage(ChunkStorage):
     """Chunks as files under a local directory (the default tier-2)."""
 
     supports_append = True
+    supports_native_merge = True
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()  # chunk URLs must mean the same in other processes
@@ -236,6 +283,34 @@ class LocalChunkStorage(ChunkStorage):
 
         return _call("", call, label=self.label)
 
+    def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
+        def call() -> int:
+            path = self._path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            kernel_copied = position = 0
+            try:
+                for source, length in pieces:
+                    source_fd = os.open(self._path(source), os.O_RDONLY)
+                    try:
+                        kernel_copied += _copy_range(source_fd, fd, length, position)
+                    finally:
+                        os.close(source_fd)
+                    position += length
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            return kernel_copied
+
+        kernel_copied = _call(name, call, label=self.label)
+        total_bytes = sum(length for _, length in pieces)
+        return MergeCounts(copied_natively_bytes=kernel_copied, rewritten_bytes=total_bytes - kernel_copied)
+
 
 class FsspecChunkStorage(ChunkStorage):
     """Chunks as whole objects on any fsspec filesystem (S3, memory, ...).
@@ -248,6 +323,8 @@ class FsspecChunkStorage(ChunkStorage):
         fs, root = open_filesystem(url, storage_options)
         self.fs = fs
         self.root = root.rstrip("/")
+        # S3 merges with multipart part copies (s3fs gives the client calls)
+        self.supports_native_merge = "s3" in _protocols(fs)
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -301,6 +378,28 @@ class FsspecChunkStorage(ChunkStorage):
             ]
 
         return _call("", call, label=self.label)
+
+    def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
+        if not self.supports_native_merge:
+            return super().merge(name, pieces)
+        bucket, key, _ = self.fs.split_path(self._path(name))
+        prefix = key[: len(key) - len(name)]  # the tier-2 URL's key prefix
+
+        def read(source_key: str, length: int) -> bytes:
+            return self.read(source_key[len(prefix):], 0, length)
+
+        def call() -> MergeCounts:
+            keyed = [(prefix + source, length) for source, length in pieces]
+            counts = multipart_merge(self.fs.call_s3, read, bucket, key, keyed)
+            self.fs.invalidate_cache(self._path(name))
+            return counts
+
+        return _call(name, call, label=self.label)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 def open_chunk_storage(url: str, storage_options: Mapping[str, Any] | None = None) -> ChunkStorage:

@@ -9,6 +9,8 @@ Invariants:
 - Every change that touches more than one row runs in one transaction; updates of a
   segment are conditional on its revision, so a stale writer fails instead of
   overwriting (``ConcurrentModificationError``) and changes nothing.
+- A garbage name is returned for collection only once its ``queued_ns`` has passed
+  (defrag queues old chunks with a deletion lag, readers may still hold them).
 - Segment ids come from AUTOINCREMENT and are never reused, so journal frames of a
   deleted segment can never be mistaken for another segment's bytes.
 - Methods here block (SQLite + fsync); the store calls them from one worker thread at a
@@ -20,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import operator
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
 )
 from tierfs.engine import records
+from tierfs.engine.metadata_sql import SCHEMA, SegmentRow, Transaction, escape_like, now_ns
 from tierfs.engine.object_keys import (
     LONG_TERM_GARBAGE_PREFIX,
     ObjectReferences,
@@ -47,37 +49,6 @@ _HOT_COPY_FIELDS = operator.attrgetter(
 _REFERENCE_FIELDS = operator.attrgetter("name", "offload_attempt_uuid")
 _NEXT_CHUNK_SEQ = operator.attrgetter("next_chunk_seq")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS store (key TEXT PRIMARY KEY, value BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS directories (name TEXT PRIMARY KEY, value BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS segments (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL UNIQUE,
-    rev INTEGER NOT NULL,
-    value BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS chunks (
-    segment_id INTEGER NOT NULL,
-    start_offset INTEGER NOT NULL,
-    value BLOB NOT NULL,
-    PRIMARY KEY (segment_id, start_offset)
-);
-CREATE TABLE IF NOT EXISTS garbage (name TEXT PRIMARY KEY, queued_ns INTEGER NOT NULL);
-"""
-
-
-@dataclasses.dataclass
-class SegmentRow:
-    segment_id: int
-    name: str
-    rev: int
-    record: SegmentMeta
-
-
-def now_ns() -> int:
-    return time.time_ns()
-
-
 class MetadataStore:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -89,8 +60,8 @@ class MetadataStore:
     def close(self) -> None:
         self._db.close()
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _transaction(self) -> Transaction:
+        return Transaction(self._db)
 
     # ------------------------------------------------------------ store record
     def load_store_record(self) -> StoreMeta:
@@ -179,7 +150,7 @@ class MetadataStore:
         return record
 
     def rmdir(self, name: str) -> None:
-        pattern = _escape_like(name) + "/%"
+        pattern = escape_like(name) + "/%"
         with self._transaction():
             for table in ("directories", "segments"):
                 if self._db.execute(
@@ -236,7 +207,7 @@ class MetadataStore:
             if cursor.rowcount != 1:
                 raise SegmentNotFoundError(old)
             if is_directory:
-                pattern = _escape_like(old) + "/%"
+                pattern = escape_like(old) + "/%"
                 for inner in ("directories", "segments"):
                     self._db.execute(
                         f"UPDATE {inner} SET name=? || substr(name, ?) "
@@ -330,6 +301,35 @@ class MetadataStore:
             self._insert_garbage([name for chunk in chunks for name in garbage_names(chunk)], stamp)
         return rev
 
+    def replace_chunks(
+        self, row: SegmentRow, record: SegmentMeta, old: list[Chunk], merged: Chunk, collect_after_ns: int
+    ) -> int:
+        """Defrag's swap: the adjacent chunk records ``old`` become the one record
+        ``merged``, with the segment's new record, in one transaction conditional on the
+        segment revision and on every old record being stored exactly as given. The old
+        objects are queued as garbage, collectable from ``collect_after_ns``."""
+        with self._transaction():
+            rev = self._update_segment(row, record)
+            for chunk in old:
+                stored = self._db.execute(
+                    "SELECT value FROM chunks WHERE segment_id=? AND start_offset=?",
+                    (chunk.segment_id, chunk.start_offset),
+                ).fetchone()
+                if stored is None or records.load(Chunk, stored[0]) != chunk:
+                    raise ConcurrentModificationError(
+                        f"chunk {chunk.name} of segment {row.name!r} changed during defrag"
+                    )
+                self._db.execute(
+                    "DELETE FROM chunks WHERE segment_id=? AND start_offset=?",
+                    (chunk.segment_id, chunk.start_offset),
+                )
+            self._db.execute(
+                "INSERT INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
+                (merged.segment_id, merged.start_offset, records.dump(merged)),
+            )
+            self._insert_garbage([n for chunk in old for n in garbage_names(chunk)], collect_after_ns)
+        return rev
+
     def hot_copies_pending(self) -> dict[tuple[int, int], int]:
         """(segment id, chunk start) -> completion time (ns) of every offloaded chunk whose
         chunk-store copy still exists. Read once at start-up over every chunk record, so
@@ -382,7 +382,12 @@ class MetadataStore:
         )
 
     def garbage(self, limit: int = 1000) -> list[str]:
-        return [n for (n,) in self._db.execute("SELECT name FROM garbage LIMIT ?", (limit,))]
+        """Queued names whose time has come (defrag queues with a deletion lag)."""
+        return [
+            n for (n,) in self._db.execute(
+                "SELECT name FROM garbage WHERE queued_ns <= ? LIMIT ?", (now_ns(), limit)
+            )
+        ]
 
     def forget_garbage(self, names: list[str]) -> None:
         with self._transaction():
@@ -393,23 +398,3 @@ class MetadataStore:
             record = self.load_store_record()
             if lsn > record.journal_checkpoint_lsn:
                 self._write_store_record(dataclasses.replace(record, journal_checkpoint_lsn=lsn))
-
-
-def _escape_like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")

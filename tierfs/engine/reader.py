@@ -110,14 +110,17 @@ class Reader:
 
     async def read_chunks(self, seg: SegmentState, start: int, end: int) -> bytes:
         chunks = await self._chunks.chunks_of(seg)
-        try:
-            return await self._read_chunks(seg, chunks, start, end)
-        except ChunkMissingError:
-            # An offload completed meanwhile and the chunk-store copy is gone (deletion
-            # lag 0): the records now point at the long-term copy; resolve again.
-            if seg.chunks is chunks:
-                raise
-            return await self._read_chunks(seg, await self._chunks.chunks_of(seg), start, end)
+        while True:
+            try:
+                return await self._read_chunks(seg, chunks, start, end)
+            except ChunkMissingError:
+                # An offload completed or a defrag swapped chunks meanwhile and the old
+                # object is gone (deletion lag 0): the records now point at the
+                # long-term copy or the merged chunk; resolve again, as long as the
+                # list keeps changing (a defrag swaps one run after another).
+                if seg.chunks is chunks:
+                    raise
+                chunks = await self._chunks.chunks_of(seg)
 
     async def _read_chunks(self, seg: SegmentState, chunks: list[Chunk], start: int, end: int) -> bytes:
         wanted = self._blocks_of(chunks, seg, start, end)

@@ -125,6 +125,9 @@ class RemoteStore:
     async def get_policy(self, name: str) -> dict[str, Any]:
         return await self.op(ops.POLICY_GET, name)
 
+    async def defrag(self, name: str) -> dict[str, Any]:
+        return await self.op(ops.DEFRAG, name)
+
     async def fsck(self) -> FsckReport:
         return await self.op(ops.FSCK)
 

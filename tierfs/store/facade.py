@@ -48,6 +48,7 @@ from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import WallClock, monotonic_s
+from tierfs.engine.defrag import Defragmenter
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
@@ -169,6 +170,8 @@ class SegmentStore:
             self._policies.truncate_head, self._clock, config.policy_interval_s,
         )
         self._policies.on_change = self.scheduler.wake
+        self.defragmenter = Defragmenter(
+            config, self.epoch, chunk_storage, limiter, catalogue, self.garbage, self.writer.wake, table.segments)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -206,7 +209,7 @@ class SegmentStore:
 
     @chunk_storage.setter
     def chunk_storage(self, storage: ChunkStorage) -> None:
-        for part in (self._blocks, self.writer, self.offloader, self.garbage, self.orphans):
+        for part in (self._blocks, self.writer, self.offloader, self.garbage, self.orphans, self.defragmenter):
             part.chunk_storage = storage
 
     @property
@@ -367,6 +370,10 @@ class SegmentStore:
         await trio.lowlevel.checkpoint()
         return self._policies.get_policy(name)
 
+    async def defrag(self, name: str) -> dict[str, Any]:
+        """Merge the segment's runs of small adjacent chunks (``engine/defrag.py``)."""
+        return (await self.defragmenter.defrag(self.table.segment(name))).to_json()
+
     async def fsck(self) -> FsckReport:
         """Verify every chunk's CRC32C and the metadata invariants (``store.fsck``)."""
         return await fsck(self)
@@ -414,6 +421,7 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
                 await nursery.start(store.offloader.run)
                 await nursery.start(store.scheduler.run)
                 await nursery.start(store.orphans.run)
+                await nursery.start(store.defragmenter.run)
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
                 nursery.start_soon(store.garbage.collect)

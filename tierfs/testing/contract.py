@@ -19,7 +19,9 @@ What the checks pin down (``tierfs/engine/chunkstore.py`` states the guarantees)
 - a missing chunk raises ``ChunkMissingError`` from ``read`` and ``stat``;
 - ``supports_append`` tells the truth: if set, a write at the current end appends and
   a retried append at the same offset replaces the same bytes (never duplicates them);
-  if not, a write at an offset > 0 raises ``InvalidArgumentError``.
+  if not, a write at an offset > 0 raises ``InvalidArgumentError``;
+- ``merge`` builds a new chunk from the leading bytes of others, in order, and leaves
+  the sources as they were (natively or not).
 
 Invariant: no check depends on another's leftovers, and none imports pytest.
 """
@@ -96,10 +98,24 @@ def check_list_objects(storage: ChunkStorage) -> None:
     _expect_equal("list_objects() after delete", [o.name for o in storage.list_objects()], ["_owner/claim"])
 
 
+def check_merge(storage: ChunkStorage) -> None:
+    """``merge`` concatenates the first ``length`` bytes of each source into a new
+    chunk and changes no source."""
+    storage.write("s1/e1-c1", 0, b"0123456789")
+    storage.write("s1/e1-c2", 0, b"abcdef")
+    storage.merge("s1/e2-c3", [("s1/e1-c1", 4), ("s1/e1-c2", 6), ("s1/e1-c1", 10)])
+    _expect_equal('read("s1/e2-c3", 0, 20) after merge', storage.read("s1/e2-c3", 0, 20),
+                  b"0123abcdef0123456789")
+    _expect_equal('stat("s1/e2-c3")', storage.stat("s1/e2-c3"), 20)
+    _expect_equal('read("s1/e1-c1", 0, 10) after merge', storage.read("s1/e1-c1", 0, 10), b"0123456789")
+    _expect_equal('read("s1/e1-c2", 0, 6) after merge', storage.read("s1/e1-c2", 0, 6), b"abcdef")
+
+
 CHECKS: tuple[Callable[[ChunkStorage], None], ...] = (
     check_write_read_stat_list_delete,
     check_append_capability,
     check_list_objects,
+    check_merge,
 )
 
 

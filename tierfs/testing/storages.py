@@ -21,9 +21,11 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 
 from tierfs.contracts.errors import Tier2Error
 from tierfs.engine.chunkstore import ChunkStorage, StoredObject
+from tierfs.engine.s3_merge import MergeCounts
 
 
 class WrappedStorage(ChunkStorage):
@@ -33,6 +35,7 @@ class WrappedStorage(ChunkStorage):
         self.inner = inner
         self.supports_append = inner.supports_append
         self.supports_concat = inner.supports_concat
+        self.supports_native_merge = inner.supports_native_merge
         self.url = inner.url
         self.label = inner.label
 
@@ -56,6 +59,11 @@ class WrappedStorage(ChunkStorage):
 
     def chunk_url(self, name: str) -> str:
         return self.inner.chunk_url(name)
+
+    def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
+        if self.inner.supports_native_merge:
+            return self.inner.merge(name, pieces)
+        return super().merge(name, pieces)  # through this wrapper's read and write
 
 
 class FlakyStorage(WrappedStorage):
