@@ -14,7 +14,7 @@ tests, s3rver in the benchmarks) and switch faults on and off while it runs:
 
 Each request draws one fault (or none) from ``random.Random(seed)``; ``methods`` limits
 faults to some HTTP methods (e.g. only ``GET`` for a cold-read test whose writes must
-go through). Requests are parsed and re-serialised with h11, so bodies (fixed length
+go through), ``max_faults`` to a number of faults (counted from when ``faults`` is set). Requests are parsed and re-serialised with h11, so bodies (fixed length
 or chunked), ``Expect: 100-continue`` and keep-alive on both sides work as with the
 server itself; response bodies are buffered whole (objects in tests and benchmarks are
 at most tens of MiB).
@@ -61,6 +61,8 @@ class Faults:
     stall_rate: float = 0.0
     stall_s: float = 5.0
     methods: frozenset[str] = ALL_METHODS
+    # at most this many faults from now on (then none): a test can stall exactly one GET
+    max_faults: int | None = None
 
     def __post_init__(self) -> None:
         if min(self.slowdown_rate, self.reset_rate, self.stall_rate) < 0 or self.total_rate > 1:
@@ -78,6 +80,10 @@ class ProxyCounters:
     resets: int = 0
     stalls: int = 0
     refused: int = 0  # connections or requests reset during an outage
+
+    @property
+    def faults(self) -> int:
+        return self.slowdowns + self.resets + self.stalls
 
 
 def slowdown_body(resource: str) -> bytes:
@@ -181,8 +187,8 @@ class FaultProxy:
         if parts.scheme != "http" or parts.hostname is None or parts.port is None:
             raise ValueError(f"the upstream must be http://HOST:PORT, not {upstream_url!r}")
         self.upstream_host, self.upstream_port = parts.hostname, parts.port
-        self.faults = faults or Faults()
         self.counters = ProxyCounters()
+        self.faults = faults or Faults()
         self.port = 0
         self._random = random.Random(seed)
         self._unreachable_until_s = 0.0
@@ -191,6 +197,14 @@ class FaultProxy:
         self._cancel: trio.CancelScope | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+
+    @property
+    def faults(self) -> Faults:
+        return self._faults
+
+    @faults.setter
+    def faults(self, faults: Faults) -> None:
+        self._faults, self._faults_before = faults, self.counters.faults
 
     @property
     def url(self) -> str:
@@ -278,7 +292,6 @@ class FaultProxy:
             self.counters.requests += 1
             fault = self._draw(request.method.decode())
             if fault == "slowdown":
-                self.counters.slowdowns += 1
                 await self._send_slowdown(client, conn, request)
             else:
                 response, response_body = await upstream.exchange(request, body)
@@ -288,17 +301,26 @@ class FaultProxy:
             conn.start_next_cycle()
 
     def _draw(self, method: str) -> str:
-        faults = self.faults
+        """The fault for this request ("" for none), counted at once so ``max_faults``
+        holds with requests in flight."""
+        faults, counters = self._faults, self.counters
         if method not in faults.methods or faults.total_rate == 0:
+            return ""
+        if faults.max_faults is not None and counters.faults - self._faults_before >= faults.max_faults:
             return ""
         draw = self._random.random()
         if draw < faults.slowdown_rate:
+            counters.slowdowns += 1
             return "slowdown"
         draw -= faults.slowdown_rate
         if draw < faults.reset_rate:
+            counters.resets += 1
             return "reset"
         draw -= faults.reset_rate
-        return "stall" if draw < faults.stall_rate else ""
+        if draw < faults.stall_rate:
+            counters.stalls += 1
+            return "stall"
+        return ""
 
     async def _send_slowdown(self, client: trio.SocketStream, conn: h11.Connection, request: h11.Request) -> None:
         body = slowdown_body(urlsplit(request.target.decode()).path)
@@ -325,11 +347,9 @@ class FaultProxy:
         half = len(body) // 2
         await client.send_all(head + (conn.send(h11.Data(data=body[:half])) if half else b""))
         if fault == "reset":
-            self.counters.resets += 1
             await _reset(client)
             raise _Reset
-        self.counters.stalls += 1
-        await trio.sleep(self.faults.stall_s)
+        await trio.sleep(self._faults.stall_s)
         rest = body[half:]
         await client.send_all((conn.send(h11.Data(data=rest)) if rest else b"") + conn.send(h11.EndOfMessage()))
 
