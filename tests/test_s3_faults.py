@@ -16,8 +16,8 @@ import pytest
 import trio
 
 from tierfs import open_store
-from tierfs.contracts.operations import FLUSH
 from tierfs.contracts.errors import BacklogFullError, Tier2Error
+from tierfs.contracts.operations import FLUSH
 from tierfs.engine import chunkstore
 from tierfs.testing.fault_proxy import FaultProxy, Faults
 from tierfs.testing.harness import small_config, start_daemon
