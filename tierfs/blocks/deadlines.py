@@ -14,6 +14,10 @@ Invariants:
 - A deadline cancels the request in the filesystem's own event loop (``asyncio.wait_for``
   through ``fsspec.asyn.sync``), so an abandoned GET closes its connection and holds no
   worker thread; it surfaces as ``ReadDeadlineError`` (a ``TimeoutError``, transient).
+- A GET still unanswered after ``HEDGE_FRACTION`` of its deadline is *hedged*: a second
+  GET of the same range starts beside it, the first to finish decides (its bytes, or
+  its error for the retry loop) and the other is cancelled, so a stalled request usually costs a quarter of the deadline; at most two
+  GETs per attempt are ever in flight.
 - Successive attempts get longer deadlines (x1, x2, then x4: ``DeadlineSchedule``), so a
   store that is merely slow (a loaded machine, a long queue) still completes a read
   while a single stalled request costs about one deadline.
@@ -26,7 +30,8 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import fsspec
@@ -39,6 +44,10 @@ from tierfs.blocks.filesystems import open_filesystem
 # 1 s per MiB: fifty times what a healthy S3 GET of a block takes, a tenth of a stall.
 DEFAULT_READ_DEADLINE_PER_MIB_S = 1.0
 DEADLINE_GROWTH = (1, 2, 4)  # the factor for the first, second and later attempts
+# A GET not answered after a quarter of its deadline gets a twin (a hedged request):
+# a healthy 1 MiB GET answers in well under 0.25 s, so twins are rare when nothing is
+# wrong, and a stall costs a quarter of the deadline rather than all of it.
+HEDGE_FRACTION = 0.25
 
 
 class ReadDeadlineError(TimeoutError):
@@ -58,24 +67,50 @@ class DeadlineSchedule:
         return self.base_s * factor
 
 
-def _with_deadline(fs: Any, method: str, deadline_s: float, *args: Any, **kwargs: Any) -> Any:
-    if not getattr(fs, "async_impl", False):
-        return getattr(fs, method.lstrip("_"))(*args, **kwargs)
+def _with_deadline(fs: Any, coroutine: Callable[..., Awaitable[Any]], deadline_s: float, *args: Any) -> Any:
     try:
-        return fsspec.asyn.sync(fs.loop, getattr(fs, method), *args, timeout=deadline_s, **kwargs)
+        return fsspec.asyn.sync(fs.loop, coroutine, *args, timeout=deadline_s)
     except FSTimeoutError as e:
         raise ReadDeadlineError(f"no complete answer within {deadline_s:.1f} s (abandoned)") from e
 
 
+async def _hedged_cat(fs: Any, path: str, start: int, end: int, hedge_after_s: float) -> bytes:
+    """In the filesystem's loop: one GET, and a second of the same range if the first
+    has not answered after ``hedge_after_s``. The first to finish decides: its bytes,
+    or its error (the caller's retry loop asks again; waiting on for a request already
+    known to be slow would only spend the deadline). The other is cancelled."""
+    tasks = [asyncio.ensure_future(fs._cat_file(path, start=start, end=end))]
+    try:
+        done, _ = await asyncio.wait(tasks, timeout=hedge_after_s)
+        if not done:
+            tasks.append(asyncio.ensure_future(fs._cat_file(path, start=start, end=end)))
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        winner = next(iter(done))
+        data: bytes = winner.result()  # or its error
+        return data
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()  # looked at: asyncio logs no "never retrieved"
+
+
 def ranged_get(fs: Any, path: str, start: int, end: int, deadline_s: float) -> bytes:
-    """Bytes ``[start, end)`` of ``path``, or ``ReadDeadlineError`` after ``deadline_s``."""
-    data: bytes = _with_deadline(fs, "_cat_file", deadline_s, path, start=start, end=end)
-    return data
+    """Bytes ``[start, end)`` of ``path``, or ``ReadDeadlineError`` after ``deadline_s``;
+    hedged after ``HEDGE_FRACTION`` of the deadline."""
+    if not getattr(fs, "async_impl", False):
+        data: bytes = fs.cat_file(path, start=start, end=end)
+        return data
+    hedged: bytes = _with_deadline(fs, _hedged_cat, deadline_s, fs, path, start, end, deadline_s * HEDGE_FRACTION)
+    return hedged
 
 
 def object_size(fs: Any, path: str, deadline_s: float) -> int:
     """The object's size (a HEAD), or ``ReadDeadlineError`` after ``deadline_s``."""
-    return int(_with_deadline(fs, "_info", deadline_s, path)["size"])
+    if not getattr(fs, "async_impl", False):
+        return int(fs.info(path)["size"])
+    return int(_with_deadline(fs, fs._info, deadline_s, path)["size"])
 
 
 def open_read_filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> Any:

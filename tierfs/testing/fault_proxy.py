@@ -27,14 +27,17 @@ Invariants:
   are plain integers read by other threads (safe under the GIL).
 - ``python -m tierfs.testing.fault_proxy UPSTREAM [--slowdown R ...]`` runs one in the
   foreground (benchmarks use a separate process so the proxy never competes with the
-  code under test for the GIL); it prints ``listening on 127.0.0.1:PORT`` once ready.
+  code under test for the GIL); it prints ``listening on 127.0.0.1:PORT`` once ready
+  and, on SIGTERM or SIGINT, its counters as one JSON line before it exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import random
+import signal
 import socket
 import struct
 import sys
@@ -372,14 +375,16 @@ def main(argv: list[str] | None = None) -> int:
     proxy.port = args.port
 
     async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-            port = await nursery.start(proxy.serve)
-            print(f"listening on 127.0.0.1:{port}", flush=True)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                port = await nursery.start(proxy.serve)
+                print(f"listening on 127.0.0.1:{port}", flush=True)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+        print(json.dumps(dataclasses.asdict(proxy.counters)), flush=True)
 
-    try:
-        trio.run(serve)
-    except KeyboardInterrupt:
-        pass
+    trio.run(serve)
     return 0
 
 
