@@ -19,6 +19,7 @@ from tierfs import open_store
 from tierfs.contracts.errors import BacklogFullError, Tier2Error
 from tierfs.contracts.operations import FLUSH
 from tierfs.engine import chunkstore
+from tierfs.store.fsck import fsck
 from tierfs.testing.fault_proxy import FaultProxy, Faults
 from tierfs.testing.harness import small_config, start_daemon
 
@@ -184,3 +185,47 @@ def test_fsck_through_503s_resets_and_stalls_exits_0(tmp_path: Path, proxy: Faul
         assert proxy.counters.slowdowns > 0 and proxy.counters.resets > 0
     finally:
         daemon.stop()
+
+
+async def test_a_get_silent_past_a_quarter_of_its_deadline_is_hedged(
+    tmp_path: Path, proxy: FaultProxy, proxied_bucket
+) -> None:  # type: ignore[no-untyped-def]
+    url, options = proxied_bucket
+    storage = chunkstore.open_chunk_storage(url, options, read_deadline_per_mib_s=8.0)
+    payload = os.urandom(200 * KiB)
+    storage.write("o", 0, payload)
+    proxy.faults = Faults(stall_rate=1.0, stall_s=30.0, methods=frozenset({"GET"}), max_faults=1)
+    requests_before = proxy.counters.requests
+    started_s = time.monotonic()
+    assert storage.read("o", 1000, 150 * KiB) == payload[1000 : 150 * KiB]
+    waited_s = time.monotonic() - started_s
+    assert proxy.counters.stalls == 1
+    assert proxy.counters.requests - requests_before == 2, "one stalled GET and its twin"
+    # the twin started after 2 s (a quarter of the 8 s deadline) and answered: the
+    # deadline itself (8 s) was never reached
+    assert waited_s < 8.0, f"{waited_s:.1f} s: the stalled GET was not hedged"
+
+
+async def test_offload_and_offloaded_reads_through_faults(tmp_path: Path, proxy: FaultProxy, proxied_bucket) -> None:  # type: ignore[no-untyped-def]
+    url, options = proxied_bucket
+    config = small_config(tmp_path / "d", offload_url=url.replace("/chunks", "/longterm"), offload_options=options,
+                          offload_deletion_lag_s=0.0, policy_interval_s=3600.0, tier2_read_timeout_s=0.5)
+    payload = b"".join(record(i) for i in range(300))
+    proxy.faults = Faults(slowdown_rate=0.1, reset_rate=0.05, stall_rate=0.05, stall_s=3.0)
+    async with open_store(config) as store:
+        await store.create("a")
+        await store.append("a", payload)
+        await store.seal("a")
+        await store.flush("a")
+        await store.offload("a")
+        with trio.fail_after(60):
+            while (status := await store.offload_status("a"))["state"] == "RUNNING":
+                await trio.sleep(0.02)
+        assert status["state"] == "SUCCESS", status
+        assert status["offloaded_bytes"] == len(payload)
+    assert proxy.counters.faults > 0
+    proxy.faults = Faults(slowdown_rate=0.1, reset_rate=0.05, stall_rate=0.1, stall_s=3.0, methods=frozenset({"GET"}))
+    async with open_store(config) as store:  # cold: index objects and blocks from S3
+        assert all(c.offload_hot_deleted for c in await store.chunks_of(store._segment("a")))
+        assert await store.read("a") == payload
+        assert not (await fsck(store)).problems
