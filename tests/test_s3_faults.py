@@ -129,7 +129,9 @@ async def test_outage_appends_go_on_to_the_backlog_bound_then_flushing_resumes(
         await store.append("b", b"cold bytes")
         await store.flush()
     async with open_store(config) as store:
+        assert await store.read("a", 0, flushed_before) == bytes(acked)  # now cached
         proxy.outage(60)
+        assert await store.read("a", 0, flushed_before) == bytes(acked)  # from the cache
         refused = False
         for i in range(20, 400):
             try:
@@ -229,3 +231,45 @@ async def test_offload_and_offloaded_reads_through_faults(tmp_path: Path, proxy:
         assert all(c.offload_hot_deleted for c in await store.chunks_of(store._segment("a")))
         assert await store.read("a") == payload
         assert not (await fsck(store)).problems
+
+
+async def test_a_stalled_put_holds_only_its_own_segment(tmp_path: Path, proxy: FaultProxy, proxied_bucket) -> None:  # type: ignore[no-untyped-def]
+    url, options = proxied_bucket
+    config = small_config(tmp_path / "d", tier2_url=url, tier2_options=options)
+    proxy.faults = Faults(stall_rate=1.0, stall_s=4.0, methods=frozenset({"PUT"}), max_faults=1)
+    async with open_store(config) as store, trio.open_nursery() as nursery:
+        await store.create("stalled")
+        await store.create("other")
+        await store.append("stalled", record(0))
+        nursery.start_soon(store.flush, "stalled")
+        with trio.fail_after(10):
+            while proxy.counters.stalls == 0:
+                await trio.sleep(0.01)
+        await store.append("other", record(1))
+        await store.flush("other")  # while the other segment's PUT hangs
+        assert (await store.stat("other")).flushed_length == len(record(1))
+        assert (await store.stat("stalled")).flushed_length == 0, "the stall ended first: the test shows nothing"
+    async with open_store(config) as store:
+        assert await store.read("stalled") == record(0)
+
+
+async def test_policy_offload_resumes_on_its_own_after_an_outage(tmp_path: Path, proxy: FaultProxy, proxied_bucket) -> None:  # type: ignore[no-untyped-def]
+    url, options = proxied_bucket
+    config = small_config(tmp_path / "d", offload_url=url.replace("/chunks", "/longterm"), offload_options=options,
+                          offload_deletion_lag_s=0.0, policy_interval_s=0.2)
+    payload = b"".join(record(i) for i in range(100))
+    async with open_store(config) as store:
+        await store.mkdir("logs")
+        await store.create("logs/a")
+        await store.append("logs/a", payload)
+        await store.flush("logs/a")
+        proxy.outage(2)
+        await store.set_policy("logs", {"offload_after_s": 0})
+        await store.seal("logs/a")
+        with trio.fail_after(60):
+            while (await store.offload_status("logs/a"))["offloaded_bytes"] < len(payload):
+                await trio.sleep(0.05)
+        assert proxy.counters.refused > 0
+    async with open_store(config) as store:
+        assert all(c.location for c in await store.chunks_of(store._segment("logs/a")))
+        assert await store.read("logs/a") == payload

@@ -6,9 +6,11 @@ tests, s3rver in the benchmarks) and switch faults on and off while it runs:
 - ``slowdown_rate``: the request is answered ``503 SlowDown`` with S3's XML error body,
   without reaching the server (the request body is read first, as S3 does);
 - ``reset_rate``: the request reaches the server, the client gets the status line, the
-  headers and half the body, then a TCP reset (``SO_LINGER`` 0);
-- ``stall_rate``: the same first half, then nothing for ``stall_s`` seconds (longer than
-  any read timeout worth having), then the rest;
+  headers and half the body, then a TCP reset (``SO_LINGER`` 0); a response without a
+  body (HEAD, PUT) is reset before its status line;
+- ``stall_rate``: the same first half (nothing, for a response without a body), then
+  nothing for ``stall_s`` seconds (longer than any read timeout worth having), then
+  the rest;
 - ``outage(seconds)``: "S3 unreachable": every connection, new or kept alive, is reset
   at once until the period ends.
 
@@ -348,13 +350,15 @@ class FaultProxy:
             await client.send_all(out)
             return
         half = len(body) // 2
-        await client.send_all(head + (conn.send(h11.Data(data=body[:half])) if half else b""))
+        if half:  # mid-body; a response without a body is held back whole
+            await client.send_all(head + conn.send(h11.Data(data=body[:half])))
         if fault == "reset":
             await _reset(client)
             raise _Reset
         await trio.sleep(self._faults.stall_s)
         rest = body[half:]
-        await client.send_all((conn.send(h11.Data(data=rest)) if rest else b"") + conn.send(h11.EndOfMessage()))
+        out = b"" if half else head
+        await client.send_all(out + (conn.send(h11.Data(data=rest)) if rest else b"") + conn.send(h11.EndOfMessage()))
 
 
 def main(argv: list[str] | None = None) -> int:
