@@ -273,3 +273,19 @@ async def test_policy_offload_resumes_on_its_own_after_an_outage(tmp_path: Path,
     async with open_store(config) as store:
         assert all(c.location for c in await store.chunks_of(store._segment("logs/a")))
         assert await store.read("logs/a") == payload
+
+
+def test_reads_are_retried_in_one_place_only(proxy: FaultProxy, proxied_bucket, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(chunkstore, "READ_RETRY_ATTEMPTS", 3)
+    url, options = proxied_bucket
+    storage = chunkstore.open_chunk_storage(url, options)
+    storage.write("o", 0, b"x" * 1000)
+    proxy.faults = Faults(slowdown_rate=1.0, methods=frozenset({"GET", "HEAD"}))
+    before = proxy.counters.requests
+    with pytest.raises(Tier2Error, match="after 3 attempts: .*reduce your request rate"):
+        storage.read("o", 0, 1000)
+    assert proxy.counters.requests - before == 3, "botocore or s3fs retried the read as well"
+    before = proxy.counters.requests
+    with pytest.raises(Tier2Error, match="after 3 attempts"):
+        storage.stat("o")
+    assert proxy.counters.requests - before == 3
