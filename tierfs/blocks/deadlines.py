@@ -85,8 +85,8 @@ async def _hedged_cat(fs: Any, path: str, start: int, end: int, hedge_after_s: f
         if not done:
             tasks.append(asyncio.ensure_future(fs._cat_file(path, start=start, end=end)))
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        winner = next(iter(done))
-        data: bytes = winner.result()  # or its error
+        succeeded = [task for task in done if task.exception() is None]
+        data: bytes = (succeeded or list(done))[0].result()  # or the error
         return data
     finally:
         for task in tasks:
