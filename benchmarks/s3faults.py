@@ -17,6 +17,13 @@ configuration): a segment of ``--size-mib`` MiB (default 128) by 1 MiB VD append
 ``await store.flush()``. Bytes acknowledged = the sum of the appends that returned. The
 store is closed.
 
+Then an outage (``--outage-s``, default 10 s; 0 skips it): the *write* proxy resets
+every connection for that long (SIGUSR1) while the store appends the first 64 MiB of
+the payload to a second segment by 1 MiB VD appends; reported: the bytes acknowledged
+and how long the appends took, the bytes in tier-2 when the outage ends, and how long
+after its end tier-2 held them all (the storage writer retries on its own). That
+segment is read back once, cold, through *clean*, and compared.
+
 Each of ``--rounds`` rounds (default 2; the order of (a) and (b) alternates):
 
 - (a) a cold sequential read through *clean*: a fresh ``open_store`` (empty block cache,
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,7 +72,9 @@ from benchmarks.common import (
 HELP = "cold S3 reads through 503s, resets and stalls vs fault-free; bytes acked vs read back"
 BUCKET = "tierfs-bench"
 SEGMENT = "bench/faults"
+OUTAGE_SEGMENT = "bench/outage"
 PROXY_START_TIMEOUT_S = 30.0
+OUTAGE_MAX_BYTES = 64 * MiB  # appended during the outage (well below max_backlog_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +100,15 @@ class Round:
 
 
 @dataclasses.dataclass(frozen=True)
+class Outage:
+    seconds: float
+    acked_bytes: int
+    append_s: float  # time to append them all, S3 unreachable
+    flushed_during_bytes: int  # in tier-2 when the outage ended
+    caught_up_s: float  # from the end of the outage until tier-2 held every byte
+
+
+@dataclasses.dataclass(frozen=True)
 class Results:
     size_bytes: int
     faults: FaultSettings
@@ -100,18 +119,31 @@ class Results:
     read_back_equal_bytes: int  # per cold read, the least over all reads
     read_back_different_bytes: int  # summed over all reads
     counters: dict[str, dict[str, int]]
+    outage: Outage | None
+    outage_read_back_equal_bytes: int
 
     @property
     def median_ratio(self) -> float:
         return statistics.median(r.ratio for r in self.rounds)
 
 
+@dataclasses.dataclass(frozen=True)
+class ProxyProcess:
+    url: str
+    process: subprocess.Popen[str]
+
+    def start_outage(self) -> None:
+        """S3 unreachable through this proxy for its ``--outage-s`` from now."""
+        self.process.send_signal(signal.SIGUSR1)
+
+
 @contextmanager
 def fault_proxy(upstream: str, faults: FaultSettings | None, seed: int, counters: dict[str, int],
-                log_path: Path) -> Iterator[str]:
-    """``python -m tierfs.testing.fault_proxy`` in its own process; yields its URL and
-    fills ``counters`` when it stops."""
-    command = [sys.executable, "-m", "tierfs.testing.fault_proxy", upstream, "--seed", str(seed)]
+                log_path: Path, outage_s: float = 0.0) -> Iterator[ProxyProcess]:
+    """``python -m tierfs.testing.fault_proxy`` in its own process; fills ``counters``
+    when it stops."""
+    command = [sys.executable, "-m", "tierfs.testing.fault_proxy", upstream, "--seed", str(seed),
+               "--outage-s", str(outage_s)]
     command += faults.arguments() if faults else []
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -120,7 +152,7 @@ def fault_proxy(upstream: str, faults: FaultSettings | None, seed: int, counters
         line = process.stdout.readline()
         if not line.startswith("listening on "):
             raise RuntimeError(f"the fault proxy did not start: {log_path.read_text(errors='replace')[-2000:]}")
-        yield "http://" + line.split()[-1]
+        yield ProxyProcess("http://" + line.split()[-1], process)
     finally:
         process.terminate()
         out, _ = process.communicate(timeout=PROXY_START_TIMEOUT_S)
@@ -143,14 +175,39 @@ async def _write(config: Any, payload: bytes) -> tuple[int, float]:
         return acked, perf_counter() - started
 
 
-async def _cold_read(config: Any, payload: bytes) -> tuple[float, int, int]:
+async def _outage(config: Any, payload: bytes, proxy: ProxyProcess, outage_s: float) -> Outage:
+    """Appends through an outage, then the time until tier-2 holds them all."""
+    import trio
+
+    from tierfs import open_store
+
+    acked = 0
+    async with open_store(config) as store:
+        await store.create(OUTAGE_SEGMENT, durability="vd", make_parents=True)
+        proxy.start_outage()
+        started = perf_counter()
+        for start in range(0, len(payload), MiB):
+            piece = payload[start : start + MiB]
+            await store.append(OUTAGE_SEGMENT, piece)
+            acked += len(piece)
+        appended_s = perf_counter() - started
+        await trio.sleep(max(0.0, outage_s - appended_s))
+        seg = store.table.segment(OUTAGE_SEGMENT)
+        flushed_during = seg.flushed_length
+        ended = perf_counter()
+        while seg.flushed_length < acked:
+            await trio.sleep(0.05)
+        return Outage(outage_s, acked, appended_s, flushed_during, perf_counter() - ended)
+
+
+async def _cold_read(config: Any, payload: bytes, segment: str = SEGMENT) -> tuple[float, int, int]:
     """Seconds, bytes equal to the payload, bytes different (a missing tail counts as
     not equal)."""
     from tierfs import open_store
 
     equal = different = 0
     async with open_store(config) as store:
-        reader = store.open_reader(SEGMENT)
+        reader = store.open_reader(segment)
         started = perf_counter()
         for offset in range(0, len(payload), MiB):
             data = await reader.read(offset, MiB)
@@ -163,8 +220,8 @@ async def _cold_read(config: Any, payload: bytes) -> tuple[float, int, int]:
         return perf_counter() - started, equal, different
 
 
-def run_all(directory: Path, size: int, rounds: int, faults: FaultSettings, settings: dict[str, Any],
-            log: TextIO) -> Results:
+def run_all(directory: Path, size: int, rounds: int, faults: FaultSettings, outage_s: float,
+            settings: dict[str, Any], log: TextIO) -> Results:
     import trio
 
     from benchmarks.s3server import s3_server
@@ -179,15 +236,28 @@ def run_all(directory: Path, size: int, rounds: int, faults: FaultSettings, sett
         def through(proxy_url: str) -> StoreConfig:
             return base.replace(tier2_options={**endpoint.storage_options(), "endpoint_url": proxy_url})
 
-        with fault_proxy(endpoint.url, faults, 1, counters["write"], directory / "proxy-write.log") as url:
-            acked, flush_s = trio.run(_write, through(url), payload)
-        print(f"written: {acked} bytes acknowledged, flushed in {flush_s:.1f} s", file=log, flush=True)
+        outage_payload = payload[: min(len(payload), OUTAGE_MAX_BYTES)]
+        outage: Outage | None = None
+        with fault_proxy(endpoint.url, faults, 1, counters["write"], directory / "proxy-write.log",
+                         outage_s) as writer:
+            acked, flush_s = trio.run(_write, through(writer.url), payload)
+            print(f"written: {acked} bytes acknowledged, flushed in {flush_s:.1f} s", file=log, flush=True)
+            if outage_s > 0:
+                outage = trio.run(_outage, through(writer.url), outage_payload, writer, outage_s)
+                print(f"outage of {outage_s:g} s: {outage.acked_bytes} bytes acknowledged in "
+                      f"{outage.append_s:.1f} s, tier-2 caught up {outage.caught_up_s:.1f} s after it",
+                      file=log, flush=True)
         measured: list[Round] = []
         least_equal, different = acked, 0
         with (
-            fault_proxy(endpoint.url, None, 2, counters["clean"], directory / "proxy-clean.log") as clean_url,
-            fault_proxy(endpoint.url, faults, 3, counters["faulty"], directory / "proxy-faulty.log") as faulty_url,
+            fault_proxy(endpoint.url, None, 2, counters["clean"], directory / "proxy-clean.log") as clean,
+            fault_proxy(endpoint.url, faults, 3, counters["faulty"], directory / "proxy-faulty.log") as faulty,
         ):
+            clean_url, faulty_url = clean.url, faulty.url
+            outage_equal = 0
+            if outage is not None:
+                _, outage_equal, wrong = trio.run(_cold_read, through(clean_url), outage_payload, OUTAGE_SEGMENT)
+                different += wrong
             for index in range(rounds):
                 order = [("clean", clean_url), ("faulty", faulty_url)]
                 seconds: dict[str, float] = {}
@@ -199,15 +269,19 @@ def run_all(directory: Path, size: int, rounds: int, faults: FaultSettings, sett
                 print(f"round {index + 1}/{rounds}: fault-free {measured[-1].clean.mb_per_s:.0f} MB/s, "
                       f"faults {measured[-1].faulty.mb_per_s:.0f} MB/s", file=log, flush=True)
     return Results(size, faults, base.tier2_read_timeout_s, acked, flush_s, measured, least_equal, different,
-                   counters)
+                   counters, outage, outage_equal)
 
 
 def evaluate_targets(results: Results) -> list[Check]:
-    return [
+    checks = [
         Check("(b)/(a) cold read, faults vs none", results.median_ratio, 0.5, True, "x"),
         Check("bytes read back / acknowledged", results.read_back_equal_bytes / results.acked_bytes, 1.0, True, ""),
         Check("bytes read back different", float(results.read_back_different_bytes), 0.0, False, ""),
     ]
+    if results.outage is not None:
+        checks.append(Check("outage: read back / acknowledged",
+                            results.outage_read_back_equal_bytes / results.outage.acked_bytes, 1.0, True, ""))
+    return checks
 
 
 def print_report(machine: dict[str, Any], results: Results, checks: list[Check], out: TextIO) -> None:
@@ -224,7 +298,11 @@ def print_report(machine: dict[str, Any], results: Results, checks: list[Check],
     for i, r in enumerate(results.rounds, start=1):
         rows.append(f"{i:<6} {r.clean.mb_per_s:20.1f} {r.faulty.mb_per_s:16.1f} {r.ratio:8.3f}")
     proxies = [f"proxy {name:<7} {json.dumps(c)}" for name, c in results.counters.items()]
-    print_sections([header, rows, proxies, format_checks(checks)], out)
+    outage = []
+    if (o := results.outage) is not None:
+        outage = [f"outage {o.seconds:g} s: {o.acked_bytes} bytes acknowledged in {o.append_s:.2f} s, "
+                  f"{o.flushed_during_bytes} in tier-2 at its end, all {o.caught_up_s:.1f} s after it"]
+    print_sections([header, rows, outage, proxies, format_checks(checks)], out)
 
 
 def report_json(machine: dict[str, Any], results: Results, checks: list[Check]) -> dict[str, Any]:
@@ -238,6 +316,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reset", type=float, default=0.02, help="rate of resets mid-body (default 0.02)")
     parser.add_argument("--stall", type=float, default=0.02, help="rate of stalls mid-body (default 0.02)")
     parser.add_argument("--stall-s", type=float, default=10.0, help="length of a stall in s (default 10)")
+    parser.add_argument("--outage-s", type=float, default=10.0,
+                        help="length of the outage phase in s (default 10; 0: none)")
     parser.add_argument("--read-timeout-s", type=float, default=None,
                         help="the stores' tier2_read_timeout_s (default: the default, 1 s per MiB); "
                         "a large value shows what stalls cost without deadlines and hedging")
@@ -250,6 +330,7 @@ def run(args: argparse.Namespace) -> int:
     settings = {} if args.read_timeout_s is None else {"tier2_read_timeout_s": args.read_timeout_s}
     return run_size_rounds(
         "s3faults", args,
-        lambda directory, size, rounds: run_all(directory, size, rounds, faults, settings, sys.stderr),
+        lambda directory, size, rounds: run_all(directory, size, rounds, faults, args.outage_s, settings,
+                                                sys.stderr),
         evaluate_targets, print_report, report_json, errors=(S3ServerError, RuntimeError),
     )

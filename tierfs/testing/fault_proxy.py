@@ -29,8 +29,9 @@ Invariants:
   are plain integers read by other threads (safe under the GIL).
 - ``python -m tierfs.testing.fault_proxy UPSTREAM [--slowdown R ...]`` runs one in the
   foreground (benchmarks use a separate process so the proxy never competes with the
-  code under test for the GIL); it prints ``listening on 127.0.0.1:PORT`` once ready
-  and, on SIGTERM or SIGINT, its counters as one JSON line before it exits.
+  code under test for the GIL); it prints ``listening on 127.0.0.1:PORT`` once ready,
+  starts an outage of ``--outage-s`` on SIGUSR1 and, on SIGTERM or SIGINT, prints its
+  counters as one JSON line before it exits.
 """
 
 from __future__ import annotations
@@ -376,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stall", type=float, default=0.0, help="rate of stalls mid-body")
     parser.add_argument("--stall-s", type=float, default=5.0, help="length of a stall (s)")
     parser.add_argument("--methods", default=",".join(sorted(ALL_METHODS)), help="methods faults apply to")
+    parser.add_argument("--outage-s", type=float, default=10.0,
+                        help="SIGUSR1 makes S3 unreachable for this long (default 10 s)")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
     faults = Faults(args.slowdown, args.reset, args.stall, args.stall_s,
@@ -384,11 +387,14 @@ def main(argv: list[str] | None = None) -> int:
     proxy.port = args.port
 
     async def serve() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
             async with trio.open_nursery() as nursery:
                 port = await nursery.start(proxy.serve)
                 print(f"listening on 127.0.0.1:{port}", flush=True)
-                async for _ in signals:
+                async for received in signals:
+                    if received == signal.SIGUSR1:
+                        proxy.outage(args.outage_s)
+                        continue
                     nursery.cancel_scope.cancel()
                     break
         print(json.dumps(dataclasses.asdict(proxy.counters)), flush=True)
