@@ -110,7 +110,8 @@ async def test_a_stalled_get_and_its_twin_are_abandoned_at_the_deadline(
     # the GET and its twin (after 0.125 s) both stalled; at the 0.5 s deadline both were
     # abandoned and the second attempt's GET answered
     assert proxy.counters.stalls == 2
-    assert proxy.counters.requests - requests_before == 3
+    # 3 GETs, or 4 if the second attempt's GET was slow enough (a loaded machine) to be hedged
+    assert 3 <= proxy.counters.requests - requests_before <= 4
     assert waited_s < stall_s / 3, f"the read waited {waited_s:.1f} s: the stall was waited out"
 
 
@@ -283,7 +284,8 @@ async def test_policy_offload_resumes_on_its_own_after_an_outage(tmp_path: Path,
 def test_reads_are_retried_in_one_place_only(proxy: FaultProxy, proxied_bucket, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(chunkstore, "READ_RETRY_ATTEMPTS", 3)
     url, options = proxied_bucket
-    storage = chunkstore.open_chunk_storage(url, options)
+    # a 20 s deadline: no hedge (at 5 s) can fire, so every request is an attempt
+    storage = chunkstore.open_chunk_storage(url, options, read_deadline_per_mib_s=20.0)
     storage.write("o", 0, b"x" * 1000)
     proxy.faults = Faults(slowdown_rate=1.0, methods=frozenset({"GET", "HEAD"}))
     before = proxy.counters.requests
