@@ -17,8 +17,9 @@ import trio
 
 from tierfs import open_store
 from tierfs.contracts.errors import BacklogFullError, Tier2Error
-from tierfs.contracts.operations import FLUSH
+from tierfs.contracts.operations import FLUSH, FSCK
 from tierfs.engine import chunkstore
+from tierfs.remote import client as client_module
 from tierfs.store.fsck import fsck
 from tierfs.testing.fault_proxy import FaultProxy, Faults
 from tierfs.testing.harness import small_config, start_daemon
@@ -167,12 +168,14 @@ async def test_outage_appends_go_on_to_the_backlog_bound_then_flushing_resumes(
         assert await store.read("b") == b"cold bytes"
 
 
-def test_fsck_through_503s_resets_and_stalls_exits_0(tmp_path: Path, proxy: FaultProxy, proxied_bucket) -> None:  # type: ignore[no-untyped-def]
+def test_fsck_through_503s_resets_and_stalls_exits_0(
+    tmp_path: Path, proxy: FaultProxy, proxied_bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     url, options = proxied_bucket
     config_file = tmp_path / "tierfs.toml"
-    config_file.write_text(
+    config_file.write_text(  # GETs hedged after 1 s: a stall makes fsck take a second
         f'tier2_url = "{url}"\nflush_interval_s = 0.05\nflush_bytes = 65536\n'
-        f'max_chunk_bytes = 131072\nmax_flush_bytes = 131072\n'
+        f'max_chunk_bytes = 131072\nmax_flush_bytes = 131072\ntier2_read_timeout_s = 4.0\n'
         f'[tier2_options]\nendpoint_url = "{options["endpoint_url"]}"\n'
     )
     data_dir = tmp_path / "data"
@@ -191,6 +194,14 @@ def test_fsck_through_503s_resets_and_stalls_exits_0(tmp_path: Path, proxy: Faul
         assert done.returncode == 0, done.stdout + done.stderr
         assert b"OK" in done.stdout
         assert proxy.counters.slowdowns > 0 and proxy.counters.resets > 0
+        # fsck takes as long as it takes: the client's read timeout (60 s, here 0.5 s)
+        # does not cut it off
+        monkeypatch.setattr(client_module, "READ_TIMEOUT_S", 0.5)
+        proxy.faults = Faults(stall_rate=1.0, stall_s=5.0, methods=frozenset({"GET"}), max_faults=1)
+        client = daemon.client()
+        assert not client.call(FSCK).problems
+        assert proxy.counters.stalls > 0
+        client.close()
     finally:
         daemon.stop()
 
