@@ -20,8 +20,9 @@ Invariants every backend gives:
   else on the tier-2 path (the storage writer's own backoff starts after these).
 - Reads of remote objects (``FsspecChunkStorage.read`` and ``stat``) have a deadline
   per attempt (``blocks.deadlines``: about 1 s per MiB asked, longer on later attempts):
-  a stalled GET is abandoned and asked again at once, without backoff, so a stall costs
-  a reader about one deadline. Reads get ``READ_RETRY_ATTEMPTS``, and their S3 client
+  a GET silent after a quarter of it gets a twin (hedge), and at the deadline the
+  attempt is abandoned and asked again at once, without backoff, so a stall costs a
+  reader a fraction of a second. Reads get ``READ_RETRY_ATTEMPTS``, and their S3 client
   retries nothing itself, so the attempts here are all the attempts there are.
 """
 
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 RETRY_ATTEMPTS = 5
 RETRY_INITIAL_S = 0.05
 # Reads are idempotent and a failed one is seen by a user: 8 attempts ride out ~6 s of
-# refused connections, or seven 503s in a row (1 in 10 million at 10 % SlowDown).
+# refused connections, and fail on 503s only if eight come in a row (1 in 10**8 at 10 %).
 READ_RETRY_ATTEMPTS = 8
 _PERMANENT_ERRNOS = {errno.EINVAL, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.ENOSPC}
 
