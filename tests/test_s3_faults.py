@@ -111,8 +111,9 @@ async def test_a_stalled_get_and_its_twin_are_abandoned_at_the_deadline(
     # the GET and its twin (after 0.125 s) both stalled; at the 0.5 s deadline both were
     # abandoned and the second attempt's GET answered
     assert proxy.counters.stalls == 2
-    # 3 GETs, or 4 if the second attempt's GET was slow enough (a loaded machine) to be hedged
-    assert 3 <= proxy.counters.requests - requests_before <= 4
+    # the two stalled GETs and the one that answered (more only on a loaded machine,
+    # where the second attempt's GET may be slow enough to be hedged itself)
+    assert proxy.counters.requests - requests_before >= 3
     assert waited_s < stall_s / 3, f"the read waited {waited_s:.1f} s: the stall was waited out"
 
 
