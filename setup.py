@@ -28,6 +28,7 @@ setup(
         "hypercorn>=0.16",
         "starlette>=0.37",
         "httpx>=0.27",
+        "h11>=0.14",  # tierfs.testing.fault_proxy (already there through httpx and hypercorn)
         "prometheus-client>=0.20",
         "pyfuse3>=3.3",  # needs libfuse3-dev and pkg-config to build (dev.sh installs them)
     ],

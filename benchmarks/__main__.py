@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "fsspec": "benchmarks.fsspec_api",
     "fuse": "benchmarks.fuse_mount",
     "offload": "benchmarks.offload",
+    "s3faults": "benchmarks.s3faults",
     "spark": "benchmarks.spark",
     "instructions": "benchmarks.instructions",
 }

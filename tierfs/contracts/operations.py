@@ -72,6 +72,9 @@ class Operation(Generic[T]):
     params: tuple[Param, ...]
     result: Codec[T]
     summary: str
+    # the client waits for the answer as long as it takes (no read timeout): work that
+    # grows with the store (fsck) or waits for tier-2 to answer (flush)
+    unbounded: bool = False
 
     def call_arguments(self, body: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The method's positional and keyword arguments for a request body (checked)."""
@@ -194,12 +197,14 @@ UNSEAL = Operation("unseal", "unseal", (_PATH,), SEGMENT_INFO, "make a sealed se
 SYNC = Operation(
     "sync", "sync", (_OPTIONAL_PATH,), DURABLE_LENGTH, "make every appended byte durable"
 )
-FLUSH = Operation("flush", "flush", (_OPTIONAL_PATH,), NOTHING, "wait until tier-2 holds every durable byte")
+FLUSH = Operation("flush", "flush", (_OPTIONAL_PATH,), NOTHING, "wait until tier-2 holds every durable byte",
+                  unbounded=True)
 SET_DURABILITY = Operation(
     "set_durability", "set_durability", (_PATH, Param("durability", TEXT, "")), SEGMENT_INFO,
     "choose pd or vd for an empty segment",
 )
-FSCK = Operation("fsck", "fsck", (), FSCK_REPORT, "verify every chunk and the metadata invariants")
+FSCK = Operation("fsck", "fsck", (), FSCK_REPORT, "verify every chunk and the metadata invariants",
+                 unbounded=True)
 GC = Operation(
     "gc", "gc", (Param("dry_run", FLAG, False, keywords=("dry_run",)),), GC_REPORT,
     "delete (dry_run: list) unreferenced chunk and offload objects older than the grace period",

@@ -18,101 +18,49 @@ Invariants every backend gives:
 - ``merge(name, pieces)`` creates a new object and never changes its sources; like
   ``write`` it returns once the new object is durable, and a retry starts it afresh.
 - Methods block; callers run them in worker threads under a limiter. Backend errors
-  are translated here, in one place (``_call``): missing object -> ``ChunkMissingError``;
+  are translated in one place (``tier2_calls.tier2_call``): missing object -> ``ChunkMissingError``;
   access denied or an invalid request -> ``Tier2Error`` at once; anything transient
   (5xx, SlowDown/503, connection errors, timeouts) is retried with exponential backoff
   and jitter, ``Tier2Error`` only after the last attempt. Retries live here and nowhere
   else on the tier-2 path (the storage writer's own backoff starts after these).
+- Reads of remote objects (``FsspecChunkStorage.read`` and ``stat``) have a deadline
+  per attempt (``blocks.deadlines``: about 1 s per MiB asked, longer on later attempts):
+  a GET silent after a quarter of it gets a twin (hedge), and at the deadline the
+  attempt is abandoned and asked again at once, without backoff, so a stall costs a
+  reader a fraction of a second. Reads get ``READ_RETRY_ATTEMPTS``, and their S3 client
+  retries nothing itself, so the attempts here are all the attempts there are.
 """
 
 from __future__ import annotations
 
 import abc
 import builtins
-import dataclasses
-import datetime
 import errno
 import logging
 import os
-import random
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tierfs.blocks.deadlines import (
+    DEFAULT_READ_DEADLINE_PER_MIB_S,
+    DeadlineSchedule,
+    object_size,
+    open_read_filesystem,
+    ranged_get,
+)
 from tierfs.blocks.filesystems import open_filesystem
-from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError, Tier2Error
+from tierfs.contracts.errors import InvalidArgumentError, Tier2Error
 from tierfs.engine.s3_merge import MergeCounts, multipart_merge
+from tierfs.engine.tier2_calls import StoredObject, modified_s, tier2_call
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-# 5 attempts, 50 ms doubling with jitter: rides out about 0.8 s of throttling or a
-# dropped connection before the caller sees the error.
-RETRY_ATTEMPTS = 5
-RETRY_INITIAL_S = 0.05
-_PERMANENT_ERRNOS = {errno.EINVAL, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.ENOSPC}
-
-
-def _is_transient(error: Exception) -> bool:
-    if isinstance(error, (ValueError, TypeError, NotImplementedError)):
-        return False
-    if isinstance(error, OSError) and error.errno in _PERMANENT_ERRNOS:
-        return False
-    return True
-
-
-def _call(name: str, call: Callable[[], T], attempts: int = RETRY_ATTEMPTS, label: str = "tier-2") -> T:
-    delay_s = RETRY_INITIAL_S
-    for attempt in range(1, attempts + 1):
-        try:
-            return call()
-        except FileNotFoundError as e:
-            raise ChunkMissingError(f"object {name!r} is missing from the {label}: {e}") from e
-        except (Tier2Error, InvalidArgumentError):
-            raise
-        except PermissionError as e:
-            raise Tier2Error(f"the {label} refused access to {name!r}: {e}") from e
-        except Exception as e:  # any backend failure: network, 5xx, disk
-            if not _is_transient(e) or attempt == attempts:
-                tries = f" after {attempt} attempts" if attempt > 1 else ""
-                raise Tier2Error(
-                    f"the {label} failed on {name!r}{tries}: {type(e).__name__}: {e}"
-                ) from e
-            log.info("%s %s on %r, retry %d in %.2f s", label, type(e).__name__, name, attempt, delay_s)
-            # real time: this runs in a worker thread (no trio clock there) and waits
-            # for a real backend to recover
-            time.sleep(delay_s * (0.5 + random.random()))
-            delay_s *= 2
-    raise AssertionError("unreachable")
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredObject:
-    """One object as a listing shows it; ``modified_s`` (seconds since the epoch) is
-    None when the backend does not say."""
-
-    name: str
-    size_bytes: int
-    modified_s: float | None
-
-
-def _modified_s(info: Mapping[str, Any]) -> float | None:
-    """The modification time in an fsspec ``info`` dict (key and type vary by backend:
-    s3fs ``LastModified`` datetime, local ``mtime`` float, memory ``created``)."""
-    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        value = info.get(key)
-        if isinstance(value, datetime.datetime):
-            return value.timestamp()
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return datetime.datetime.fromisoformat(value).timestamp()
-            except ValueError:
-                continue
-    return None
+# Reads are idempotent and a failed one is seen by a user: 8 attempts ride out ~6 s of
+# refused connections, and fail on 503s only if eight come in a row (1 in 10**8 at 10 %).
+READ_RETRY_ATTEMPTS = 8
 
 
 class ChunkStorage(abc.ABC):
@@ -235,14 +183,14 @@ class LocalChunkStorage(ChunkStorage):
                 finally:
                     os.close(dir_fd)
 
-        _call(name, call, label=self.label)
+        tier2_call(name, call, label=self.label)
 
     def read(self, name: str, start: int, end: int) -> bytes:
         def call() -> bytes:
             with open(self._path(name), "rb") as f:
                 return os.pread(f.fileno(), end - start, start)
 
-        return _call(name, call, label=self.label)
+        return tier2_call(name, call, label=self.label)
 
     def delete(self, name: str) -> None:
         def call() -> None:
@@ -251,7 +199,7 @@ class LocalChunkStorage(ChunkStorage):
             except FileNotFoundError:
                 pass
 
-        _call(name, call, label=self.label)
+        tier2_call(name, call, label=self.label)
 
     def list(self, prefix: str = "") -> list[str]:
         def call() -> list[str]:
@@ -263,10 +211,10 @@ class LocalChunkStorage(ChunkStorage):
                         names.append(rel)
             return sorted(names)
 
-        return _call(prefix, call, label=self.label)
+        return tier2_call(prefix, call, label=self.label)
 
     def stat(self, name: str) -> int:
-        return _call(name, lambda: os.stat(self._path(name)).st_size, label=self.label)
+        return tier2_call(name, lambda: os.stat(self._path(name)).st_size, label=self.label)
 
     def list_objects(self) -> builtins.list[StoredObject]:
         def call() -> list[StoredObject]:
@@ -281,7 +229,7 @@ class LocalChunkStorage(ChunkStorage):
                     found.append(StoredObject(os.path.relpath(path, self.root), st.st_size, st.st_mtime))
             return found
 
-        return _call("", call, label=self.label)
+        return tier2_call("", call, label=self.label)
 
     def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
         def call() -> int:
@@ -307,7 +255,7 @@ class LocalChunkStorage(ChunkStorage):
                 os.close(dir_fd)
             return kernel_copied
 
-        kernel_copied = _call(name, call, label=self.label)
+        kernel_copied = tier2_call(name, call, label=self.label)
         total_bytes = sum(length for _, length in pieces)
         return MergeCounts(copied_natively_bytes=kernel_copied, rewritten_bytes=total_bytes - kernel_copied)
 
@@ -316,12 +264,21 @@ class FsspecChunkStorage(ChunkStorage):
     """Chunks as whole objects on any fsspec filesystem (S3, memory, ...).
 
     Object stores cannot append, so every flush writes a new object with one PUT.
+    Reads go through ``read_fs`` with a deadline per attempt (module docstring).
     """
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        read_deadline_per_mib_s: float = DEFAULT_READ_DEADLINE_PER_MIB_S,
+    ) -> None:
         self.url = url
         fs, root = open_filesystem(url, storage_options)
         self.fs = fs
+        self.read_fs = open_read_filesystem(url, storage_options)
+        self.read_deadline_per_mib_s = read_deadline_per_mib_s
         self.root = root.rstrip("/")
         # S3 merges with multipart part copies (s3fs gives the client calls)
         self.supports_native_merge = "s3" in _protocols(fs)
@@ -332,14 +289,14 @@ class FsspecChunkStorage(ChunkStorage):
     def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
         if offset != 0:
             raise InvalidArgumentError(f"{self.url} cannot append to an existing chunk")
-        _call(name, lambda: self.fs.pipe_file(self._path(name), bytes(data)), label=self.label)
+        tier2_call(name, lambda: self.fs.pipe_file(self._path(name), bytes(data)), label=self.label)
 
     def read(self, name: str, start: int, end: int) -> bytes:
-        def call() -> bytes:
-            data: bytes = self.fs.cat_file(self._path(name), start=start, end=end)
-            return data
-
-        return _call(name, call, label=self.label)
+        path, deadlines = self._path(name), DeadlineSchedule(end - start, self.read_deadline_per_mib_s)
+        return tier2_call(
+            name, lambda: ranged_get(self.read_fs, path, start, end, deadlines.next_s()),
+            attempts=READ_RETRY_ATTEMPTS, label=self.label,
+        )
 
     def delete(self, name: str) -> None:
         def call() -> None:
@@ -348,7 +305,7 @@ class FsspecChunkStorage(ChunkStorage):
             except FileNotFoundError:
                 pass
 
-        _call(name, call, label=self.label)
+        tier2_call(name, call, label=self.label)
 
     def list(self, prefix: str = "") -> list[str]:
         def call() -> list[str]:
@@ -359,10 +316,14 @@ class FsspecChunkStorage(ChunkStorage):
             names = [p[len(self.root) + 1 :] for p in found]
             return sorted(n for n in names if n.startswith(prefix))
 
-        return _call(prefix, call, label=self.label)
+        return tier2_call(prefix, call, label=self.label)
 
     def stat(self, name: str) -> int:
-        return _call(name, lambda: int(self.fs.info(self._path(name))["size"]), label=self.label)
+        path, deadlines = self._path(name), DeadlineSchedule(0, self.read_deadline_per_mib_s)
+        return tier2_call(
+            name, lambda: object_size(self.read_fs, path, deadlines.next_s()),
+            attempts=READ_RETRY_ATTEMPTS, label=self.label,
+        )
 
     def list_objects(self) -> builtins.list[StoredObject]:
         def call() -> list[StoredObject]:
@@ -372,12 +333,12 @@ class FsspecChunkStorage(ChunkStorage):
             except FileNotFoundError:
                 return []
             return [
-                StoredObject(path[len(self.root) + 1 :], int(info.get("size") or 0), _modified_s(info))
+                StoredObject(path[len(self.root) + 1 :], int(info.get("size") or 0), modified_s(info))
                 for path, info in found.items()
                 if info.get("type") != "directory"
             ]
 
-        return _call("", call, label=self.label)
+        return tier2_call("", call, label=self.label)
 
     def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
         if not self.supports_native_merge:
@@ -394,7 +355,7 @@ class FsspecChunkStorage(ChunkStorage):
             self.fs.invalidate_cache(self._path(name))
             return counts
 
-        return _call(name, call, label=self.label)
+        return tier2_call(name, call, label=self.label)
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
@@ -402,14 +363,20 @@ def _protocols(fs: Any) -> tuple[str, ...]:
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
-def open_chunk_storage(url: str, storage_options: Mapping[str, Any] | None = None) -> ChunkStorage:
-    """Chunk storage for a URL: a plain path or file:// is local, anything else fsspec."""
+def open_chunk_storage(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    read_deadline_per_mib_s: float = DEFAULT_READ_DEADLINE_PER_MIB_S,
+) -> ChunkStorage:
+    """Chunk storage for a URL: a plain path or file:// is local, anything else fsspec
+    (remote reads with ``read_deadline_per_mib_s``, see ``blocks.deadlines``)."""
     protocol, _, rest = url.partition("://")
     if not _:
         return LocalChunkStorage(url)
     if protocol in ("file", "local"):
         return LocalChunkStorage(rest)
     try:
-        return FsspecChunkStorage(url, storage_options)
+        return FsspecChunkStorage(url, storage_options, read_deadline_per_mib_s=read_deadline_per_mib_s)
     except (ImportError, ValueError) as e:
         raise InvalidArgumentError(f"cannot open tier-2 {url!r}: {e}") from e

@@ -1,7 +1,7 @@
 """The long-term object store offloaded chunks move to (``--offload-to URL``).
 
 It is a chunk storage (``chunkstore.py``: same verbs, same error translation and
-retries, messages naming "the long-term store") plus ``put``, which stores one whole
+retries, reads with the same deadlines, messages naming "the long-term store") plus ``put``, which stores one whole
 object with user metadata: on S3 as a parallel multipart upload (parts of
 ``offload_part_bytes``, ``offload_upload_concurrency`` at a time), elsewhere with one
 write.
@@ -19,14 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tierfs.blocks.deadlines import DEFAULT_READ_DEADLINE_PER_MIB_S
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.engine.chunkstore import (
     ChunkStorage,
     FsspecChunkStorage,
     LocalChunkStorage,
-    _call,
     open_chunk_storage,
 )
+from tierfs.engine.tier2_calls import tier2_call
 
 
 class LongTermStore:
@@ -37,8 +38,11 @@ class LongTermStore:
         *,
         part_bytes: int = 8 << 20,
         upload_concurrency: int = 8,
+        read_deadline_per_mib_s: float = DEFAULT_READ_DEADLINE_PER_MIB_S,
     ) -> None:
-        self.storage: ChunkStorage = open_chunk_storage(url, storage_options)
+        self.storage: ChunkStorage = open_chunk_storage(
+            url, storage_options, read_deadline_per_mib_s=read_deadline_per_mib_s
+        )
         self.storage.label = "long-term store"
         self.url = self.storage.url.rstrip("/")
         self.part_bytes = part_bytes
@@ -71,7 +75,7 @@ class LongTermStore:
         else:
             def call() -> None:
                 fs.pipe_file(path, data)
-        _call(key, call, label=storage.label)
+        tier2_call(key, call, label=storage.label)
 
     def read(self, key: str, start: int, end: int) -> bytes:
         return self.storage.read(key, start, end)

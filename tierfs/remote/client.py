@@ -28,7 +28,7 @@ from tierfs.contracts.operations import Operation
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 5.0
-READ_TIMEOUT_S = 60.0  # long enough for a flush or an fsck; follow polls add their own
+READ_TIMEOUT_S = 60.0  # per answer; "unbounded" operations (fsck, flush) wait without it, follow polls add their own
 
 
 def discover_url(data_dir: str | os.PathLike[str] | None = None) -> str:
@@ -116,8 +116,14 @@ class TierClient:
 
     def call(self, operation: Operation[T], *args: Any, **kwargs: Any) -> T:
         """``operation``'s API method, called with the API's arguments and result
-        (``contracts.operations`` encodes them)."""
-        return operation.result.decode(self.op(operation.name, **operation.body_of(args, kwargs)))
+        (``contracts.operations`` encodes them); an ``unbounded`` one without a read
+        timeout."""
+        body = operation.body_of(args, kwargs)
+        if not operation.unbounded:
+            return operation.result.decode(self.op(operation.name, **body))
+        unbounded = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+        answer = self._request("POST", f"/v1/op/{operation.name}", json=body, timeout=unbounded)
+        return operation.result.decode(answer.json())
 
     # --------------------------------------------------------------- data
     def append(self, name: str, data: bytes, expected_offset: int | None = None) -> int:

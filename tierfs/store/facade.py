@@ -97,6 +97,7 @@ class SegmentStore:
                 config.offload_url, config.long_term_options,
                 part_bytes=config.offload_part_bytes,
                 upload_concurrency=config.offload_upload_concurrency,
+                read_deadline_per_mib_s=config.tier2_read_timeout_s,
             )
         # told the name of each segment whose durable length advanced; the FUSE mount
         # tells the kernel its size changed

@@ -6,8 +6,11 @@ matches; every chunk object exists (in the chunk store, or in the long-term stor
 offloaded, with an index object that matches the record) and is at least as long as
 its committed length; every 1 MiB block and the whole chunk match their CRC32C; the
 lengths obey flushed <= durable <= appended. Reads use the storage directly, bypassing
-the cache, so a cached copy cannot hide damage. Orphans (objects no metadata
-references, whatever their age: ``engine/orphans.py``) are listed apart, not as damage. The report's types are in
+the cache, so a cached copy cannot hide damage. They retry like every tier-2 read
+(``chunkstore``: deadlines, 8 attempts); a store that still does not answer fails
+fsck with that ``Tier2Error`` (exit 1), never a report of damage it could not see.
+Orphans (objects no metadata references, whatever their age: ``engine/orphans.py``)
+are listed apart, not as damage. The report's types are in
 ``contracts.fsck_report`` (clients read them without the engine).
 """
 
@@ -18,7 +21,7 @@ from typing import Protocol
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
-from tierfs.contracts.errors import TierFSError
+from tierfs.contracts.errors import ChunkMissingError, Tier2Error, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
@@ -76,6 +79,11 @@ async def fsck(store: FsckTarget) -> FsckReport:
                     storage, key = reads.long_term.storage, reads.long_term.key_of(chunk.location)
                     await reads.index_of(chunk, cached=False)
                 size = await trio.to_thread.run_sync(storage.stat, key, limiter=store.tier2_limiter)
+            except ChunkMissingError as e:
+                problems.append(Problem(info.name, chunk.name, str(e)))
+                continue
+            except Tier2Error:  # no answer after every retry: no verdict on the data
+                raise
             except TierFSError as e:
                 problems.append(Problem(info.name, chunk.name, str(e)))
                 continue

@@ -53,7 +53,10 @@ def open_data_dir(
     metadata = MetadataStore(data_dir / "metadata.sqlite")
     store_record = metadata.begin_epoch()
     epoch = store_record.epoch
-    chunk_storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
+    chunk_storage = open_chunk_storage(
+        config.chunk_store_url, config.chunk_store_options,
+        read_deadline_per_mib_s=config.tier2_read_timeout_s,
+    )
     table.directories = metadata.load_directories()
     table.root_directory = metadata.load_root_directory()
     for row in metadata.load_segments():

@@ -5,7 +5,9 @@ who tests code built on tierfs, or a new chunk storage.
   never outliving their caller; ``small_config``;
 - ``storages``: chunk storages that wrap a real one and fail on demand or count reads;
 - ``crash``: make a daemon kill itself (SIGKILL) at a named crash point;
-- ``contract``: the checks every ``ChunkStorage`` implementation must pass.
+- ``contract``: the checks every ``ChunkStorage`` implementation must pass;
+- ``fault_proxy``: an HTTP proxy in front of an S3 server that answers 503 SlowDown,
+  resets, stalls and goes unreachable on demand.
 
 Layering: this package may import every other part of tierfs (it drives the whole
 system); nothing in tierfs imports it. No module here imports pytest: users install
