@@ -90,7 +90,9 @@ class TierFileSystem(AbstractFileSystem):
         path = str(path)
         if path.startswith("tierfs://"):
             path = path[len("tierfs://"):]
-        return path.strip("/")
+        # The name goes to the engine as given, as from every other front end: it
+        # accepts one leading and one trailing '/' and refuses '//a', 'a//', '..'.
+        return path
 
     def unstrip_protocol(self, name: str) -> str:
         return f"tierfs://{name}"

@@ -396,8 +396,8 @@ def execute(args: argparse.Namespace) -> int:
     except StoreInUseError as e:
         print(f"tierfs: {e}", file=sys.stderr)
         return EXIT_IN_USE
-    except TierFSError as e:
-        print(f"tierfs: {e}", file=sys.stderr)
+    except TierFSError as e:  # the stable code too: the same as the HTTP API's
+        print(f"tierfs: {e} ({e.code})", file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:
         return EXIT_OK

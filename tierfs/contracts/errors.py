@@ -43,6 +43,17 @@ class InvalidArgumentError(TierFSError, ValueError):
     code = "invalid_argument"
 
 
+class InvalidRangeError(InvalidArgumentError):
+    """A read range that is malformed or ends before it starts (``bytes=5-2``); nothing
+    was read. A well-formed range that starts past the end is ``OffsetOutOfRangeError``."""
+
+    code = "invalid_range"
+
+    def __init__(self, header: str, length: int, reason: str) -> None:
+        super().__init__(f"invalid Range {header!r}: {reason}")
+        self.length = length
+
+
 class AppendTooLargeError(InvalidArgumentError):
     """One append larger than ``max_append_bytes``; nothing was written."""
 

@@ -113,6 +113,12 @@ def _list_of_strings(message: str) -> Callable[[Any], list[str]]:
     return decode
 
 
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):  # "yes", 1 and null are not booleans: refused, not guessed
+        raise InvalidArgumentError(f"a boolean (true or false) was expected, not {value!r}")
+    return value
+
+
 _WRITER_MESSAGE = "writer must be a string and writer_seq an integer"
 
 
@@ -151,8 +157,8 @@ NAME: Codec[str] = Codec("name", _same, _same)  # checked by the engine
 OPTIONAL_NAME: Codec[str | None] = Codec(
     "name ('' for every segment)", lambda name: name or "", lambda value: value or None
 )
-FLAG: Codec[bool] = Codec("bool", bool, bool)
-TEXT: Codec[str] = Codec("string", _same, str)
+FLAG: Codec[bool] = Codec("bool", bool, _boolean)
+TEXT: Codec[str] = Codec("string", _same, str)  # durability: checked by the engine
 OFFSET: Codec[int | None] = Codec("int or null", _same, _same)  # checked by the engine
 SOURCES: Codec[list[str]] = Codec(
     "list of names",
@@ -215,7 +221,7 @@ POLICY_GET = Operation(
 CONCAT = Operation(
     "concat", "concat",
     (
-        Param("target", TEXT, ""),
+        Param("target", NAME, ""),
         Param("sources", SOURCES, [""], single="source"),
         Param("writer", WRITER, "", keywords=("writer",)),
         Param("writer_seq", WRITER_SEQ, None, keywords=("writer_seq",)),

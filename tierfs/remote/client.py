@@ -9,6 +9,7 @@ Invariants:
   its message and facts (``errors.rebuild_error``): callers cannot tell local from remote.
 - A daemon that cannot be reached is ``DaemonUnavailableError``, never a raw httpx error.
 - Tokens go only into the Authorization header, never into URLs or logs.
+- Names are sent exactly as given (``_path``): the engine alone judges them.
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ class TierClient:
 
     @staticmethod
     def _path(name: str) -> str:
-        return quote(name.lstrip("/"), safe="/")
+        """``name`` as one URL path segment: every '/' and '.' percent-encoded too, so
+        no URL normalisation on the way ('..', '.', '//', a trailing '/') can change
+        it; the daemon decodes it back and the engine checks it as given."""
+        return quote(name, safe="").replace(".", "%2E")
 
     # --------------------------------------------------------------- namespace
     def health(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import trio
 
 from tierfs.contracts import operations as ops
+from tierfs.contracts.arguments import check_read_window
 from tierfs.contracts.errors import OffsetOutOfRangeError
 from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.info import Info, SegmentInfo
@@ -58,6 +59,7 @@ class RemoteStore:
         return await self._call(lambda: self.client.append(name, data, expected_offset))
 
     async def read(self, name: str, offset: int = 0, length: int | None = None, *, unconfirmed: bool = False) -> bytes:
+        check_read_window(offset, length)
         info = await self.stat(name)
         if isinstance(info, SegmentInfo):
             limit = info.appended_length if unconfirmed else info.length
