@@ -144,8 +144,8 @@ def test_bad_query_and_range(daemon: Daemon, method: str, url: str, headers: dic
     client.close()
 
 
-@pytest.mark.parametrize("body", [{"path": "d", "parents": "yes"}, {"path": "d", "parents": 1},
-                                  {"path": "d", "parents": None}])
+@pytest.mark.parametrize("body", [{"path": "d", "parents": "yes"}, {"path": "d", "parents": "false"},
+                                  {"path": "d", "parents": 2}, {"path": "d", "parents": None}])
 def test_json_booleans_are_booleans(daemon: Daemon, body: dict[str, object]) -> None:
     client = daemon.client()
     response = client._http.post("/v1/op/mkdir", json=body)

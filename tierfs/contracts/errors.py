@@ -266,6 +266,15 @@ class DaemonUnavailableError(TierFSError, ConnectionError):
     code = "unavailable"
 
 
+class ResponseLostError(DaemonUnavailableError):
+    """A request reached the daemon (or may have) but no answer came back: it may or
+    may not have taken effect. Never sent over the wire; appends resolve it
+    (``remote.exactly_once``)."""
+
+    code = "response_lost"
+    offset: int | None = None  # where a lost append may have landed, when known
+
+
 class ChunkUnavailable(OSError):
     """A chunk object cannot be read directly (the daemon can still serve its bytes)."""
 

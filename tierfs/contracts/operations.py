@@ -114,9 +114,11 @@ def _list_of_strings(message: str) -> Callable[[Any], list[str]]:
 
 
 def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):  # "yes", 1 and null are not booleans: refused, not guessed
-        raise InvalidArgumentError(f"a boolean (true or false) was expected, not {value!r}")
-    return value
+    # true/false, and the 1/0 the API has always taken; "yes", "false", 2 and null are
+    # refused rather than guessed ("false" would be truthy).
+    if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    raise InvalidArgumentError(f"a boolean (true or false) was expected, not {value!r}")
 
 
 _WRITER_MESSAGE = "writer must be a string and writer_seq an integer"
