@@ -17,23 +17,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import trio
 
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import AppendTooLargeError
 
+if TYPE_CHECKING:
+    from tierfs.remote.client import TierClient
+
 STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in records of at most this size
 
 
 @runtime_checkable
-class StreamingAppends(Protocol):
-    """A store that streams a file as one append (``RemoteStore``)."""
+class DaemonBacked(Protocol):
+    """A store served by a daemon (``RemoteStore``): its client streams a file."""
 
-    async def max_append_bytes(self) -> int: ...
-
-    async def append_file(self, name: str, path: str, length: int, *,
-                          expected_offset: int | None = None) -> int: ...
+    client: TierClient
 
 
 class ConfiguredStore(Protocol):
@@ -41,8 +43,10 @@ class ConfiguredStore(Protocol):
 
 
 async def max_append_bytes(store: SegmentStoreAPI) -> int:
-    if isinstance(store, StreamingAppends):
-        return await store.max_append_bytes()
+    """The largest single append the store takes (the daemon's, when one serves)."""
+    if isinstance(store, DaemonBacked):
+        health = await trio.to_thread.run_sync(store.client.health)
+        return int(health["max_append_bytes"])
     configured: ConfiguredStore = store  # type: ignore[assignment]  # the in-process store
     return configured.config.max_append_bytes
 
@@ -53,8 +57,12 @@ async def append_file(store: SegmentStoreAPI, name: str, path: str, expected_off
     limit = await max_append_bytes(store)
     if length > limit:
         raise AppendTooLargeError(length, limit)
-    if isinstance(store, StreamingAppends):
-        return await store.append_file(name, path, length, expected_offset=expected_offset)
+    if isinstance(store, DaemonBacked):
+        from tierfs.remote.exactly_once import FilePayload, append_exactly_once
+
+        client, payload = store.client, FilePayload(path, length)
+        return await trio.to_thread.run_sync(lambda: append_exactly_once(
+            client, name, payload, expected_offset, conditional=expected_offset is not None))
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:  # it grew meanwhile

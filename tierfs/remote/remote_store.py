@@ -7,7 +7,7 @@ Invariants:
   its wire form is written once (``contracts.operations``).
 - Blocking HTTP calls run in worker threads; the event loop never waits on a socket.
 - An append whose answer was lost is retried without ever landing twice
-  (``exactly_once``); a file is appended streamed, never held whole.
+  (``exactly_once``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.operations import Operation
 from tierfs.remote.client import TierClient
-from tierfs.remote.exactly_once import BytesPayload, FilePayload, append_exactly_once
+from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 
 T = TypeVar("T")
 
@@ -63,18 +63,6 @@ class RemoteStore:
         payload = BytesPayload(data)
         return await self._call(lambda: append_exactly_once(
             self.client, name, payload, expected_offset, conditional=expected_offset is not None))
-
-    async def append_file(self, name: str, path: str, length: int, *, expected_offset: int | None = None) -> int:
-        """Append the first ``length`` bytes of the file at ``path`` as one record,
-        streamed in pieces (bounded memory), exactly once."""
-        payload = FilePayload(path, length)
-        return await self._call(lambda: append_exactly_once(
-            self.client, name, payload, expected_offset, conditional=expected_offset is not None))
-
-    async def max_append_bytes(self) -> int:
-        """The daemon's ``max_append_bytes``: the largest single append it takes."""
-        health = await self._call(self.client.health)
-        return int(health["max_append_bytes"])
 
     async def read(self, name: str, offset: int = 0, length: int | None = None, *, unconfirmed: bool = False) -> bytes:
         check_read_window(offset, length)
