@@ -8,7 +8,8 @@ Semantics (append-only):
 - ``rb``: reads through a 1 MiB block cache (fsspec's ``blockcache``), not the 5 MiB
   read-ahead over-fetch of fsspec's default; the daemon adds its own read-ahead.
 - ``ab``: appends; every ``flush()`` (and every full 8 MiB buffer) is one atomic append,
-  so concurrent writers never interleave inside a flush.
+  so concurrent writers never interleave inside a flush. Each lands exactly once, even
+  when an answer is lost and it is sent again (``remote.exactly_once``).
 - ``wb`` / ``xb``: a new segment; over an existing non-empty segment both are an error
   (``FileExistsError``): segments are never overwritten. ``pipe_file`` likewise.
 - Sizes come from the daemon on every call: the listings cache is off, so a growing
@@ -36,10 +37,16 @@ from typing import Any
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
-from tierfs.contracts.errors import ChunkUnavailable, SegmentExistsError, SegmentNotFoundError
+from tierfs.contracts.errors import (
+    ChunkUnavailable,
+    ResponseLostError,
+    SegmentExistsError,
+    SegmentNotFoundError,
+)
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
+from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 
 READ_BLOCK_BYTES = 1 << 20  # one block-cache block = one daemon block = one ranged GET
 # Blocks an open file keeps. Few: a block fetched again costs a pread and a CRC check,
@@ -90,7 +97,9 @@ class TierFileSystem(AbstractFileSystem):
         path = str(path)
         if path.startswith("tierfs://"):
             path = path[len("tierfs://"):]
-        return path.strip("/")
+        # The name goes to the engine as given, as from every other front end: it
+        # accepts one leading and one trailing '/' and refuses '//a', 'a//', '..'.
+        return path
 
     def unstrip_protocol(self, name: str) -> str:
         return f"tierfs://{name}"
@@ -180,11 +189,12 @@ class TierFileSystem(AbstractFileSystem):
         data = memoryview(bytes(value))
         for offset in range(0, len(data), WRITE_BUFFER_BYTES):
             piece = bytes(data[offset : offset + WRITE_BUFFER_BYTES])
-            self.client.append(name, piece, expected_offset=offset)
+            append_exactly_once(self.client, name, BytesPayload(piece), offset, conditional=True)
 
     def append(self, path: str, data: bytes, expected_offset: int | None = None) -> int:
         """One atomic append; returns its offset (create the segment first)."""
-        return self.client.append(self._strip_protocol(path), bytes(data), expected_offset)
+        return append_exactly_once(self.client, self._strip_protocol(path), BytesPayload(bytes(data)),
+                                   expected_offset, conditional=expected_offset is not None)
 
     def follow(self, path: str, offset: int = 0, poll_timeout_s: float = 30.0) -> Iterator[bytes]:
         """Yield new durable bytes as the segment grows (like ``tail -f``), forever."""
@@ -282,7 +292,7 @@ class TierFileSystem(AbstractFileSystem):
             data = self.cat_file(source, offset, offset + WRITE_BUFFER_BYTES)
             if not data:
                 break
-            self.client.append(target, data, expected_offset=offset)
+            append_exactly_once(self.client, target, BytesPayload(data), offset, conditional=True)
             offset += len(data)
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
@@ -308,6 +318,8 @@ class TierFile(AbstractBufferedFile):
     buffer: io.BytesIO
 
     _layout: SegmentLayout | None = None
+    _end_seen: int | None = None  # the segment's end after this file's last append
+    _lost_at: int | None = None  # where an append whose answer was lost may have landed
     _layout_time_s = 0.0
 
     def _fetch_range(self, start: int, end: int) -> bytes:
@@ -334,9 +346,22 @@ class TierFile(AbstractBufferedFile):
         """Nothing to do: ``_open`` created the segment."""
 
     def _upload_chunk(self, final: bool = False) -> bool:
+        """One append of the buffer, exactly once: at the end of the segment as this
+        file last saw it (a concurrent writer's append moves it on), and if an answer
+        was lost for good, ``close`` resends at the offset where it may have landed."""
         data = self.buffer.getvalue()
         if data:
-            self.fs.client.append(self.path, data)
+            maybe_landed = self._lost_at is not None
+            try:
+                offset = append_exactly_once(
+                    self.fs.client, self.path, BytesPayload(data),
+                    self._lost_at if maybe_landed else self._end_seen,
+                    conditional=False, maybe_landed=maybe_landed,
+                )
+            except ResponseLostError as lost:
+                self._lost_at = lost.offset
+                raise
+            self._lost_at, self._end_seen = None, offset + len(data)
         return True
 
     def flush(self, force: bool = False) -> None:

@@ -34,6 +34,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "bad_offset": errno.EPERM,  # a write anywhere but at the end: append-only
     "sealed": errno.EPERM,
     "out_of_range": errno.EINVAL,
+    "invalid_range": errno.EINVAL,
     "truncated": errno.ENODATA,  # retention deleted these bytes from the head
     "already_running": errno.EBUSY,
     "already_committed": errno.EALREADY,
@@ -46,6 +47,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "conflict": errno.EAGAIN,
     "journal_corrupt": errno.EIO,
     "unavailable": errno.ENOTCONN,  # a daemon the call needed is not running
+    "response_lost": errno.EIO,  # a daemon's answer was lost: the outcome is unknown
     "internal": errno.EIO,
 }
 

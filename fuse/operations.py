@@ -2,7 +2,8 @@
 
 Directories are namespaces, files are segments. Semantics (append-only):
 - a write at offset == the segment's appended length appends; O_APPEND writes always
-  append; a write anywhere else fails with EPERM and changes nothing;
+  append; a write anywhere else fails with EPERM and changes nothing, unless it carries
+  exactly the bytes already there (a retried write: a no-op, ``rewrites``);
 - O_TRUNC / truncate of a non-empty segment fails with EPERM; truncate to the current
   length is a no-op;
 - ``chmod a-w`` seals, ``chmod u+w`` unseals; writes to a sealed segment fail with EPERM;
@@ -29,10 +30,12 @@ import pyfuse3
 import trio
 from tierfs.fuse.errors import fuse_errors
 from tierfs.fuse.inodes import ROOT_INODE, InodeTable
+from tierfs.fuse.rewrites import already_written
 
 from tierfs.contracts.api import SegmentReaderAPI
 from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.errors import (
+    BadOffsetError,
     IsADirectoryError_,
     NotADirectoryError_,
     OffsetOutOfRangeError,
@@ -289,7 +292,11 @@ class TierOperations(pyfuse3.Operations):
         handle = self._file(fh)
         name = self.inodes.name_of(handle.inode)
         expected = None if handle.always_append else off
-        await self.store.append(name, buf, expected_offset=expected)
+        try:
+            await self.store.append(name, buf, expected_offset=expected)
+        except BadOffsetError as refused:
+            if not await already_written(self.store, name, refused, buf):
+                raise
         return len(buf)
 
     @fuse_errors

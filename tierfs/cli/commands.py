@@ -11,7 +11,7 @@ Invariants:
 - What a command does not need is not imported: the HTTP client only when a daemon's
   socket exists, the engine only to open the store in-process, the server only to
   serve (``tests/test_import_hygiene.py``).
-- Output is streamed in bounded pieces (``cat``, ``tail``, stdin appends).
+- Output is streamed in bounded pieces (``cat``, ``tail``); appends too (``streaming``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import trio
 
 from tierfs.cli.defrag_command import defrag_command
 from tierfs.cli.gc_command import gc_command, print_orphans
+from tierfs.cli.streaming import append_command
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
-STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
 TAIL_POLL_S = 30.0  # tail -f long-poll timeout; a new poll starts right after
@@ -55,31 +55,6 @@ async def _create(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     info = await store.create(args.path, durability=args.durability, make_parents=args.parents)
     print(info.name)
     return EXIT_OK
-
-
-async def _append(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    if args.file is not None:
-        with open(args.file, "rb") as f:
-            payload = f.read()
-    elif args.data is None or args.data == "-":
-        print(await _append_stdin(store, args.path, args.expected_offset))
-        return EXIT_OK
-    else:
-        payload = args.data.encode()
-    print(await store.append(args.path, payload, expected_offset=args.expected_offset))
-    return EXIT_OK
-
-
-async def _append_stdin(store: SegmentStoreAPI, path: str, expected_offset: int | None) -> int:
-    """Append stdin in pieces, the first one conditional; the offset of the first. Empty
-    stdin is one empty append, so the condition is still checked."""
-    piece = sys.stdin.buffer.read(STDIN_PIECE_BYTES)
-    first = await store.append(path, piece, expected_offset=expected_offset)
-    while piece:
-        piece = sys.stdin.buffer.read(STDIN_PIECE_BYTES)
-        if piece:
-            await store.append(path, piece)
-    return first
 
 
 async def _cat(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
@@ -308,7 +283,7 @@ async def _policy(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
 
 
 COMMANDS: dict[str, Handler] = {
-    "create": _create, "append": _append, "cat": _cat, "tail": _tail, "sync": _sync,
+    "create": _create, "append": append_command, "cat": _cat, "tail": _tail, "sync": _sync,
     "flush": _flush, "concat": _concat, "stat": _stat, "ls": _ls, "mkdir": _mkdir,
     "rmdir": _path_command(lambda store, path: store.rmdir(path)),
     "seal": _path_command(lambda store, path: store.seal(path)),
@@ -400,8 +375,8 @@ def execute(args: argparse.Namespace) -> int:
     except StoreInUseError as e:
         print(f"tierfs: {e}", file=sys.stderr)
         return EXIT_IN_USE
-    except TierFSError as e:
-        print(f"tierfs: {e}", file=sys.stderr)
+    except TierFSError as e:  # the stable code too: the same as the HTTP API's
+        print(f"tierfs: {e} ({e.code})", file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:
         return EXIT_OK

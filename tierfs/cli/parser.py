@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tierfs.cli.arguments import non_negative_int
 from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.policy import POLICY_KEYS
 
@@ -53,11 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("data", nargs="?", help="the bytes to append (UTF-8), or - for stdin")
     p.add_argument("--file", help="append the contents of this file")
-    p.add_argument("--expected-offset", type=int, help="append only if the length is this")
+    p.add_argument("--expected-offset", type=non_negative_int, help="append only if the length is this")
     p = add("cat", "write a segment's bytes to stdout")
     p.add_argument("path")
-    p.add_argument("--offset", type=int, help="default: the first byte retention kept")
-    p.add_argument("--length", type=int)
+    p.add_argument("--offset", type=non_negative_int, help="default: the first byte retention kept")
+    p.add_argument("--length", type=non_negative_int)
     p.add_argument("--unconfirmed", action="store_true", help="read up to the appended length")
     p = add("stat", "show a segment's or directory's attributes")
     p.add_argument("path")
@@ -93,11 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("-f", "--follow", action="store_true")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("-n", "--lines", type=int, default=10, help="last LINES lines (default 10)")
-    group.add_argument("-c", "--bytes", type=int, help="last BYTES bytes")
+    group.add_argument("-n", "--lines", type=non_negative_int, default=10, help="last LINES lines (default 10)")
+    group.add_argument("-c", "--bytes", type=non_negative_int, help="last BYTES bytes")
     p = add("offload", "offload a segment's sealed chunks to the long-term store (progress on stderr)")
     p.add_argument("path")
-    p.add_argument("--up-to", type=int, metavar="OFFSET", help="only chunks that end at or before OFFSET")
+    p.add_argument("--up-to", type=non_negative_int, metavar="OFFSET", help="only chunks that end at or before OFFSET")
     p.add_argument("--no-wait", action="store_true", help="start it and return")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p = add("offload-status", "NOT_RUN / RUNNING / SUCCESS / ERROR of a segment's offload")

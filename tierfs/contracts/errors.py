@@ -43,6 +43,17 @@ class InvalidArgumentError(TierFSError, ValueError):
     code = "invalid_argument"
 
 
+class InvalidRangeError(InvalidArgumentError):
+    """A read range that is malformed or ends before it starts (``bytes=5-2``); nothing
+    was read. A well-formed range that starts past the end is ``OffsetOutOfRangeError``."""
+
+    code = "invalid_range"
+
+    def __init__(self, header: str, length: int, reason: str) -> None:
+        super().__init__(f"invalid Range {header!r}: {reason}")
+        self.length = length
+
+
 class AppendTooLargeError(InvalidArgumentError):
     """One append larger than ``max_append_bytes``; nothing was written."""
 
@@ -253,6 +264,15 @@ class DaemonUnavailableError(TierFSError, ConnectionError):
     """No daemon answers at the address tried."""
 
     code = "unavailable"
+
+
+class ResponseLostError(DaemonUnavailableError):
+    """A request reached the daemon (or may have) but no answer came back: it may or
+    may not have taken effect. Never sent over the wire; appends resolve it
+    (``remote.exactly_once``)."""
+
+    code = "response_lost"
+    offset: int | None = None  # where a lost append may have landed, when known
 
 
 class ChunkUnavailable(OSError):

@@ -117,6 +117,14 @@ def _list_of_strings(message: str) -> Callable[[Any], list[str]]:
     return decode
 
 
+def _boolean(value: Any) -> bool:
+    # true/false, and the 1/0 the API has always taken; "yes", "false", 2 and null are
+    # refused rather than guessed ("false" would be truthy).
+    if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    raise InvalidArgumentError(f"a boolean (true or false) was expected, not {value!r}")
+
+
 _WRITER_MESSAGE = "writer must be a string and writer_seq an integer"
 
 
@@ -155,8 +163,8 @@ NAME: Codec[str] = Codec("name", _same, _same)  # checked by the engine
 OPTIONAL_NAME: Codec[str | None] = Codec(
     "name ('' for every segment)", lambda name: name or "", lambda value: value or None
 )
-FLAG: Codec[bool] = Codec("bool", bool, bool)
-TEXT: Codec[str] = Codec("string", _same, str)
+FLAG: Codec[bool] = Codec("bool", bool, _boolean)
+TEXT: Codec[str] = Codec("string", _same, str)  # durability: checked by the engine
 OFFSET: Codec[int | None] = Codec("int or null", _same, _same)  # checked by the engine
 SOURCES: Codec[list[str]] = Codec(
     "list of names",
@@ -226,7 +234,7 @@ POLICY_GET = Operation(
 CONCAT = Operation(
     "concat", "concat",
     (
-        Param("target", TEXT, ""),
+        Param("target", NAME, ""),
         Param("sources", SOURCES, [""], single="source"),
         Param("writer", WRITER, "", keywords=("writer",)),
         Param("writer_seq", WRITER_SEQ, None, keywords=("writer_seq",)),

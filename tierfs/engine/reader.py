@@ -22,10 +22,10 @@ from __future__ import annotations
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES
+from tierfs.contracts.arguments import check_read_window
 from tierfs.contracts.errors import (
     ChunkMissingError,
     DataCorruptionError,
-    InvalidArgumentError,
     JournalCorruptionError,
     OffsetOutOfRangeError,
     TierFSError,
@@ -57,10 +57,7 @@ class Reader:
         self, seg: SegmentState, offset: int, length: int | None, *, unconfirmed: bool = False
     ) -> bytes:
         """Bytes from ``offset``, at most ``length`` (None: to the end); b'' at the end."""
-        if not isinstance(offset, int) or offset < 0:
-            raise InvalidArgumentError(f"offset must be an int >= 0, not {offset!r}")
-        if length is not None and (not isinstance(length, int) or length < 0):
-            raise InvalidArgumentError(f"length must be an int >= 0, not {length!r}")
+        check_read_window(offset, length)
         limit = seg.appended_length if unconfirmed else seg.durable_length
         if offset > limit:
             raise OffsetOutOfRangeError(seg.name, offset, limit)

@@ -7,14 +7,17 @@ Discovery: ``TIERFS_URL`` (``unix:///path/tierfs.sock`` or ``http://host:port`` 
 Invariants:
 - A non-2xx response becomes the same ``TierFSError`` subclass the daemon raised, with
   its message and facts (``errors.rebuild_error``): callers cannot tell local from remote.
-- A daemon that cannot be reached is ``DaemonUnavailableError``, never a raw httpx error.
+- A daemon that cannot be reached is ``DaemonUnavailableError``, never a raw httpx error;
+  a request that was sent and got no answer is its subclass ``ResponseLostError``
+  (it may have taken effect).
 - Tokens go only into the Authorization header, never into URLs or logs.
+- Names are sent exactly as given (``_path``): the engine alone judges them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -22,7 +25,12 @@ from urllib.parse import quote
 import httpx
 
 from tierfs.contracts.datadir import default_data_dir, socket_path
-from tierfs.contracts.errors import DaemonUnavailableError, TierFSError, rebuild_error
+from tierfs.contracts.errors import (
+    DaemonUnavailableError,
+    ResponseLostError,
+    TierFSError,
+    rebuild_error,
+)
 from tierfs.contracts.info import Info, SegmentInfo, info_from_json
 from tierfs.contracts.operations import Operation
 
@@ -61,8 +69,10 @@ class TierClient:
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as e:
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
             raise DaemonUnavailableError(f"no tierfs daemon at {self.url}: {e}") from None
+        except httpx.TransportError as e:  # sent (maybe in part), then no answer
+            raise ResponseLostError(f"no answer from the tierfs daemon at {self.url}: {e!r}") from None
         if response.status_code >= 400:
             try:
                 error = response.json()["error"]
@@ -73,7 +83,10 @@ class TierClient:
 
     @staticmethod
     def _path(name: str) -> str:
-        return quote(name.lstrip("/"), safe="/")
+        """``name`` as one URL path segment: every '/' and '.' percent-encoded too, so
+        no URL normalisation on the way ('..', '.', '//', a trailing '/') can change
+        it; the daemon decodes it back and the engine checks it as given."""
+        return quote(name, safe="").replace(".", "%2E")
 
     # --------------------------------------------------------------- namespace
     def health(self) -> dict[str, Any]:
@@ -126,9 +139,14 @@ class TierClient:
         return operation.result.decode(answer.json())
 
     # --------------------------------------------------------------- data
-    def append(self, name: str, data: bytes, expected_offset: int | None = None) -> int:
+    def append(self, name: str, data: bytes | Iterable[bytes], expected_offset: int | None = None,
+               *, length: int | None = None) -> int:
+        """One append request: ``data`` is bytes, or pieces streamed as the body
+        (``length`` bytes in all). No retry: ``exactly_once`` retries safely."""
         params = {} if expected_offset is None else {"expected_offset": str(expected_offset)}
-        response = self._request("POST", f"/v1/segments/{self._path(name)}", content=data, params=params)
+        headers = {} if length is None else {"Content-Length": str(length)}
+        response = self._request("POST", f"/v1/segments/{self._path(name)}", content=data,
+                                 params=params, headers=headers)
         return int(response.json()["offset"])
 
     def read(self, name: str, start: int = 0, end: int | None = None, unconfirmed: bool = False) -> bytes:

@@ -6,6 +6,8 @@ Invariants:
   method that is a ``/v1/op`` operation goes through ``op`` and the operation table, so
   its wire form is written once (``contracts.operations``).
 - Blocking HTTP calls run in worker threads; the event loop never waits on a socket.
+- An append whose answer was lost is retried without ever landing twice
+  (``exactly_once``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any, TypeVar
 import trio
 
 from tierfs.contracts import operations as ops
+from tierfs.contracts.arguments import check_read_window
 from tierfs.contracts.errors import OffsetOutOfRangeError
 from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.operations import Operation
 from tierfs.remote.client import TierClient
+from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 
 T = TypeVar("T")
 
@@ -56,9 +60,13 @@ class RemoteStore:
         return await self._call(lambda: self.client.create(name, durability, make_parents))
 
     async def append(self, name: str, data: bytes, *, expected_offset: int | None = None) -> int:
-        return await self._call(lambda: self.client.append(name, data, expected_offset))
+        """Lands once even if an answer is lost and the append is retried (``exactly_once``)."""
+        payload = BytesPayload(data)
+        return await self._call(lambda: append_exactly_once(
+            self.client, name, payload, expected_offset, conditional=expected_offset is not None))
 
     async def read(self, name: str, offset: int = 0, length: int | None = None, *, unconfirmed: bool = False) -> bytes:
+        check_read_window(offset, length)
         info = await self.stat(name)
         if isinstance(info, SegmentInfo):
             limit = info.appended_length if unconfirmed else info.length

@@ -26,6 +26,10 @@ Invariants:
   large GET never holds the whole range in memory.
 - Names are validated by the engine (``names.canonical``) before anything happens;
   nothing here touches the journal or chunks directly.
+- A name reaches the engine exactly as the client sent it: clients percent-encode every
+  character that a URL could rewrite ('/', '.', control characters), the server
+  decodes them back, and the ``name`` convertor matches any decoded text, newlines
+  included, so a bad name is 400 ``invalid_name``, never a 404 of a mangled path.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import hmac
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -45,18 +50,34 @@ from tierfs.server.statuses import error_response, tierfs_error, unexpected_erro
 from tierfs.store.facade import SegmentStore
 
 
+class NameConvertor(Convertor[str]):
+    """A segment or directory name: any text, '/' and newlines included (``path`` stops
+    at a newline); the engine decides what is valid."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("name", NameConvertor())
+
+
 def build_app(store: SegmentStore) -> Starlette:
     segments, reads = SegmentRoutes(store), ReadRoutes(store)
     routes = [
         Route("/v1/health", segments.health),
         Route("/metrics", MetricsRoute(store).get),
-        Route("/v1/stat/{path:path}", segments.stat),
-        Route("/v1/ls/{path:path}", segments.ls),
-        Route("/v1/layout/{path:path}", segments.layout),
-        Route("/v1/segments/{path:path}", segments.create, methods=["PUT"]),
-        Route("/v1/segments/{path:path}", segments.append, methods=["POST"]),
-        Route("/v1/segments/{path:path}", reads.read, methods=["GET"]),
-        Route("/v1/segments/{path:path}", segments.delete, methods=["DELETE"]),
+        Route("/v1/stat/{path:name}", segments.stat),
+        Route("/v1/ls/{path:name}", segments.ls),
+        Route("/v1/layout/{path:name}", segments.layout),
+        Route("/v1/segments/{path:name}", segments.create, methods=["PUT"]),
+        Route("/v1/segments/{path:name}", segments.append, methods=["POST"]),
+        Route("/v1/segments/{path:name}", reads.read, methods=["GET"]),
+        Route("/v1/segments/{path:name}", segments.delete, methods=["DELETE"]),
         Route("/v1/op/{op}", OperationRoute(store).post, methods=["POST"]),
     ]
     return Starlette(

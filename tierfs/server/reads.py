@@ -5,7 +5,8 @@ Invariants:
 - A read stops at the durable length (``?unconfirmed=1``: the appended length) and
   streams in ``READ_PIECE_BYTES`` pieces through one ``SegmentReader`` (read-ahead), so
   a large GET holds bounded memory whatever its range.
-- A range that starts past the end is 416 with ``Content-Range: bytes */LEN``; a
+- A range that starts past the end is 416 ``out_of_range``, a malformed or reversed one
+  416 ``invalid_range``, both with ``Content-Range: bytes */LEN``; a
   segment that shrinks under a streaming read fails it rather than sending fewer bytes
   than ``Content-Length`` promised.
 - A follow read waits at most ``FOLLOW_MAX_TIMEOUT_S`` and returns at most
@@ -20,27 +21,33 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from tierfs.contracts.errors import InvalidArgumentError, TierFSError
+from tierfs.contracts.errors import InvalidRangeError, TierFSError
 from tierfs.contracts.info import SegmentInfo
-from tierfs.server.query import flag, query_int
+from tierfs.server.query import flag, query_int, query_seconds
 from tierfs.server.statuses import error_response
 from tierfs.store.facade import SegmentStore
 
 READ_PIECE_BYTES = 4 << 20  # one streamed piece of a GET: bounded memory per request
 FOLLOW_MAX_TIMEOUT_S = 300.0
+FOLLOW_DEFAULT_TIMEOUT_S = 30.0
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
 def parse_range(header: str, length: int) -> tuple[int, int] | None:
-    """(start, end) for one ``bytes=`` range against ``length``; None if unsatisfiable."""
+    """(start, end) for one ``bytes=`` range against ``length``; None if it starts past
+    the end (416 ``out_of_range``). A malformed range, several ranges, or one that ends
+    before it starts is ``InvalidRangeError`` (416 ``invalid_range``), never an empty
+    206."""
     match = _RANGE.match(header.strip())
     if not match or (match.group(1) == "" and match.group(2) == ""):
-        raise InvalidArgumentError(f"unsupported Range header {header!r} (one bytes= range)")
+        raise InvalidRangeError(header, length, "one 'bytes=first-last', 'bytes=first-' or 'bytes=-suffix'")
     first, last = match.group(1), match.group(2)
     if first == "":
         start, end = max(0, length - int(last)), length
     else:
         start = int(first)
+        if last != "" and int(last) < start:
+            raise InvalidRangeError(header, length, "the last byte is before the first")
         end = length if last == "" else min(length, int(last) + 1)
     if start >= length and not (start == 0 and length == 0):
         return None
@@ -92,9 +99,7 @@ class ReadRoutes:
 
     async def follow(self, request: Request, name: str) -> Response:
         offset = query_int(request, "offset", 0) or 0
-        timeout_s = float(request.query_params.get("timeout", "30"))
-        if not 0 <= timeout_s <= FOLLOW_MAX_TIMEOUT_S:
-            raise InvalidArgumentError(f"timeout must be within 0..{FOLLOW_MAX_TIMEOUT_S} s")
+        timeout_s = query_seconds(request, "timeout", FOLLOW_DEFAULT_TIMEOUT_S, FOLLOW_MAX_TIMEOUT_S)
         max_bytes = query_int(request, "max_bytes", READ_PIECE_BYTES) or READ_PIECE_BYTES
         durable = await self._store.wait_for_data(name, offset, timeout_s)
         data = b""

@@ -25,7 +25,8 @@ class SegmentRoutes:
         self._store = store
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "epoch": self._store.epoch})
+        return JSONResponse({"status": "ok", "epoch": self._store.epoch,
+                             "max_append_bytes": self._store.config.max_append_bytes})
 
     async def stat(self, request: Request) -> Response:
         return JSONResponse(info_json(await self._store.stat(request.path_params["path"])))

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tierfs.contracts.errors import TierFSError, error_details
+from tierfs.contracts.errors import InvalidRangeError, TierFSError, error_details
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ STATUS_BY_CODE = {
     "bad_offset": 412,
     "too_large": 413,
     "out_of_range": 416,
+    "invalid_range": 416,
     "truncated": 410,
     "already_running": 409,
     "already_committed": 409,
@@ -58,7 +59,10 @@ def error_response(code: str, message: str, details: dict[str, Any] | None = Non
 
 async def tierfs_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, TierFSError)
-    return error_response(exc.code, str(exc), error_details(exc))
+    response = error_response(exc.code, str(exc), error_details(exc))
+    if isinstance(exc, InvalidRangeError):  # RFC 9110: a 416 names the current length
+        response.headers["Content-Range"] = f"bytes */{exc.length}"
+    return response
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:

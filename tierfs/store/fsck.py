@@ -12,6 +12,12 @@ fsck with that ``Tier2Error`` (exit 1), never a report of damage it could not se
 Orphans (objects no metadata references, whatever their age: ``engine/orphans.py``)
 are listed apart, not as damage. The report's types are in
 ``contracts.fsck_report`` (clients read them without the engine).
+
+Invariant: fsck runs beside appends, flushes and offloads and never reports damage that
+is not there. Each segment's lengths and chunk list are taken at one moment
+(``_snapshot``); a chunk whose object fails a check is reported only if the segment
+still holds that very record afterwards (a flush that grew it, an offload that moved it,
+retention or a delete that dropped it are no damage). A deleted segment is skipped.
 """
 
 from __future__ import annotations
@@ -21,11 +27,14 @@ from typing import Protocol
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
-from tierfs.contracts.errors import ChunkMissingError, Tier2Error, TierFSError
+from tierfs.contracts.errors import Tier2Error, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
+from tierfs.contracts.info import SegmentInfo
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.orphans import OrphanSweeper
+from tierfs.engine.record_types import Chunk
+from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.offload.offloader import require_long_term
 from tierfs.offload.reads import LongTermReads
@@ -51,65 +60,87 @@ def require_long_term_reads(reads: LongTermReads | None) -> LongTermReads:
     return reads
 
 
+def _snapshot(seg: SegmentState) -> tuple[SegmentInfo, list[Chunk]]:
+    """The segment's info and chunk list at one moment: no await between the two, and
+    both are replaced (never mutated) by commits, so they agree with each other."""
+    assert seg.chunks is not None
+    return listing.segment_info(seg), seg.chunks
+
+
+def _still_holds(seg: SegmentState, chunk: Chunk) -> bool:
+    """True while ``chunk`` is still the segment's record at its offset: a chunk replaced
+    (grown, offloaded, truncated) or a segment deleted while fsck read it is no damage."""
+    return not seg.deleted and seg.chunks is not None and chunk in seg.chunks
+
+
+async def _check_chunk(store: FsckTarget, name: str, chunk: Chunk) -> tuple[list[Problem], int]:
+    """Problems of one chunk object against its record, and the bytes read."""
+    checked = 0
+    try:
+        storage, key = store.chunk_storage, chunk.name
+        if chunk.location:
+            reads = require_long_term_reads(store.long_term_reads)
+            storage, key = reads.long_term.storage, reads.long_term.key_of(chunk.location)
+            await reads.index_of(chunk, cached=False)
+        size = await trio.to_thread.run_sync(storage.stat, key, limiter=store.tier2_limiter)
+    except Tier2Error:  # no answer after every retry: no verdict on the data
+        raise
+    except TierFSError as e:
+        return [Problem(name, chunk.name, str(e))], checked
+    if size < chunk.length:
+        return [Problem(name, chunk.name, f"object holds {size} bytes, metadata says {chunk.length}")], checked
+    problems = []
+    whole = 0
+    for block, expected_crc in enumerate(chunk.block_crc32c):
+        start = block * BLOCK_BYTES
+        end = min(start + BLOCK_BYTES, chunk.length)
+        data = await trio.to_thread.run_sync(storage.read, key, start, end, limiter=store.tier2_limiter)
+        checked += len(data)
+        whole = crc32c(data, whole)
+        if crc32c(data) != expected_crc:
+            problems.append(Problem(name, chunk.name, f"block {block} (bytes {start}..{end}) fails its CRC32C"))
+    if whole != chunk.crc32c:
+        problems.append(Problem(name, chunk.name, "whole-chunk CRC32C mismatch"))
+    return problems, checked
+
+
+def _layout_problems(info: SegmentInfo, chunks: list[Chunk]) -> list[Problem]:
+    """The metadata invariants of one snapshot: lengths in order, chunks contiguous from
+    the start offset to the flushed length, and as many as the record counts."""
+    problems = []
+    if not info.flushed_length <= info.durable_length <= info.appended_length:
+        problems.append(Problem(info.name, "", "lengths out of order"))
+    if len(chunks) != info.chunk_count:
+        problems.append(Problem(info.name, "", f"chunk_count {info.chunk_count} but {len(chunks)} chunk records"))
+    expected_start = info.start_offset
+    for chunk in chunks:
+        if chunk.start_offset != expected_start:
+            problems.append(Problem(info.name, chunk.name, f"starts at {chunk.start_offset}, expected {expected_start}"))
+        expected_start = chunk.start_offset + chunk.length
+    if expected_start != info.flushed_length:
+        problems.append(
+            Problem(info.name, "", f"chunks end at {expected_start}, flushed length is {info.flushed_length}")
+        )
+    return problems
+
+
 async def fsck(store: FsckTarget) -> FsckReport:
     problems: list[Problem] = []
-    chunk_total = checked = 0
-    infos = await listing.walk_segments(store.table)
-    for info in infos:
-        seg = store.table.segment(info.name)
-        if not info.flushed_length <= info.durable_length <= info.appended_length:
-            problems.append(Problem(info.name, "", "lengths out of order"))
-        chunks = await store.catalogue.chunks_of(seg)
+    segment_total = chunk_total = checked = 0
+    segments = sorted(store.table.segments(), key=lambda s: s.name)
+    await trio.lowlevel.checkpoint()
+    for seg in segments:
+        await store.catalogue.chunks_of(seg)
+        if seg.deleted:
+            continue
+        info, chunks = _snapshot(seg)
+        segment_total += 1
         chunk_total += len(chunks)
-        if len(chunks) != info.chunk_count:
-            problems.append(
-                Problem(info.name, "", f"chunk_count {info.chunk_count} but {len(chunks)} chunk records")
-            )
-        expected_start = info.start_offset
+        problems += _layout_problems(info, chunks)
         for chunk in chunks:
-            if chunk.start_offset != expected_start:
-                problems.append(
-                    Problem(info.name, chunk.name, f"starts at {chunk.start_offset}, expected {expected_start}")
-                )
-            expected_start = chunk.start_offset + chunk.length
-            try:
-                storage, key = store.chunk_storage, chunk.name
-                if chunk.location:
-                    reads = require_long_term_reads(store.long_term_reads)
-                    storage, key = reads.long_term.storage, reads.long_term.key_of(chunk.location)
-                    await reads.index_of(chunk, cached=False)
-                size = await trio.to_thread.run_sync(storage.stat, key, limiter=store.tier2_limiter)
-            except ChunkMissingError as e:
-                problems.append(Problem(info.name, chunk.name, str(e)))
-                continue
-            except Tier2Error:  # no answer after every retry: no verdict on the data
-                raise
-            except TierFSError as e:
-                problems.append(Problem(info.name, chunk.name, str(e)))
-                continue
-            if size < chunk.length:
-                problems.append(
-                    Problem(info.name, chunk.name, f"object holds {size} bytes, metadata says {chunk.length}")
-                )
-                continue
-            whole = 0
-            for block, expected_crc in enumerate(chunk.block_crc32c):
-                start = block * BLOCK_BYTES
-                end = min(start + BLOCK_BYTES, chunk.length)
-                data = await trio.to_thread.run_sync(
-                    storage.read, key, start, end, limiter=store.tier2_limiter
-                )
-                checked += len(data)
-                whole = crc32c(data, whole)
-                if crc32c(data) != expected_crc:
-                    problems.append(
-                        Problem(info.name, chunk.name, f"block {block} (bytes {start}..{end}) fails its CRC32C")
-                    )
-            if whole != chunk.crc32c:
-                problems.append(Problem(info.name, chunk.name, "whole-chunk CRC32C mismatch"))
-        if expected_start != info.flushed_length:
-            problems.append(
-                Problem(info.name, "", f"chunks end at {expected_start}, flushed length is {info.flushed_length}")
-            )
+            found, read_bytes = await _check_chunk(store, info.name, chunk)
+            checked += read_bytes
+            if found and _still_holds(seg, chunk):
+                problems += found
     orphans = await store.orphans.unreferenced()
-    return FsckReport(len(infos), chunk_total, checked, problems, orphans)
+    return FsckReport(segment_total, chunk_total, checked, problems, orphans)

@@ -1,0 +1,177 @@
+"""Appends land exactly once when an answer is lost (a proxy commits the append at the
+daemon and drops the answer), through RemoteStore, fsspec ``ab`` files and the CLI;
+and ``tierfs append`` streams with bounded memory and refuses a file too large before
+reading it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from tierfs.fsspec_impl import TierFileSystem
+
+from tierfs.contracts.errors import BadOffsetError, ResponseLostError
+from tierfs.remote.client import TierClient
+from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
+from tierfs.remote.remote_store import RemoteStore
+from tierfs.testing.harness import Daemon, start_daemon
+from tierfs.testing.lossy_proxy import AnswerDroppingProxy
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    process = start_daemon(tmp_path_factory.mktemp("once") / "data")
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path: Unix socket paths are limited to 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="tfs", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _proxy(daemon: Daemon, short_dir: Path, drops: int) -> AnswerDroppingProxy:
+    return AnswerDroppingProxy(short_dir / "tierfs.sock", daemon.socket, drops)
+
+
+def test_remote_store_append_lands_once(daemon: Daemon, short_dir: Path, request: pytest.FixtureRequest) -> None:
+    name = request.node.name
+    daemon.client().create(name)
+    with _proxy(daemon, short_dir, drops=2) as proxy:
+        store = RemoteStore(TierClient(f"unix://{proxy.listen_path}"))
+        assert trio.run(lambda: store.append(name, b"first ")) == 0
+        assert trio.run(lambda: store.append(name, b"second", expected_offset=6)) == 6
+        assert proxy.dropped == 2
+        store.client.close()
+    assert daemon.client().read(name) == b"first second"
+
+
+def test_a_blind_resend_would_land_twice(daemon: Daemon, short_dir: Path, request: pytest.FixtureRequest) -> None:
+    """The failure the retry logic exists for: the raw request committed, the answer was lost."""
+    name = request.node.name
+    daemon.client().create(name)
+    with _proxy(daemon, short_dir, drops=1) as proxy:
+        client = TierClient(f"unix://{proxy.listen_path}")
+        with pytest.raises(ResponseLostError):
+            client.append(name, b"x")
+        client.append(name, b"x")
+        client.close()
+    assert daemon.client().read(name) == b"xx"
+
+
+def test_fsspec_ab_file_lands_once(daemon: Daemon, short_dir: Path, request: pytest.FixtureRequest) -> None:
+    name = request.node.name
+    with _proxy(daemon, short_dir, drops=3) as proxy:
+        fs = TierFileSystem(url=f"unix://{proxy.listen_path}", direct_reads=False)
+        with fs.open(name, "ab") as f:
+            f.write(b"abc")
+            f.flush()
+            f.write(b"def")
+        with fs.open(name, "ab") as f:
+            f.write(b"ghi")
+        fs.pipe_file(name + ".piped", b"piped")
+        assert proxy.dropped == 3
+    client = daemon.client()
+    assert client.read(name) == b"abcdefghi" and client.read(name + ".piped") == b"piped"
+
+
+def test_a_resend_after_giving_up_lands_once(daemon: Daemon, short_dir: Path, request: pytest.FixtureRequest) -> None:
+    """What fsspec's ``close`` does after a flush that failed for good: send the buffer
+    again, saying where it may have landed."""
+    name = request.node.name
+    client = daemon.client()
+    client.create(name)
+    client.append(name, b"0123")
+    with _proxy(daemon, short_dir, drops=1) as proxy:
+        lossy = TierClient(f"unix://{proxy.listen_path}")
+        with pytest.raises(ResponseLostError) as lost:
+            append_exactly_once(lossy, name, BytesPayload(b"tail"), conditional=False, budget_s=0)
+        assert lost.value.offset == 4
+        client.append(name, b"+other")  # another writer meanwhile
+        offset = append_exactly_once(lossy, name, BytesPayload(b"tail"), lost.value.offset,
+                                     conditional=False, maybe_landed=True)
+        lossy.close()
+    assert offset == 4 and client.read(name) == b"0123tail+other"
+
+
+def test_conditional_append_finding_another_writer_fails(daemon: Daemon, request: pytest.FixtureRequest) -> None:
+    name = request.node.name
+    client = daemon.client()
+    client.create(name)
+    client.append(name, b"abc")
+    with pytest.raises(BadOffsetError):
+        append_exactly_once(client, name, BytesPayload(b"xyz"), 0, conditional=True, maybe_landed=True)
+    assert append_exactly_once(client, name, BytesPayload(b"abc"), 0, conditional=True, maybe_landed=True) == 0
+    with pytest.raises(BadOffsetError):  # the same bytes, but nothing was lost: not ours
+        append_exactly_once(client, name, BytesPayload(b"abc"), 0, conditional=True)
+    assert append_exactly_once(client, name, BytesPayload(b"d"), 0, conditional=False) == 3
+
+
+def _cli_peak_rss(data_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess[bytes], int]:
+    """Run ``tierfs --data-dir DATA_DIR ARGS``; its result and its own peak RSS in bytes."""
+    argv = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
+    return result, usage.ru_maxrss * 1024  # KiB on Linux
+
+
+def test_cli_append_through_lost_answer_lands_once(daemon: Daemon, short_dir: Path,
+                                                   request: pytest.FixtureRequest) -> None:
+    name = request.node.name
+    daemon.client().create(name)
+    source = short_dir / "payload.bin"
+    source.write_bytes(os.urandom(3 * MiB))
+    with _proxy(daemon, short_dir, drops=2) as proxy:
+        assert _cli_peak_rss(short_dir, "append", name, "hello")[0].stdout == b"0\n"
+        result, _ = _cli_peak_rss(short_dir, "append", name, "--file", str(source))
+        assert result.stdout == b"5\n", result.stderr
+        assert proxy.dropped == 2
+    assert daemon.client().read(name) == b"hello" + source.read_bytes()
+
+
+def test_cli_append_file_streams_with_bounded_memory(daemon: Daemon, short_dir: Path,
+                                                     request: pytest.FixtureRequest) -> None:
+    name = request.node.name
+    daemon.client().create(name)
+    source = short_dir / "big.bin"
+    with open(source, "wb") as f:  # 60 MiB: under the default max_append_bytes (64 MiB)
+        f.write(b"z" * MiB)
+        f.truncate(60 * MiB)
+    baseline, baseline_rss = _cli_peak_rss(daemon.data_dir, "stat", name)
+    assert baseline.returncode == 0
+    result, rss = _cli_peak_rss(daemon.data_dir, "append", name, "--file", str(source))
+    assert result.returncode == 0 and result.stdout == b"0\n", result.stderr
+    assert rss < baseline_rss + 24 * MiB, (rss, baseline_rss)  # the file is never held whole
+    client = daemon.client()
+    assert client.stat(name).appended_length == 60 * MiB
+    assert client.read(name, 0, 4) == b"zzzz" and client.read(name, 60 * MiB - 4) == b"\0" * 4
+
+
+@pytest.mark.parametrize("through_daemon", [True, False], ids=["daemon", "in-process"])
+def test_cli_refuses_a_file_too_large_before_reading_it(daemon: Daemon, tmp_path: Path, through_daemon: bool) -> None:
+    data_dir = daemon.data_dir if through_daemon else tmp_path / "local"
+    source = tmp_path / "huge.bin"
+    with open(source, "wb") as f:  # 1 GiB, sparse: costs no disk
+        f.truncate(1 << 30)
+    result, rss = _cli_peak_rss(data_dir, "append", "nowhere", "--file", str(source))
+    assert result.returncode == 1 and b"(too_large)" in result.stderr, result.stderr
+    assert rss < 200 * MiB, rss
