@@ -47,6 +47,8 @@ ERRNO_BY_CODE: dict[str, int] = {
     "journal_corrupt": errno.EIO,
     "unavailable": errno.ENOTCONN,  # a daemon the call needed is not running
     "internal": errno.EIO,
+    "owned_elsewhere": errno.EBUSY,
+    "fenced": errno.EROFS,  # another owner took tier-2 over: nothing more is written here
 }
 
 P = ParamSpec("P")

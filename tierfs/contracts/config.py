@@ -76,6 +76,9 @@ class StoreConfig:
     # How often policies (offload_after_s, offload_hot_bytes, retention) and the
     # deletion lag are evaluated.
     policy_interval_s: float = 10.0
+    # Claim tier-2 even if another owner holds it (``tierfs takeover``, ``--takeover``):
+    # that owner is fenced (engine/fencing.py).
+    takeover: bool = False
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_LEVELS:

@@ -1,7 +1,7 @@
 """SegmentStore: the engine's public API, its lifecycle and its wiring.
 
-``open_store(config)`` takes ownership of the data dir (lock + new epoch), recovers the
-journal, builds the parts and hands each its narrow ports (never the façade), starts
+``open_store(config)`` takes ownership of the data dir (lock) and of tier-2 (a new epoch
+claimed there, then fenced: engine/fencing.py), recovers the journal, builds the parts and hands each its narrow ports (never the façade), starts
 the group-commit loop, the storage writer, the offloader and the policy scheduler, and
 on exit flushes what it can, syncs and closes everything.
 
@@ -47,9 +47,11 @@ from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import WallClock, monotonic_s
+from tierfs.engine.fencing import OwnerFence
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
+from tierfs.engine.lost_found import LostFound
 from tierfs.engine.metadata import MetadataStore, now_ns
 from tierfs.engine.ownership import DataDirLock
 from tierfs.engine.readahead import SegmentReader
@@ -127,7 +129,7 @@ class SegmentStore:
                 self._appender.on_durable, monotonic_s(),
             )
             self.metadata, self.epoch, self.journal = opened.metadata, opened.epoch, opened.journal
-            self._recovery = opened.recovery
+            self._recovery, self.claim = opened.recovery, opened.claim
             self._wire(opened.chunk_storage)
         except BaseException:
             self._lock.release()
@@ -136,12 +138,14 @@ class SegmentStore:
     def _wire(self, chunk_storage: ChunkStorage) -> None:
         """Build the parts; each gets the narrow objects it needs, never ``self``."""
         config, table, limiter = self.config, self.table, self.tier2_limiter
+        self.fence = OwnerFence(self.claim, chunk_storage, limiter, config.flush_interval_s)
+        chunk_storage = self.fence.guarded_storage(self.long_term)  # checks writes and deletes
         self.catalogue = catalogue = ChunkCatalogue(self.metadata)
         self.garbage = GarbageCollector(catalogue, chunk_storage, limiter, self.long_term)
         tail = TailReader(self.journal)
         self.writer = StorageWriter(
             config, self.epoch, chunk_storage, limiter, catalogue, tail, self.tail_budget,
-            self.journal, self.garbage,
+            self.journal, self.garbage, self.fence,
         )
         self._appender.attach(self.journal, self.writer)
         for seg in table.segments():
@@ -151,6 +155,7 @@ class SegmentStore:
         self._blocks = BlockSource(BlockCache(config.block_cache_bytes), chunk_storage, limiter, long_term_reads)
         self.long_term_reads = long_term_reads
         self.reader = Reader(catalogue, self._blocks, tail)
+        self.fence.on_fenced = LostFound(config.data_dir, self.epoch, table, tail, self.journal).save
         flush_one = self.writer.sync_and_flush_one
         self.offloader = Offloader(
             config, self.long_term, chunk_storage, limiter, catalogue, table.segment_by_id,
@@ -404,6 +409,7 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
                 await nursery.start(store.writer.run)
                 await nursery.start(store.offloader.run)
                 await nursery.start(store.scheduler.run)
+                await nursery.start(store.fence.run)
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
                 nursery.start_soon(store.garbage.collect)

@@ -5,7 +5,9 @@ Checks, per segment: chunk records are contiguous from the segment's start offse
 matches; every chunk object exists (in the chunk store, or in the long-term store once
 offloaded, with an index object that matches the record) and is at least as long as
 its committed length; every 1 MiB block and the whole chunk match their CRC32C; the
-lengths obey flushed <= durable <= appended. Reads use the storage directly, bypassing
+lengths obey flushed <= durable <= appended. Every ``lost+found`` entry (acknowledged bytes
+a fenced store could not commit to tier-2: engine/lost_found.py) is reported too, until
+someone recovers and removes it. Reads use the storage directly, bypassing
 the cache, so a cached copy cannot hide damage. The report's types are in
 ``contracts.fsck_report`` (clients read them without the engine).
 """
@@ -17,10 +19,12 @@ from typing import Protocol
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
+from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.lost_found import LostFoundEntry, entries
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.offload.offloader import require_long_term
 from tierfs.offload.reads import LongTermReads
@@ -30,6 +34,7 @@ from tierfs.store import listing
 class FsckTarget(Protocol):
     """What fsck reads of an open store (``SegmentStore`` has it)."""
 
+    config: StoreConfig
     table: SegmentTable
     catalogue: ChunkCatalogue
     long_term_reads: LongTermReads | None
@@ -100,4 +105,18 @@ async def fsck(store: FsckTarget) -> FsckReport:
             problems.append(
                 Problem(info.name, "", f"chunks end at {expected_start}, flushed length is {info.flushed_length}")
             )
+    for entry in await trio.to_thread.run_sync(entries, store.config.data_dir):
+        problems.append(_lost_found_problem(entry))
     return FsckReport(len(infos), chunk_total, checked, problems)
+
+
+def _lost_found_problem(entry: LostFoundEntry) -> Problem:
+    facts = entry.description
+    if facts is None:
+        return Problem("", entry.path, f"{entry.size} bytes in lost+found without a description")
+    return Problem(
+        str(facts.get("segment", "")), entry.path,
+        f"lost+found: {facts.get('bytes')} acknowledged bytes (offsets {facts.get('start_offset')}"
+        f"..{facts.get('end_offset')}) of epoch {facts.get('epoch')} never reached tier-2: "
+        "another owner took it over; recover them from this file, then remove it",
+    )
