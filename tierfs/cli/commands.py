@@ -31,14 +31,14 @@ import trio
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
-from tierfs.contracts.errors import IsADirectoryError_, StoreInUseError, TierFSError
+from tierfs.contracts.errors import IsADirectoryError_, OwnedElsewhereError, StoreInUseError, TierFSError
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
 
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_OWNED_ELSEWHERE = 0, 1, 2, 3, 4, 5
 STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
@@ -368,6 +368,7 @@ def _load_config(args: argparse.Namespace) -> StoreConfig:
             "offload_endpoint_url": args.offload_endpoint_url,
             "offload_deletion_lag_s": args.deletion_lag,
             "durability": getattr(args, "durability", None) if args.command != "create" else None,
+            "takeover": args.takeover or args.command == "takeover" or None,
         },
         config_file=args.config,
     )
@@ -392,10 +393,13 @@ def execute(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.command in ("mount", "umount"):
             return _mount_commands(args, config)
+        if args.command in ("takeover", "owner"):
+            from tierfs.cli.ownership_commands import OWNERSHIP_COMMANDS
+            return OWNERSHIP_COMMANDS[args.command](args, config)
         return trio.run(_run_store_command, args, config)
-    except StoreInUseError as e:
+    except (StoreInUseError, OwnedElsewhereError) as e:
         print(f"tierfs: {e}", file=sys.stderr)
-        return EXIT_IN_USE
+        return EXIT_IN_USE if isinstance(e, StoreInUseError) else EXIT_OWNED_ELSEWHERE
     except TierFSError as e:
         print(f"tierfs: {e}", file=sys.stderr)
         return EXIT_FAILED
