@@ -146,7 +146,7 @@ class LostFound:
             "segment": seg.name, "segment_id": seg.segment_id, "epoch": self._epoch,
             "start_offset": start, "end_offset": end, "bytes": end - start, "crc32c": whole,
             "fenced_by": dataclasses.asdict(newer),
-            "saved_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         await trio.to_thread.run_sync(_write_description, path, description)
         self.saved_bytes += end - start

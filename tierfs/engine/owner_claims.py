@@ -52,7 +52,7 @@ class OwnerClaim:
 
     @classmethod
     def new(cls, epoch: int, data_dir: Path) -> OwnerClaim:
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         return cls(epoch, str(uuid.uuid4()), socket.gethostname(), os.getpid(), str(data_dir.absolute()), now)
 
     def to_json(self) -> bytes:
