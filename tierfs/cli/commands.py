@@ -31,12 +31,7 @@ import trio
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
-from tierfs.contracts.errors import (
-    IsADirectoryError_,
-    OwnedElsewhereError,
-    StoreInUseError,
-    TierFSError,
-)
+from tierfs.contracts.errors import IsADirectoryError_, StoreInUseError, TierFSError
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
 
@@ -402,12 +397,12 @@ def execute(args: argparse.Namespace) -> int:
             from tierfs.cli.ownership_commands import OWNERSHIP_COMMANDS
             return OWNERSHIP_COMMANDS[args.command](args, config)
         return trio.run(_run_store_command, args, config)
-    except (StoreInUseError, OwnedElsewhereError) as e:
+    except StoreInUseError as e:
         print(f"tierfs: {e}", file=sys.stderr)
-        return EXIT_IN_USE if isinstance(e, StoreInUseError) else EXIT_OWNED_ELSEWHERE
+        return EXIT_IN_USE
     except TierFSError as e:
         print(f"tierfs: {e}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_OWNED_ELSEWHERE if e.code == "owned_elsewhere" else EXIT_FAILED
     except BrokenPipeError:
         return EXIT_OK
     except OSError as e:  # the data dir or a file named on the command line
