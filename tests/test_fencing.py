@@ -13,6 +13,8 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -271,3 +273,27 @@ def test_copied_data_dir_one_owner_takeover_fences_the_other(
         for process in (owner, locals().get("new_owner")):
             if isinstance(process, Daemon) and process.proc.poll() is None:
                 process.stop()
+
+
+def _tierfs(data_dir: Path, tier2_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir),
+                           "--tier2", tier2_url, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_owner_and_takeover(tmp_path: Path) -> None:
+    shared = str(tmp_path / "t2")
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _tierfs(a, shared, "create", "seg").returncode == 0
+    shutil.copytree(a, b)
+    assert _tierfs(a, shared, "append", "seg", "from a").returncode == 0  # a claims the next epoch
+    refused = _tierfs(b, shared, "cat", "seg")
+    assert refused.returncode == 5 and f"data dir {a}" in refused.stderr, refused.stderr
+    owner = _tierfs(b, shared, "owner", "--json")
+    assert owner.returncode == 5
+    report = json.loads(owner.stdout)
+    assert report["owns_tier2"] is False and report["current_owner"]["data_dir"] == str(a)
+    took = _tierfs(b, shared, "takeover")
+    assert took.returncode == 0 and f"data dir {a}" in took.stdout, took.stderr
+    assert _tierfs(b, shared, "owner").returncode == 0
+    assert _tierfs(a, shared, "owner").returncode == 5
+    assert _tierfs(a, shared, "--takeover", "cat", "seg").stdout == "from a"

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from tierfs.cli.ownership_commands import EXIT_OWNED_ELSEWHERE, OWNERSHIP_COMMANDS
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
@@ -38,7 +39,7 @@ from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_OWNED_ELSEWHERE = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
 STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
@@ -393,8 +394,7 @@ def execute(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.command in ("mount", "umount"):
             return _mount_commands(args, config)
-        if args.command in ("takeover", "owner"):
-            from tierfs.cli.ownership_commands import OWNERSHIP_COMMANDS
+        if args.command in OWNERSHIP_COMMANDS:
             return OWNERSHIP_COMMANDS[args.command](args, config)
         return trio.run(_run_store_command, args, config)
     except StoreInUseError as e:

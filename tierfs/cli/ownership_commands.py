@@ -16,22 +16,27 @@ in-process (a daemon already owns its data dir), ``owner`` must not claim anythi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
-from tierfs.cli.commands import EXIT_OK, EXIT_OWNED_ELSEWHERE
 from tierfs.contracts.config import StoreConfig
+
+EXIT_OK, EXIT_OWNED_ELSEWHERE = 0, 5  # cli/commands.py maps errors to the same codes
+
+
+def _describe(claim: dict[str, Any]) -> str:
+    return (f"epoch {claim['epoch']}, host {claim['host']} pid {claim['pid']} data dir "
+            f"{claim['data_dir']}, claimed {claim['claimed_at']}")
 
 
 def _takeover(args: argparse.Namespace, config: StoreConfig) -> int:
-    from tierfs.engine.chunkstore import open_chunk_storage
-    from tierfs.engine.owner_claims import OwnerClaims
     from tierfs.store.facade import open_store
+    from tierfs.store.ownership import ownership_report
 
-    previous = OwnerClaims(open_chunk_storage(config.chunk_store_url, config.chunk_store_options)).current()
+    previous = ownership_report(config)["current_owner"]
 
     async def claim_it() -> tuple[int, str]:
         async with open_store(config.replace(takeover=True)) as store:
@@ -40,37 +45,28 @@ def _takeover(args: argparse.Namespace, config: StoreConfig) -> int:
     epoch, url = trio.run(claim_it)
     print(f"tier-2 {url} belongs to {config.data_dir} as epoch {epoch}")
     if previous is not None:
-        print(f"previous owner (fenced if it still runs): epoch {previous.epoch}, {previous.describe()}")
+        print(f"previous owner (fenced if it still runs): {_describe(previous)}")
     return EXIT_OK
 
 
 def _owner(args: argparse.Namespace, config: StoreConfig) -> int:
-    from tierfs.engine.chunkstore import open_chunk_storage
-    from tierfs.engine.lost_found import entries
-    from tierfs.engine.owner_claims import OwnerClaims, read_local_claim
+    from tierfs.store.ownership import ownership_report
 
-    storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
-    current = OwnerClaims(storage).current()
-    mine = read_local_claim(config.data_dir)
-    owns = current is None or current.same_owner(mine)
-    lost = entries(config.data_dir)
+    report = ownership_report(config)
     if args.json:
-        print(json.dumps({
-            "tier2": storage.url, "owns_tier2": owns,
-            "current_owner": dataclasses.asdict(current) if current else None,
-            "this_data_dir": dataclasses.asdict(mine) if mine else None,
-            "lost_found": [dataclasses.asdict(e) for e in lost],
-        }, indent=1))
+        print(json.dumps(report, indent=1))
     else:
-        print(f"tier-2 {storage.url}")
-        print("owner: " + (f"epoch {current.epoch}, {current.describe()}" if current else "none yet"))
-        print("this data dir: " + (f"last claimed epoch {mine.epoch}" if mine else "never claimed it")
-              + (" (owns tier-2)" if owns else " (another owner holds tier-2: `tierfs takeover`)"))
-        for entry in lost:
-            facts = entry.description or {}
-            print(f"lost+found: {entry.path} {entry.size} bytes of {facts.get('segment', '?')!r} "
+        current, mine = report["current_owner"], report["this_data_dir"]
+        print(f"tier-2 {report['tier2']}")
+        print("owner: " + (_describe(current) if current else "none yet"))
+        print("this data dir: " + (f"last claimed epoch {mine['epoch']}" if mine else "never claimed it")
+              + (" (owns tier-2)" if report["owns_tier2"] else
+                 " (another owner holds tier-2: `tierfs takeover`)"))
+        for entry in report["lost_found"]:
+            facts = entry["description"] or {}
+            print(f"lost+found: {entry['path']} {entry['size']} bytes of {facts.get('segment', '?')!r} "
                   f"at offset {facts.get('start_offset', '?')}")
-    return EXIT_OK if owns else EXIT_OWNED_ELSEWHERE
+    return EXIT_OK if report["owns_tier2"] else EXIT_OWNED_ELSEWHERE
 
 
 OWNERSHIP_COMMANDS: dict[str, Callable[[argparse.Namespace, StoreConfig], int]] = {
