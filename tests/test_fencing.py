@@ -9,8 +9,10 @@ deletes nothing more, and saves what it acknowledged but never flushed in lost+f
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -30,11 +32,15 @@ from tierfs.contracts.operations import FSCK
 from tierfs.engine.chunkstore import open_chunk_storage
 from tierfs.engine.lost_found import entries
 from tierfs.engine.owner_claims import KEEP_CLAIMS, OwnerClaim, OwnerClaims
-from tierfs.testing.harness import Daemon, small_config, start_daemon
+from tierfs.testing.harness import Daemon, Mount, small_config, start_daemon
 
-FLUSH_INTERVAL_S = 1.0  # the daemons' flush interval, and so their fence check interval
-# fenced within one interval; the rest is a loaded 2-core machine's scheduling slack
-FENCED_WITHIN_S = FLUSH_INTERVAL_S + 2.0
+# The daemons never flush by age (only when asked), so what a zombie acknowledges after
+# its last flush is certain to be unflushed when it is fenced; they check the claims
+# every CHECK_INTERVAL_S.
+FLUSH_INTERVAL_S = 60.0
+CHECK_INTERVAL_S = 0.5
+# fenced within one check interval; the rest is a loaded 2-core machine's slack
+FENCED_WITHIN_S = CHECK_INTERVAL_S + 2.0
 CHUNK_NAME = re.compile(r"s\d+/e(\d+)-c\d+$")
 
 
@@ -49,6 +55,7 @@ def tier2(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str
 
 def _config_file(path: Path, url: str, options: dict[str, Any]) -> Path:
     lines = [f'tier2_url = "{url}"', f"flush_interval_s = {FLUSH_INTERVAL_S}",
+             f"owner_check_interval_s = {CHECK_INTERVAL_S}",
              "flush_bytes = 67108864", "max_chunk_bytes = 262144"]
     if "endpoint_url" in options:
         lines.append(f'tier2_endpoint_url = "{options["endpoint_url"]}"')
@@ -145,7 +152,7 @@ async def test_in_process_zombie_is_fenced_and_keeps_its_tail(tmp_path: Path) ->
         await a.append("seg", b"flushed;")
         await a.flush()
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    slow = dict(flush_bytes=1 << 30, flush_interval_s=0.2)
+    slow = dict(flush_bytes=1 << 30, flush_interval_s=30.0, owner_check_interval_s=0.1)
     async with open_store(small_config(tmp_path / "a", tier2_url=shared, **slow)) as zombie:
         await zombie.append("seg", b"acknowledged, never flushed")
         async with open_store(small_config(tmp_path / "b", tier2_url=shared, takeover=True)) as owner:
@@ -235,7 +242,7 @@ def test_copied_data_dir_one_owner_takeover_fences_the_other(
             zombie_client.append("log", b"late")
         zombie_objects = _epoch_objects(_objects(url, options), zombie_epoch)
         zombie_client.delete("old")
-        time.sleep(FLUSH_INTERVAL_S)
+        time.sleep(2 * CHECK_INTERVAL_S)
         fsck = zombie_client.call(FSCK)
         zombie_log = zombie_client.read("log")
         flushed = zombie_client.stat("log").flushed_length
@@ -297,3 +304,31 @@ def test_cli_owner_and_takeover(tmp_path: Path) -> None:
     assert _tierfs(b, shared, "owner").returncode == 0
     assert _tierfs(a, shared, "owner").returncode == 5
     assert _tierfs(a, shared, "--takeover", "cat", "seg").stdout == "from a"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
+                    reason="needs /dev/fuse and fusermount3 (apt install fuse3)")
+def test_a_fenced_mount_refuses_writes_with_erofs(tmp_path: Path) -> None:
+    config = _config_file(tmp_path / "tierfs.toml", str(tmp_path / "shared-tier2"), {})
+    mount = Mount(tmp_path / "host-a", tmp_path / "mnt", config_file=config)
+    second_host = None
+    try:
+        path = mount.path("app.log")
+        with open(path, "ab") as f:
+            f.write(b"before the takeover\n")
+        second_host = start_daemon(tmp_path / "host-b", "--takeover", config_file=config)
+        took_over_at = time.monotonic()
+        with pytest.raises(OSError) as refused:
+            while time.monotonic() - took_over_at < 30:
+                with open(path, "ab") as f:
+                    f.write(b"still writing\n")
+                time.sleep(0.01)
+        assert refused.value.errno == errno.EROFS
+        assert time.monotonic() - took_over_at < FENCED_WITHIN_S
+        assert path.read_bytes().startswith(b"before the takeover\n")  # reads keep working
+    finally:
+        mount.unmount()
+        if second_host is not None:
+            second_host.stop()
+    (entry,) = entries(tmp_path / "host-a")
+    assert (tmp_path / "host-a" / entry.path).read_bytes().endswith(b"still writing\n")

@@ -76,6 +76,9 @@ class StoreConfig:
     # How often policies (offload_after_s, offload_hot_bytes, retention) and the
     # deletion lag are evaluated.
     policy_interval_s: float = 10.0
+    # Tier-2's owner claims are checked at least this often (and at least once per
+    # flush_interval_s): a fenced store stops acknowledging appends within it.
+    owner_check_interval_s: float = 1.0
     # Claim tier-2 even if another owner holds it (``tierfs takeover``, ``--takeover``):
     # that owner is fenced (engine/fencing.py).
     takeover: bool = False
@@ -90,7 +93,7 @@ class StoreConfig:
             "max_flush_bytes max_backlog_bytes max_append_bytes journal_file_bytes "
             "tier2_concurrency tier2_retry_initial_s tier2_retry_max_s "
             "block_cache_bytes offload_concurrency offload_upload_concurrency "
-            "policy_interval_s"
+            "policy_interval_s owner_check_interval_s"
         ).split()
         for name in positive:
             if not getattr(self, name) > 0:

@@ -1,7 +1,8 @@
 """Fencing: a store that lost its tier-2 to a newer owner stops writing and deleting.
 
 ``OwnerFence`` holds this store's claim (``owner_claims``) and watches tier-2's claims:
-every ``check_interval_s`` in the background, before every chunk write of the storage
+every ``check_interval_s`` (``owner_check_interval_s``, at most ``flush_interval_s``)
+in the background, before every chunk write of the storage
 writer, and before every delete of a tier-2 or long-term object (``FencedStorage``).
 Once a newer claim exists (or this epoch's claim names another owner), the store is
 *fenced*, for good:
@@ -32,6 +33,7 @@ from typing import Protocol
 
 import trio
 
+from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import FencedError, Tier2Error
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.owner_claims import CLAIM_PREFIX, OwnerClaim, OwnerClaims
@@ -48,13 +50,14 @@ class LongTermDeletes(Protocol):
 class OwnerFence:
     def __init__(
         self, claim: OwnerClaim, chunk_storage: ChunkStorage, tier2_limiter: trio.CapacityLimiter,
-        check_interval_s: float,
+        config: StoreConfig,
     ) -> None:
         self.claim = claim
         self._storage = chunk_storage
         self._claims = OwnerClaims(chunk_storage)
         self._limiter = tier2_limiter
-        self.check_interval_s = check_interval_s
+        # at least once per flush interval: a zombie stops acknowledging within it
+        self.check_interval_s = min(config.flush_interval_s, config.owner_check_interval_s)
         self.fenced_by: OwnerClaim | None = None  # set from any thread, read anywhere
         # returns the bytes it saved to lost+found
         self.on_fenced: Callable[[OwnerClaim], Awaitable[int]] | None = None

@@ -1,9 +1,9 @@
 """SegmentStore: the engine's public API, its lifecycle and its wiring.
 
-``open_store(config)`` takes ownership of the data dir (lock) and of tier-2 (a new epoch
-claimed there, then fenced: engine/fencing.py), recovers the journal, builds the parts and hands each its narrow ports (never the façade), starts
-the group-commit loop, the storage writer, the offloader and the policy scheduler, and
-on exit flushes what it can, syncs and closes everything.
+``open_store(config)`` takes the data dir (lock) and tier-2 (an epoch claimed there, then
+fenced: engine/fencing.py), recovers the journal, builds the parts with their narrow
+ports (never the façade), starts the group-commit loop, the storage writer, the
+offloader and the policy scheduler, and on exit flushes what it can, syncs and closes.
 
 Where an append goes: ``append`` finds the segment and hands it to the ``Appender``
 (engine/appender.py), which frames it into the journal, keeps it in the segment's tail
@@ -138,7 +138,7 @@ class SegmentStore:
     def _wire(self, chunk_storage: ChunkStorage) -> None:
         """Build the parts; each gets the narrow objects it needs, never ``self``."""
         config, table, limiter = self.config, self.table, self.tier2_limiter
-        self.fence = OwnerFence(self.claim, chunk_storage, limiter, config.flush_interval_s)
+        self.fence = OwnerFence(self.claim, chunk_storage, limiter, config)
         chunk_storage = self.fence.guarded_storage(self.long_term)  # checks writes and deletes
         self.catalogue = catalogue = ChunkCatalogue(self.metadata)
         self.garbage = GarbageCollector(catalogue, chunk_storage, limiter, self.long_term)
