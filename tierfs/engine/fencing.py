@@ -146,8 +146,10 @@ class OwnerFence:
 
 
 class FencedStorage(ChunkStorage):
-    """A chunk storage (tier-2 or the long-term store's) that writes only while this
-    store is not known to be fenced, and deletes only after a fresh claim check."""
+    """The tier-2 chunk storage as the store's parts see it: writes only while this store
+    is not known to be fenced, deletes only after a fresh claim check, lists chunks
+    without the claims. Every verb a backend adds must be forwarded here, writes and
+    deletes through the fence."""
 
     def __init__(self, inner: ChunkStorage, fence: OwnerFence) -> None:
         self.inner = inner
