@@ -246,9 +246,9 @@ def test_copied_data_dir_one_owner_takeover_fences_the_other(
         fsck = zombie_client.call(FSCK)
         zombie_log = zombie_client.read("log")
         flushed = zombie_client.stat("log").flushed_length
-        metrics = zombie_client.metrics()
+        metrics, health = zombie_client.metrics(), zombie_client.health()
         zombie_client.close()
-        assert metrics["tierfs_fenced"] == 1
+        assert metrics["tierfs_fenced"] == 1 and health["fenced"] is True
         lost = [e for e in entries(owner_dir) if e.description and e.description["segment"] == "log"]
         assert len(lost) == 1, entries(owner_dir)
         (entry,) = lost

@@ -25,7 +25,7 @@ class SegmentRoutes:
         self._store = store
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "epoch": self._store.epoch})
+        return JSONResponse({"status": "ok", "epoch": self._store.epoch, "fenced": self._store.fence.fenced})
 
     async def stat(self, request: Request) -> Response:
         return JSONResponse(info_json(await self._store.stat(request.path_params["path"])))
