@@ -2,8 +2,8 @@
 
 ``OwnerFence`` holds this store's claim (``owner_claims``) and watches tier-2's claims:
 every ``check_interval_s`` (``owner_check_interval_s``, at most ``flush_interval_s``)
-in the background, before every chunk write of the storage
-writer, and before every delete of a tier-2 or long-term object (``FencedStorage``).
+in the background, before every chunk write of the storage writer, and before every
+delete of a tier-2 or long-term object (``FencedStorage``, ``guarded_storage``).
 Once a newer claim exists (or this epoch's claim names another owner), the store is
 *fenced*, for good:
 
