@@ -332,3 +332,41 @@ def test_a_fenced_mount_refuses_writes_with_erofs(tmp_path: Path) -> None:
             second_host.stop()
     (entry,) = entries(tmp_path / "host-a")
     assert (tmp_path / "host-a" / entry.path).read_bytes().endswith(b"still writing\n")
+
+
+async def test_a_zombie_deletes_no_shared_object_hot_copy_or_offloaded(tmp_path: Path) -> None:
+    shared = dict(tier2_url=str(tmp_path / "t2"), offload_url=str(tmp_path / "longterm"),
+                  offload_deletion_lag_s=3600.0, policy_interval_s=3600.0)
+    payload = b"offloaded, and shared by both copies\n" * 5000
+    async with open_store(small_config(tmp_path / "a", **shared)) as a:
+        await a.create("seg")
+        await a.append("seg", payload)
+        await a.seal("seg")
+        await a.flush("seg")
+        await a.offload("seg")
+        with trio.fail_after(30):
+            while (await a.offload_status("seg"))["state"] == "RUNNING":
+                await trio.sleep(0.02)
+        assert (await a.offload_status("seg"))["state"] == "SUCCESS"
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+
+    def objects() -> list[Path]:
+        return sorted(p for root in ("t2", "longterm") for p in (tmp_path / root).rglob("s*/*"))
+
+    before = objects()
+    assert any(p.name.endswith(".data") for p in before) and any("t2" in p.parts for p in before)
+    check = dict(owner_check_interval_s=0.05)
+    async with open_store(small_config(tmp_path / "a", **shared, **check)) as zombie:
+        async with open_store(small_config(tmp_path / "b", **shared, takeover=True)) as owner:
+            with trio.fail_after(10):
+                while not zombie.fence.fenced:
+                    await trio.sleep(0.02)
+            zombie.clock = lambda: time.time() + 7200.0  # the deletion lag has passed
+            with pytest.raises(FencedError):  # the scheduler's loop logs it and retries
+                await zombie.scheduler.scan()  # would delete the hot copies
+            await zombie.delete("seg")  # queues the chunk and its offloaded objects
+            await zombie.garbage.collect()
+            assert objects() == before
+            owner.block_cache.clear()
+            assert await owner.read("seg") == payload
+            assert (await owner.fsck()).problems == []
