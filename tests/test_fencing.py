@@ -113,7 +113,9 @@ class Appender(threading.Thread):
 
 
 # ---------------------------------------------------------------- claims themselves
-def test_a_claim_is_created_exclusively(tier2: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+def test_a_claim_is_created_exclusively(
+    tier2: tuple[str, dict[str, Any]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     claims = OwnerClaims(open_chunk_storage(*tier2))
     first, second = OwnerClaim.new(7, tmp_path / "a"), OwnerClaim.new(7, tmp_path / "b")
     claims.create(first)
@@ -121,6 +123,7 @@ def test_a_claim_is_created_exclusively(tier2: tuple[str, dict[str, Any]], tmp_p
         claims.create(second)  # S3: If-None-Match: * (moto's server answers 412)
     assert refused.value.owner_id == first.owner_id and refused.value.epoch == 7
     assert claims.current() == first
+    assert "does not honour exclusive creation" not in caplog.text
 
 
 async def test_old_claims_are_pruned_and_hidden_from_chunk_listings(tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ Invariants:
   on S3 a PUT with ``If-None-Match: *`` (moto's server and AWS honour it); on other
   fsspec stores fsspec's ``mode="create"`` (exists-then-write, not atomic: see
   docs/ARCHITECTURE.md, Fencing). Every creation is read back and compared, so a
-  store that silently ignored the condition is caught when the other write came first.
+  store that silently ignored the condition is caught when the other write came first,
+  and then attempted once more with the same bytes: a store that accepts that does not
+  honour the condition, which is logged as a warning, never trusted silently.
 - A claim is never changed; the owner that just claimed deletes claims more than
   ``KEEP_CLAIMS`` epochs below its own, nothing else deletes claims.
 - Listing reads only the ``_owner/`` prefix (never the chunks) and never a cached
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import socket
 import uuid
@@ -34,6 +37,8 @@ from typing import Any
 
 from tierfs.contracts.errors import OwnedElsewhereError, Tier2Error
 from tierfs.engine.chunkstore import ChunkStorage, FsspecChunkStorage, LocalChunkStorage, _call
+
+log = logging.getLogger(__name__)
 
 CLAIM_PREFIX = "_owner/"
 LOCAL_CLAIM_FILE = "owner-claim.json"
@@ -171,6 +176,21 @@ class OwnerClaims:
         stored = self.read(claim.epoch)
         if not claim.same_owner(stored):
             raise owned_elsewhere(self.url, stored, " (it claimed the same epoch first)")
+        self._check_exclusive_create(name, claim.to_json())
+
+    def _check_exclusive_create(self, name: str, data: bytes) -> None:
+        """Create the claim again, with the same bytes: a store that honours exclusive
+        creation refuses; one that does not (s3rver, some S3-compatible servers) just
+        rewrites the same bytes, and is named in the log instead of trusted silently."""
+        try:
+            self._create_exclusive(name, data)
+        except OSError:  # FileExistsError, or a refused condition as another OSError
+            return
+        log.warning(
+            "tier-2 %s does not honour exclusive creation (If-None-Match: *): two owners "
+            "claiming one epoch at the same moment could both start; the loser is fenced at "
+            "its next claim check (docs/ARCHITECTURE.md, Fencing)", self.url,
+        )
 
     def _exists(self, epoch: int) -> bool:
         return epoch in self._epochs()
