@@ -62,7 +62,7 @@ class OwnerFence:
         # returns the bytes it saved to lost+found
         self.on_fenced: Callable[[OwnerClaim], Awaitable[int]] | None = None
         self.lost_found_bytes = 0  # acknowledged bytes saved to lost+found once fenced
-        self._handled = False
+        self.handled = trio.Event()  # set once on_fenced has run
         self._token: trio.lowlevel.TrioToken | None = None
         self._wakeup = trio.Event()
 
@@ -109,32 +109,38 @@ class OwnerFence:
         await trio.to_thread.run_sync(self.check_blocking, limiter=self._limiter)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Check every ``check_interval_s``; once fenced, run ``on_fenced`` and stop."""
+        """Check every ``check_interval_s``; once fenced, run ``on_fenced`` and stop.
+        ``on_fenced`` runs shielded, also when the store closes meanwhile."""
         self._token = trio.lowlevel.current_trio_token()
         task_status.started()
-        while not self.fenced:
-            with trio.move_on_after(self.check_interval_s):
-                await self._wakeup.wait()
-            try:
-                await self.confirm()
-            except FencedError:
-                break
-            except Tier2Error as e:
-                log.warning("cannot check tier-2's owner claims (will retry): %s", e)
-        await self._handle_fenced()
+        try:
+            while not self.fenced:
+                with trio.move_on_after(self.check_interval_s):
+                    await self._wakeup.wait()
+                try:
+                    await self.confirm()
+                except FencedError:
+                    break
+                except Tier2Error as e:
+                    log.warning("cannot check tier-2's owner claims (will retry): %s", e)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._handle_fenced()
 
     async def _handle_fenced(self) -> None:
         newer = self.fenced_by
-        if self._handled or newer is None:
+        if self.handled.is_set() or newer is None:
             return
-        self._handled = True
         log.error(
             "fenced: tier-2 %s was claimed by epoch %d (%s); this store (epoch %d) refuses "
             "appends and writes nothing more there", self._claims.url, newer.epoch,
             newer.describe(), self.claim.epoch,
         )
-        if self.on_fenced is not None:
-            self.lost_found_bytes += await self.on_fenced(newer)
+        try:
+            if self.on_fenced is not None:
+                self.lost_found_bytes += await self.on_fenced(newer)
+        finally:
+            self.handled.set()
 
     # ------------------------------------------------------------ guarding storages
     def guarded_storage(self, long_term: LongTermDeletes | None) -> FencedStorage:
