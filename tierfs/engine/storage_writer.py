@@ -7,11 +7,12 @@ Stages of the loop, in order (after Pravega's StorageWriter):
             shutdown); one flush task per segment at a time;
 3. read   - up to ``max_flush_bytes`` of durable bytes from the tail (memory/journal);
 4. write  - confirm this store still owns tier-2 (``OwnerFence.confirm``: one claim
-            check), then append to the segment's last chunk if the backend can append, the chunk was
-            created by this epoch and is below ``max_chunk_bytes``; otherwise a new
-            chunk named from (segment id, epoch, sequence);
-5. commit - chunk record + segment flushed length in one conditional transaction,
-            only after the write returned (the data is durable in tier-2);
+            check), then append to the segment's last chunk if the backend can append,
+            the chunk was created by this epoch and is below ``max_chunk_bytes``;
+            otherwise a new chunk named from (segment id, epoch, sequence);
+5. commit - unless fenced meanwhile: chunk record + segment flushed length in one
+            conditional transaction, only after the write returned (the data is durable
+            in tier-2);
 6. ack    - drop flushed tail entries, then let the journal delete files that hold
             only flushed bytes (checkpoint recorded in metadata first).
 
@@ -273,6 +274,9 @@ class StorageWriter:
                 if new_seq is not None:
                     await self._garbage.queue([name])
                 return
+            # fenced while writing: keep the bytes in the tail (and so in lost+found);
+            # the object just written is an orphan of this epoch, never referenced
+            self._fence.ensure_owner()
             if new_seq is None and seg.chunks and seg.chunks[-1] is not last:
                 # an offload attempt started on the chunk while we wrote: its record
                 # wins; the bytes written past its length are never read, and the
