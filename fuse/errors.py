@@ -49,6 +49,8 @@ ERRNO_BY_CODE: dict[str, int] = {
     "unavailable": errno.ENOTCONN,  # a daemon the call needed is not running
     "response_lost": errno.EIO,  # a daemon's answer was lost: the outcome is unknown
     "internal": errno.EIO,
+    "owned_elsewhere": errno.EBUSY,
+    "fenced": errno.EROFS,  # another owner took tier-2 over: nothing more is written here
 }
 
 P = ParamSpec("P")

@@ -121,17 +121,28 @@ def test_conditional_append_finding_another_writer_fails(daemon: Daemon, request
     assert append_exactly_once(client, name, BytesPayload(b"d"), 0, conditional=False) == 3
 
 
+# Linux hands a forked child the parent's peak RSS (ru_maxrss) as its own starting
+# point, and pytest grows large: the CLI is started by a small Python that reports the
+# CLI's own peak, so the figure is the CLI's and not this process's.
+_PEAK_RSS_WRAPPER = """
+import os, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(child.pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def _cli_peak_rss(data_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess[bytes], int]:
     """Run ``tierfs --data-dir DATA_DIR ARGS``; its result and its own peak RSS in bytes."""
     argv = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), *args]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        result = subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
-    return result, usage.ru_maxrss * 1024  # KiB on Linux
+    with tempfile.TemporaryDirectory() as scratch:
+        peak_file = os.path.join(scratch, "peak_kib")
+        result = subprocess.run([sys.executable, "-c", _PEAK_RSS_WRAPPER, peak_file, *argv], capture_output=True)
+        with open(peak_file) as f:
+            peak_kib = int(f.read())
+    return subprocess.CompletedProcess(argv, result.returncode, result.stdout, result.stderr), peak_kib * 1024
 
 
 def test_cli_append_through_lost_answer_lands_once(daemon: Daemon, short_dir: Path,

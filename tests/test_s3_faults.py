@@ -102,7 +102,8 @@ async def test_a_stalled_get_and_its_twin_are_abandoned_at_the_deadline(
         await store.append("a", payload)
         await store.flush()
     stall_s = 30.0
-    proxy.faults = Faults(stall_rate=1.0, stall_s=stall_s, methods=frozenset({"GET"}), max_faults=2)
+    proxy.faults = Faults(stall_rate=1.0, stall_s=stall_s, methods=frozenset({"GET"}), max_faults=2,
+                          path_contains="/s0")  # chunk objects only: not the owner claims
     async with open_store(config) as store:
         requests_before = proxy.counters.requests
         started_s = time.monotonic()
@@ -254,7 +255,8 @@ async def test_offload_and_offloaded_reads_through_faults(tmp_path: Path, proxy:
 async def test_a_stalled_put_holds_only_its_own_segment(tmp_path: Path, proxy: FaultProxy, proxied_bucket) -> None:  # type: ignore[no-untyped-def]
     url, options = proxied_bucket
     config = small_config(tmp_path / "d", tier2_url=url, tier2_options=options)
-    proxy.faults = Faults(stall_rate=1.0, stall_s=4.0, methods=frozenset({"PUT"}), max_faults=1)
+    proxy.faults = Faults(stall_rate=1.0, stall_s=4.0, methods=frozenset({"PUT"}), max_faults=1,
+                          path_contains="/s0")  # a chunk's PUT, not the owner claim's
     async with open_store(config) as store, trio.open_nursery() as nursery:
         await store.create("stalled")
         await store.create("other")

@@ -30,6 +30,7 @@ import trio
 
 from tierfs.cli.defrag_command import defrag_command
 from tierfs.cli.gc_command import gc_command, print_orphans
+from tierfs.cli.ownership_commands import EXIT_OWNED_ELSEWHERE, OWNERSHIP_COMMANDS
 from tierfs.cli.streaming import append_command
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
@@ -347,6 +348,7 @@ def _load_config(args: argparse.Namespace) -> StoreConfig:
             "offload_endpoint_url": args.offload_endpoint_url,
             "offload_deletion_lag_s": args.deletion_lag,
             "durability": getattr(args, "durability", None) if args.command != "create" else None,
+            "takeover": args.takeover or args.command == "takeover" or None,
         },
         config_file=args.config,
     )
@@ -371,13 +373,15 @@ def execute(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.command in ("mount", "umount"):
             return _mount_commands(args, config)
+        if args.command in OWNERSHIP_COMMANDS:
+            return OWNERSHIP_COMMANDS[args.command](args, config)
         return trio.run(_run_store_command, args, config)
     except StoreInUseError as e:
         print(f"tierfs: {e}", file=sys.stderr)
         return EXIT_IN_USE
     except TierFSError as e:  # the stable code too: the same as the HTTP API's
         print(f"tierfs: {e} ({e.code})", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_OWNED_ELSEWHERE if e.code == "owned_elsewhere" else EXIT_FAILED
     except BrokenPipeError:
         return EXIT_OK
     except OSError as e:  # the data dir or a file named on the command line

@@ -7,7 +7,8 @@ in-process otherwise, with the same output either way (``commands``, which also
 turns errors into messages and exit codes, in one place).
 
 Exit codes: 0 success; 1 the operation failed (message on stderr); 2 bad usage;
-3 fsck found damage; 4 the data directory is in use by another process.
+3 fsck found damage; 4 the data directory is in use by another process; 5 tier-2 is
+owned by another data dir (``takeover``, ``--takeover``: see ``ownership_commands``).
 
 Invariant: parsing imports only argparse and ``tierfs.contracts``, so ``tierfs --help``
 and usage errors are quick; trio, the HTTP client, the engine and the server are
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="TOML config file (default $TIERFS_CONFIG)")
     parser.add_argument("--durability", choices=DURABILITY_LEVELS, help="default for new segments")
     parser.add_argument("-v", "--verbose", action="count", default=0)
+    takeover_help = "claim tier-2 even if another owner holds it (that owner is fenced)"
+    parser.add_argument("--takeover", action="store_true", help=takeover_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -114,9 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     q = policy_sub.add_parser("get", help="the policy in effect, and where each value comes from")
     q.add_argument("path")
     q.add_argument("--json", action="store_true")
+    add("takeover", "claim tier-2 for this data dir, fencing its current owner; prints the new epoch")
+    p = add("owner", "who owns tier-2, what this data dir claimed last, and its lost+found")
+    p.add_argument("--json", action="store_true")
     p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM")
+    p.add_argument("--takeover", action="store_true", default=argparse.SUPPRESS, help=takeover_help)
     p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
     p = add("mount", "run the daemon with the store mounted at MOUNTPOINT (FUSE); the API keeps serving")
+    p.add_argument("--takeover", action="store_true", default=argparse.SUPPRESS, help=takeover_help)
     p.add_argument("mountpoint")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground (logs to stderr)")
     p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")

@@ -94,6 +94,12 @@ class StoreConfig:
     defrag_interval_s: float = 300.0
     defrag_small_chunk_bytes: int = 1 * MiB
     defrag_min_small_chunks: int = 16
+    # Tier-2's owner claims are checked at least this often (and at least once per
+    # flush_interval_s): a fenced store stops acknowledging appends within it.
+    owner_check_interval_s: float = 1.0
+    # Claim tier-2 even if another owner holds it (``tierfs takeover``, ``--takeover``):
+    # that owner is fenced (engine/fencing.py).
+    takeover: bool = False
 
     def __post_init__(self) -> None:
         if self.durability not in DURABILITY_LEVELS:
@@ -105,7 +111,7 @@ class StoreConfig:
             "max_flush_bytes max_backlog_bytes max_append_bytes journal_file_bytes "
             "tier2_concurrency tier2_retry_initial_s tier2_retry_max_s tier2_read_timeout_s "
             "block_cache_bytes offload_concurrency offload_upload_concurrency "
-            "policy_interval_s defrag_small_chunk_bytes defrag_min_small_chunks"
+            "policy_interval_s defrag_small_chunk_bytes defrag_min_small_chunks owner_check_interval_s"
         ).split()
         for name in positive:
             if not getattr(self, name) > 0:

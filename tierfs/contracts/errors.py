@@ -230,6 +230,25 @@ class StoreInUseError(TierFSError):
         self.pid = pid
 
 
+class OwnedElsewhereError(TierFSError):
+    """Tier-2 is claimed by another owner (a newer epoch, or the same epoch by another
+    owner identity): this data dir must not write there. Raised when a store opens;
+    nothing was changed. ``tierfs takeover`` (or ``--takeover``) claims it explicitly."""
+
+    code = "owned_elsewhere"
+
+    def __init__(self, tier2_url: str, epoch: int, owner_id: str, host: str, pid: int,
+                 data_dir: str, claimed_at: str, reason: str = "") -> None:
+        super().__init__(
+            f"tier-2 {tier2_url} is owned by epoch {epoch}: host {host} pid {pid} data dir "
+            f"{data_dir} (owner {owner_id}, claimed {claimed_at}){reason}; this data dir "
+            f"must not write there. If that owner is gone for good, run `tierfs takeover` "
+            f"(or pass --takeover)"
+        )
+        self.tier2_url, self.epoch, self.owner_id = tier2_url, epoch, owner_id
+        self.host, self.pid, self.data_dir, self.claimed_at = host, pid, data_dir, claimed_at
+
+
 class StoreClosedError(TierFSError):
     """The store was closed by its owner; no further operations are accepted."""
 
@@ -246,6 +265,23 @@ class ChunkMissingError(Tier2Error):
     """A chunk object named by the metadata is missing from tier-2."""
 
     code = "chunk_missing"
+
+
+class FencedError(Tier2Error):
+    """This store was fenced: another owner claimed its tier-2 with a newer epoch.
+
+    Appends are refused and nothing more is written to or deleted from tier-2; what
+    this store acknowledged but never committed to tier-2 is kept in its journal and
+    saved under ``<data dir>/lost+found`` (see docs/ARCHITECTURE.md, Fencing)."""
+
+    code = "fenced"
+
+    def __init__(self, own_epoch: int, new_epoch: int, new_owner: str) -> None:
+        super().__init__(
+            f"fenced: this store (epoch {own_epoch}) lost tier-2 to epoch {new_epoch} "
+            f"({new_owner}); appends are refused, unflushed bytes go to lost+found"
+        )
+        self.epoch, self.new_epoch, self.new_owner = own_epoch, new_epoch, new_owner
 
 
 class ConcurrentModificationError(TierFSError):
@@ -325,5 +361,6 @@ def rebuild_error(code: str, message: str, details: dict[str, object] | None = N
 
 def error_details(error: TierFSError) -> dict[str, object]:
     """The facts an error carries, JSON-ready (no message, no traceback)."""
-    facts = ("name", "expected", "actual", "offset", "length", "backlog_bytes", "limit_bytes", "pid")
+    facts = ("name", "expected", "actual", "offset", "length", "backlog_bytes", "limit_bytes", "pid",
+             "epoch", "new_epoch", "new_owner", "owner_id", "host", "data_dir", "claimed_at")
     return {key: getattr(error, key) for key in facts if isinstance(getattr(error, key, None), (str, int))}

@@ -81,11 +81,12 @@ class MetadataStore:
             (records.dump(record),),
         )
 
-    def begin_epoch(self) -> StoreMeta:
-        """Increase the owner epoch (one transaction) and return the store record."""
+    def begin_epoch(self, at_least: int = 0) -> StoreMeta:
+        """Increase the owner epoch, to ``at_least`` if higher (the epoch claimed on
+        tier-2), in one transaction; return the store record."""
         with self._transaction():
             old = self.load_store_record()
-            record = dataclasses.replace(old, epoch=old.epoch + 1)
+            record = dataclasses.replace(old, epoch=max(old.epoch + 1, at_least))
             self._write_store_record(record)
         return record
 

@@ -6,15 +6,19 @@ Stages of the loop, in order (after Pravega's StorageWriter):
             ``flush_interval_s``, or a flush was requested (seal, sync-to-tier-2,
             shutdown); one flush task per segment at a time;
 3. read   - up to ``max_flush_bytes`` of durable bytes from the tail (memory/journal);
-4. write  - append to the segment's last chunk if the backend can append, the chunk was
-            created by this epoch and is below ``max_chunk_bytes``; otherwise a new
-            chunk named from (segment id, epoch, sequence);
-5. commit - chunk record + segment flushed length in one conditional transaction,
-            only after the write returned (the data is durable in tier-2);
+4. write  - confirm this store still owns tier-2 (``OwnerFence.confirm``: one claim
+            check), then append to the segment's last chunk if the backend can append,
+            the chunk was created by this epoch and is below ``max_chunk_bytes``;
+            otherwise a new chunk named from (segment id, epoch, sequence);
+5. commit - unless fenced meanwhile: chunk record + segment flushed length in one
+            conditional transaction, only after the write returned (the data is durable
+            in tier-2);
 6. ack    - drop flushed tail entries, then let the journal delete files that hold
             only flushed bytes (checkpoint recorded in metadata first).
 
 Invariants:
+- A fenced store (another owner claimed tier-2) flushes nothing and admits no append
+  (``check_backlog`` raises ``FencedError``); its unflushed bytes stay in the journal.
 - Only durable (LAC) bytes are flushed, so tier-2 never holds bytes a crash could take
   back from the journal.
 - A tier-2 failure never blocks appends: the segment retries with exponential backoff
@@ -46,6 +50,7 @@ from tierfs.contracts.errors import (
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.faults import crash_point
+from tierfs.engine.fencing import OwnerFence
 from tierfs.engine.metadata import now_ns
 from tierfs.engine.object_keys import chunk_name
 from tierfs.engine.ports import GarbageSink, JournalFiles
@@ -81,6 +86,7 @@ class StorageWriter:
         tail_budget: TailBudget,
         journal: JournalFiles,
         garbage: GarbageSink,
+        fence: OwnerFence,
     ) -> None:
         self._config = config
         self._epoch = epoch
@@ -91,6 +97,7 @@ class StorageWriter:
         self._tail_budget = tail_budget
         self._journal = journal
         self._garbage = garbage
+        self._fence = fence
         self.dirty: set[SegmentState] = set()  # segments with unflushed bytes or a request
         self.unflushed_bytes = 0  # appended, not yet in tier-2 (the backlog)
         self._wakeup = trio.Event()
@@ -104,7 +111,9 @@ class StorageWriter:
 
     # ------------------------------------------------------------------ the backlog
     def check_backlog(self, size: int) -> None:
-        """``BacklogFullError`` if ``size`` more bytes would exceed the backlog bound."""
+        """May ``size`` more bytes enter the backlog: ``FencedError`` once another owner
+        claimed tier-2, ``BacklogFullError`` if they would exceed the backlog bound."""
+        self._fence.ensure_owner()
         if self.unflushed_bytes + size > self._config.max_backlog_bytes:
             raise BacklogFullError(self.unflushed_bytes + size, self._config.max_backlog_bytes)
 
@@ -130,8 +139,12 @@ class StorageWriter:
         targets = [(seg, seg.durable_length) for seg in segs]
         for seg, target in targets:
             while not seg.deleted and seg.flushed_length < target:
+                self._fence.ensure_owner()
                 self.request_flush(seg)
-                await seg.flushed_event.wait()
+                with trio.move_on_after(self._fence.check_interval_s) as waiting:  # fenced meanwhile?
+                    await seg.flushed_event.wait()
+                if waiting.cancelled_caught:
+                    continue
                 if seg.last_flush_error and seg.flushed_length < target:
                     raise Tier2Error(f"flush of {seg.name!r} failed: {seg.last_flush_error}")
 
@@ -151,7 +164,7 @@ class StorageWriter:
 
     # ------------------------------------------------------------------ the loop
     def _is_due(self, seg: SegmentState, now_s: float) -> bool:
-        if seg.flushing or seg.deleted or now_s < seg.retry_at_s:
+        if seg.flushing or seg.deleted or now_s < seg.retry_at_s or self._fence.fenced:
             return False
         pending = seg.durable_length - seg.flushed_length
         if pending <= 0:
@@ -242,6 +255,7 @@ class StorageWriter:
             crcs = BlockCrcs()
         data = await self._tail.tail_bytes(seg, start, end)
         crcs.extend(data)
+        await self._fence.confirm()
         await trio.to_thread.run_sync(
             storage.write, name, chunk_offset, data, limiter=self._limiter
         )
@@ -262,6 +276,9 @@ class StorageWriter:
                 if new_seq is not None:
                     await self._garbage.queue([name])
                 return
+            # fenced while writing: keep the bytes in the tail (and so in lost+found);
+            # the object just written is an orphan of this epoch, never referenced
+            self._fence.ensure_owner()
             if new_seq is None and seg.chunks and seg.chunks[-1] is not last:
                 # an offload attempt started on the chunk while we wrote: its record
                 # wins; the bytes written past its length are never read, and the

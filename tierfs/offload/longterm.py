@@ -10,13 +10,14 @@ Invariants:
 - ``put`` returns only when the object is durable in the store (S3: the multipart
   upload completed; a local directory: file and directory fdatasync'd), because the
   chunk-store copy may be deleted afterwards.
+- ``delete`` calls ``before_delete`` first (the fence: a fenced store deletes nothing).
 - Chunk records name offloaded objects by full URL; ``key_of`` maps a URL back to a key
   only under this store's URL, so a record never sends a read somewhere unexpected.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tierfs.blocks.deadlines import DEFAULT_READ_DEADLINE_PER_MIB_S
@@ -47,6 +48,9 @@ class LongTermStore:
         self.url = self.storage.url.rstrip("/")
         self.part_bytes = part_bytes
         self.upload_concurrency = upload_concurrency
+        # called (blocking) right before every delete: the store's fence refuses
+        # deletes once another owner claimed tier-2 (engine/fencing.py)
+        self.before_delete: Callable[[], None] = lambda: None
 
     def url_of(self, key: str) -> str:
         return f"{self.url}/{key}"
@@ -85,6 +89,7 @@ class LongTermStore:
         return self.storage.read(key, 0, size) if size else b""
 
     def delete(self, key: str) -> None:
+        self.before_delete()
         self.storage.delete(key)
 
     def stat(self, key: str) -> int:

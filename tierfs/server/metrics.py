@@ -45,6 +45,8 @@ class StoreCollector:
             "tierfs_offload_failures": ("failed offload jobs", stats.offload_failures),
             "tierfs_hot_copies_deleted": ("chunk-store copies deleted after offload", stats.hot_copies_deleted),
             "tierfs_retention_deleted_bytes": ("bytes deleted by retention", stats.retention_deleted_bytes),
+            "tierfs_lost_found_bytes": ("acknowledged bytes saved to lost+found once fenced",
+                                        self._store.fence.lost_found_bytes),
         }
         gauges: dict[str, tuple[str, float]] = {
             "tierfs_segments": ("segments", stats.segments),
@@ -55,6 +57,7 @@ class StoreCollector:
             "tierfs_tail_memory_bytes": ("unflushed bytes held in memory", stats.tail_memory_bytes),
             "tierfs_cache_bytes": ("bytes in the block cache", stats.cache.used_bytes),
             "tierfs_epoch": ("owner epoch of the data directory", stats.epoch),
+            "tierfs_fenced": ("1 once another owner claimed tier-2", int(self._store.fence.fenced)),
             "tierfs_offload_oldest_waiting_seconds": (
                 "age of the oldest sealed chunk a policy wants offloaded", stats.offload_oldest_waiting_s),
         }

@@ -25,7 +25,7 @@ class SegmentRoutes:
         self._store = store
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "epoch": self._store.epoch,
+        return JSONResponse({"status": "ok", "epoch": self._store.epoch, "fenced": self._store.fence.fenced,
                              "max_append_bytes": self._store.config.max_append_bytes})
 
     async def stat(self, request: Request) -> Response:

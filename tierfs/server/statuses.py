@@ -47,6 +47,8 @@ STATUS_BY_CODE = {
     "backlog_full": 503,
     "closed": 503,
     "in_use": 503,
+    "owned_elsewhere": 423,  # another owner claimed tier-2 (Locked)
+    "fenced": 423,  # this store lost tier-2 to a newer owner (Locked)
 }
 
 

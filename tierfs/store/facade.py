@@ -1,9 +1,9 @@
 """SegmentStore: the engine's public API, its lifecycle and its wiring.
 
-``open_store(config)`` takes ownership of the data dir (lock + new epoch), recovers the
-journal, builds the parts and hands each its narrow ports (never the façade), starts
-the group-commit loop, the storage writer, the offloader and the policy scheduler, and
-on exit flushes what it can, syncs and closes everything.
+``open_store(config)`` takes the data dir (lock) and tier-2 (an epoch claimed there, then
+fenced: engine/fencing.py), recovers the journal, builds the parts with their narrow
+ports (never the façade), starts the group-commit loop, the storage writer, the
+offloader and the policy scheduler, and on exit flushes what it can, syncs and closes.
 
 Where an append goes: ``append`` finds the segment and hands it to the ``Appender``
 (engine/appender.py), which frames it into the journal, keeps it in the segment's tail
@@ -49,9 +49,11 @@ from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import WallClock, monotonic_s
 from tierfs.engine.defrag import Defragmenter
+from tierfs.engine.fencing import OwnerFence
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
+from tierfs.engine.lost_found import LostFound
 from tierfs.engine.metadata import MetadataStore, now_ns
 from tierfs.engine.orphans import OrphanSweeper
 from tierfs.engine.ownership import DataDirLock
@@ -131,7 +133,7 @@ class SegmentStore:
                 self._appender.on_durable, monotonic_s(),
             )
             self.metadata, self.epoch, self.journal = opened.metadata, opened.epoch, opened.journal
-            self._recovery = opened.recovery
+            self._recovery, self.claim = opened.recovery, opened.claim
             self._wire(opened.chunk_storage)
         except BaseException:
             self._lock.release()
@@ -140,12 +142,14 @@ class SegmentStore:
     def _wire(self, chunk_storage: ChunkStorage) -> None:
         """Build the parts; each gets the narrow objects it needs, never ``self``."""
         config, table, limiter = self.config, self.table, self.tier2_limiter
+        self.fence = OwnerFence(self.claim, chunk_storage, limiter, config)
+        chunk_storage = self.fence.guarded_storage(self.long_term)  # checks writes and deletes
         self.catalogue = catalogue = ChunkCatalogue(self.metadata)
         self.garbage = GarbageCollector(catalogue, chunk_storage, limiter, self.long_term)
         tail = TailReader(self.journal)
         self.writer = StorageWriter(
             config, self.epoch, chunk_storage, limiter, catalogue, tail, self.tail_budget,
-            self.journal, self.garbage,
+            self.journal, self.garbage, self.fence,
         )
         self._appender.attach(self.journal, self.writer)
         for seg in table.segments():
@@ -155,6 +159,7 @@ class SegmentStore:
         self._blocks = BlockSource(BlockCache(config.block_cache_bytes), chunk_storage, limiter, long_term_reads)
         self.long_term_reads = long_term_reads
         self.reader = Reader(catalogue, self._blocks, tail)
+        self.fence.on_fenced = LostFound(config.data_dir, self.epoch, table, tail, self.journal).save
         flush_one = self.writer.sync_and_flush_one
         self.offloader = Offloader(
             config, self.long_term, chunk_storage, limiter, catalogue, table.segment_by_id,
@@ -423,6 +428,7 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
                 await nursery.start(store.scheduler.run)
                 await nursery.start(store.orphans.run)
                 await nursery.start(store.defragmenter.run)
+                await nursery.start(store.fence.run)
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
                 nursery.start_soon(store.garbage.collect)

@@ -5,7 +5,9 @@ Checks, per segment: chunk records are contiguous from the segment's start offse
 matches; every chunk object exists (in the chunk store, or in the long-term store once
 offloaded, with an index object that matches the record) and is at least as long as
 its committed length; every 1 MiB block and the whole chunk match their CRC32C; the
-lengths obey flushed <= durable <= appended. Reads use the storage directly, bypassing
+lengths obey flushed <= durable <= appended. Every ``lost+found`` entry (acknowledged bytes
+a fenced store could not commit to tier-2: engine/lost_found.py) is reported too, until
+someone recovers and removes it. Reads use the storage directly, bypassing
 the cache, so a cached copy cannot hide damage. They retry like every tier-2 read
 (``chunkstore``: deadlines, 8 attempts); a store that still does not answer fails
 fsck with that ``Tier2Error`` (exit 1), never a report of damage it could not see.
@@ -27,11 +29,13 @@ from typing import Protocol
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
+from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import Tier2Error, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.contracts.info import SegmentInfo
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.lost_found import LostFoundEntry, entries
 from tierfs.engine.orphans import OrphanSweeper
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
@@ -44,6 +48,7 @@ from tierfs.store import listing
 class FsckTarget(Protocol):
     """What fsck reads of an open store (``SegmentStore`` has it)."""
 
+    config: StoreConfig
     table: SegmentTable
     catalogue: ChunkCatalogue
     long_term_reads: LongTermReads | None
@@ -142,5 +147,19 @@ async def fsck(store: FsckTarget) -> FsckReport:
             checked += read_bytes
             if found and _still_holds(seg, chunk):
                 problems += found
+    for entry in await trio.to_thread.run_sync(entries, store.config.data_dir):
+        problems.append(_lost_found_problem(entry))
     orphans = await store.orphans.unreferenced()
     return FsckReport(segment_total, chunk_total, checked, problems, orphans)
+
+
+def _lost_found_problem(entry: LostFoundEntry) -> Problem:
+    facts = entry.description
+    if facts is None:
+        return Problem("", entry.path, f"{entry.size} bytes in lost+found without a description")
+    return Problem(
+        str(facts.get("segment", "")), entry.path,
+        f"lost+found: {facts.get('bytes')} acknowledged bytes (offsets {facts.get('start_offset')}"
+        f"..{facts.get('end_offset')}) of epoch {facts.get('epoch')} never reached tier-2: "
+        "another owner took it over; recover them from this file, then remove it",
+    )

@@ -3,8 +3,10 @@ and a new owner epoch, the namespace, the chunk storage, journal recovery, and t
 journal that continues where recovery ended.
 
 Invariants:
-- A new epoch is committed before anything else, so every chunk this owner writes has
-  a name no earlier owner used.
+- The epoch is claimed on tier-2 first (``owner_claims.take_ownership``: exclusive,
+  refused with ``OwnedElsewhereError`` if another owner holds tier-2 and the config
+  does not say ``takeover``), then committed locally before anything else, so every
+  chunk this owner writes has a name no other owner, earlier or concurrent, used.
 - Recovery runs before the journal accepts a frame, and the new journal starts at the
   recovered end LSN; nothing after a torn frame is replayed.
 - Memory stays bounded: recovered tails go through the shared tail budget.
@@ -20,6 +22,7 @@ from tierfs.contracts.config import StoreConfig
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore
+from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, take_ownership
 from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
@@ -35,6 +38,7 @@ class OpenedDataDir:
     chunk_storage: ChunkStorage
     journal: Journal
     recovery: RecoveryReport
+    claim: OwnerClaim
 
 
 def open_data_dir(
@@ -51,12 +55,19 @@ def open_data_dir(
     data_dir = config.data_dir
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
     metadata = MetadataStore(data_dir / "metadata.sqlite")
-    store_record = metadata.begin_epoch()
+    try:
+        chunk_storage = open_chunk_storage(
+            config.chunk_store_url, config.chunk_store_options,
+            read_deadline_per_mib_s=config.tier2_read_timeout_s,
+        )
+        claim = take_ownership(
+            data_dir, OwnerClaims(chunk_storage), metadata.load_store_record().epoch, config.takeover
+        )
+    except BaseException:
+        metadata.close()
+        raise
+    store_record = metadata.begin_epoch(at_least=claim.epoch)
     epoch = store_record.epoch
-    chunk_storage = open_chunk_storage(
-        config.chunk_store_url, config.chunk_store_options,
-        read_deadline_per_mib_s=config.tier2_read_timeout_s,
-    )
     table.directories = metadata.load_directories()
     table.root_directory = metadata.load_root_directory()
     for row in metadata.load_segments():
@@ -84,4 +95,4 @@ def open_data_dir(
         data_dir, epoch, len(table.by_name), report.frames_replayed,
         report.bytes_replayed, report.torn_bytes_cut,
     )
-    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report)
+    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim)

@@ -70,6 +70,9 @@ class Faults:
     stall_rate: float = 0.0
     stall_s: float = 5.0
     methods: frozenset[str] = ALL_METHODS
+    # only requests whose path holds this text (e.g. "/s0" for chunk objects, so the
+    # owner-claim checks and metadata backups beside them go through untouched)
+    path_contains: str = ""
     # at most this many faults from now on (then none): a test can stall exactly one GET
     max_faults: int | None = None
 
@@ -301,7 +304,7 @@ class FaultProxy:
                 await _reset(client)
                 raise _Reset
             self.counters.requests += 1
-            fault = self._draw(request.method.decode())
+            fault = self._draw(request.method.decode(), urlsplit(request.target.decode()).path)
             if fault == "slowdown":
                 await self._send_slowdown(client, conn, request)
             else:
@@ -311,11 +314,11 @@ class FaultProxy:
                 return
             conn.start_next_cycle()
 
-    def _draw(self, method: str) -> str:
+    def _draw(self, method: str, path: str) -> str:
         """The fault for this request ("" for none), counted at once so ``max_faults``
         holds with requests in flight."""
         faults, counters = self._faults, self.counters
-        if method not in faults.methods or faults.total_rate == 0:
+        if method not in faults.methods or faults.total_rate == 0 or faults.path_contains not in path:
             return ""
         if faults.max_faults is not None and counters.faults - self._faults_before >= faults.max_faults:
             return ""

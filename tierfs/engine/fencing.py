@@ -1,0 +1,199 @@
+"""Fencing: a store that lost its tier-2 to a newer owner stops writing and deleting.
+
+``OwnerFence`` holds this store's claim (``owner_claims``) and watches tier-2's claims:
+every ``check_interval_s`` (``owner_check_interval_s``, at most ``flush_interval_s``)
+in the background, before every chunk write of the storage writer, and before every
+delete of a tier-2 or long-term object (``FencedStorage``, ``guarded_storage``).
+Once a newer claim exists (or this epoch's claim names another owner), the store is
+*fenced*, for good:
+
+- appends are refused with ``FencedError`` (the storage writer's admission check);
+- nothing more is written to tier-2 and nothing is deleted from it or from the
+  long-term store: both are shared with the new owner, which may reference every object
+  written before it took over;
+- ``on_fenced`` runs once, on the event loop (the store saves what it acknowledged but
+  did not commit to tier-2 into ``lost+found``).
+
+Invariants:
+- The state goes one way: once fenced, always fenced (until the process ends).
+- A tier-2 failure while checking never fences (the writer's own retries and the
+  backlog bound handle an unreachable tier-2); it only delays the verdict.
+- Checks are one LIST of ``_owner/`` and one GET, run in worker threads under the
+  tier-2 limiter (deletes check in the worker thread that deletes).
+
+Residual windows (docs/ARCHITECTURE.md, Fencing): a takeover landing between a check
+and the write or delete it guards; a zombie notices within ``check_interval_s``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import trio
+
+from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import FencedError, Tier2Error
+from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.owner_claims import CLAIM_PREFIX, OwnerClaim, OwnerClaims
+from tierfs.engine.s3_merge import MergeCounts
+from tierfs.engine.tier2_calls import StoredObject
+
+log = logging.getLogger(__name__)
+
+
+class LongTermDeletes(Protocol):
+    """The long-term store's hook, called right before each delete."""
+
+    before_delete: Callable[[], None]
+
+
+class OwnerFence:
+    def __init__(
+        self, claim: OwnerClaim, chunk_storage: ChunkStorage, tier2_limiter: trio.CapacityLimiter,
+        config: StoreConfig,
+    ) -> None:
+        self.claim = claim
+        self._storage = chunk_storage
+        self._claims = OwnerClaims(chunk_storage)
+        self._limiter = tier2_limiter
+        # at least once per flush interval: a zombie stops acknowledging within it
+        self.check_interval_s = min(config.flush_interval_s, config.owner_check_interval_s)
+        self.fenced_by: OwnerClaim | None = None  # set from any thread, read anywhere
+        # returns the bytes it saved to lost+found
+        self.on_fenced: Callable[[OwnerClaim], Awaitable[int]] | None = None
+        self.lost_found_bytes = 0  # acknowledged bytes saved to lost+found once fenced
+        self.handled = trio.Event()  # set once on_fenced has run
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._wakeup = trio.Event()
+
+    @property
+    def epoch(self) -> int:
+        return self.claim.epoch
+
+    @property
+    def fenced(self) -> bool:
+        return self.fenced_by is not None
+
+    def ensure_owner(self) -> None:
+        """``FencedError`` if this store is known to be fenced (no I/O)."""
+        newer = self.fenced_by
+        if newer is not None:
+            raise FencedError(self.claim.epoch, newer.epoch, newer.describe())
+
+    # ------------------------------------------------------------ checking
+    def check_blocking(self) -> None:
+        """Look at tier-2's claims now (blocking, any thread); ``FencedError`` if a
+        newer owner holds tier-2. Tier-2 errors propagate (they never fence)."""
+        self.ensure_owner()
+        current = self._claims.current()
+        if current is None or self.claim.same_owner(current):
+            return
+        if current.epoch < self.claim.epoch:
+            # claims at or above ours were deleted by hand: keep writing, say so
+            log.warning("tier-2 %s: the newest owner claim is epoch %d, below this store's %d",
+                        self._claims.url, current.epoch, self.claim.epoch)
+            return
+        self.fenced_by = current
+        token = self._token
+        if token is not None:
+            try:
+                token.run_sync_soon(self._wakeup.set)
+            except trio.RunFinishedError:
+                pass
+        self.ensure_owner()
+
+    async def confirm(self) -> None:
+        """Check tier-2 now; ``FencedError`` if fenced (the storage writer calls this
+        before each chunk write)."""
+        self.ensure_owner()
+        await trio.to_thread.run_sync(self.check_blocking, limiter=self._limiter)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Check every ``check_interval_s``; once fenced, run ``on_fenced`` and stop.
+        ``on_fenced`` runs shielded, also when the store closes meanwhile."""
+        self._token = trio.lowlevel.current_trio_token()
+        task_status.started()
+        try:
+            while not self.fenced:
+                with trio.move_on_after(self.check_interval_s):
+                    await self._wakeup.wait()
+                try:
+                    await self.confirm()
+                except FencedError:
+                    break
+                except Tier2Error as e:
+                    log.warning("cannot check tier-2's owner claims (will retry): %s", e)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._handle_fenced()
+
+    async def _handle_fenced(self) -> None:
+        newer = self.fenced_by
+        if self.handled.is_set() or newer is None:
+            return
+        log.error(
+            "fenced: tier-2 %s was claimed by epoch %d (%s); this store (epoch %d) refuses "
+            "appends and writes nothing more there", self._claims.url, newer.epoch,
+            newer.describe(), self.claim.epoch,
+        )
+        try:
+            if self.on_fenced is not None:
+                self.lost_found_bytes += await self.on_fenced(newer)
+        finally:
+            self.handled.set()
+
+    # ------------------------------------------------------------ guarding storages
+    def guarded_storage(self, long_term: LongTermDeletes | None) -> FencedStorage:
+        """The chunk storage the store's parts use: writes refused once fenced, deletes
+        after a fresh check; the long-term store's deletes get the same check."""
+        if long_term is not None:
+            long_term.before_delete = self.check_blocking
+        return FencedStorage(self._storage, self)
+
+
+class FencedStorage(ChunkStorage):
+    """The tier-2 chunk storage as the store's parts see it: writes only while this store
+    is not known to be fenced, deletes only after a fresh claim check, lists chunks
+    without the claims. Every verb a backend adds must be forwarded here, writes and
+    deletes through the fence."""
+
+    def __init__(self, inner: ChunkStorage, fence: OwnerFence) -> None:
+        self.inner = inner
+        self._fence = fence
+        self.supports_append = inner.supports_append
+        self.supports_concat = inner.supports_concat
+        self.supports_native_merge = inner.supports_native_merge
+        self.url = inner.url
+        self.label = inner.label
+
+    def write(self, name: str, offset: int, data: bytes | memoryview) -> None:
+        self._fence.ensure_owner()
+        self.inner.write(name, offset, data)
+
+    def read(self, name: str, start: int, end: int) -> bytes:
+        return self.inner.read(name, start, end)
+
+    def delete(self, name: str) -> None:
+        # The object may be referenced by a newer owner (everything written before it
+        # took over is shared): look at the claims right before deleting.
+        self._fence.check_blocking()
+        self.inner.delete(name)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return [n for n in self.inner.list(prefix) if not n.startswith(CLAIM_PREFIX)]
+
+    def stat(self, name: str) -> int:
+        return self.inner.stat(name)
+
+    def list_objects(self) -> builtins.list[StoredObject]:
+        return [o for o in self.inner.list_objects() if not o.name.startswith(CLAIM_PREFIX)]
+
+    def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
+        self._fence.ensure_owner()
+        return self.inner.merge(name, pieces)
+
+    def chunk_url(self, name: str) -> str:
+        return self.inner.chunk_url(name)

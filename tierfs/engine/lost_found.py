@@ -1,0 +1,154 @@
+"""lost+found: what a fenced store acknowledged but never committed to tier-2.
+
+When another owner takes tier-2 over, the old owner (a zombie still running) may hold
+acknowledged appends that never reached a chunk: durable in its journal, unknown to the
+new owner. ``LostFound.save`` (the fence's ``on_fenced``) writes each segment's
+unflushed range to ``<data_dir>/lost+found/<segment name>.e<epoch>`` with a JSON
+description beside it (``.json``: segment, id, epoch, byte range, CRC32C, the new
+owner). fsck reports every entry, the metric ``tierfs_lost_found_bytes`` counts them,
+and ``tierfs owner`` lists them.
+
+Invariants:
+- Nothing acknowledged is dropped silently: the journal is synced first (appends in
+  flight become durable), then every byte in ``[flushed length, durable length)`` of
+  every segment is saved, read from the tail (memory or CRC-checked journal frames).
+- The data file is fsynced before its description is written (atomically); an entry
+  without a description is incomplete and reported as such.
+- The journal keeps these bytes as well: a fenced store flushes nothing and truncates
+  nothing, so its data dir still replays them.
+- Memory stays bounded: bytes are copied in pieces of at most ``PIECE_BYTES``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+from tierfs.blocks.checksums import crc32c
+from tierfs.contracts.errors import TierFSError
+from tierfs.engine.owner_claims import OwnerClaim
+from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.tail_reader import TailReader
+
+log = logging.getLogger(__name__)
+
+LOST_FOUND_DIR = "lost+found"
+DESCRIPTION_SUFFIX = ".json"
+PIECE_BYTES = 4 << 20  # bytes copied per step: bounded memory whatever the tail holds
+FLUSH_WAIT_S = 10.0  # flushes already past their fence check finish first (bounded)
+
+
+@dataclasses.dataclass(frozen=True)
+class LostFoundEntry:
+    """One saved range (``description`` is None if its description is missing)."""
+
+    path: str  # relative to the data dir
+    size: int
+    description: dict[str, object] | None
+
+
+class SyncsJournal(Protocol):
+    async def sync(self) -> int: ...
+
+
+def entry_path(data_dir: Path, segment_name: str, epoch: int) -> Path:
+    return data_dir / LOST_FOUND_DIR / f"{segment_name}.e{epoch:06d}"
+
+
+def _write_piece(path: Path, offset: int, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.pwrite(fd, data, offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_description(path: Path, description: dict[str, object]) -> None:
+    target = path.with_name(path.name + DESCRIPTION_SUFFIX)
+    temporary = target.with_name(target.name + ".tmp")
+    temporary.write_text(json.dumps(description, indent=1, sort_keys=True) + "\n")
+    with open(temporary, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(temporary, target)
+
+
+def entries(data_dir: Path) -> list[LostFoundEntry]:
+    """Every saved range under ``<data_dir>/lost+found`` (blocking)."""
+    root = data_dir / LOST_FOUND_DIR
+    found = []
+    for dirpath, _, files in os.walk(root):
+        for file in sorted(files):
+            if file.endswith((DESCRIPTION_SUFFIX, ".tmp")):
+                continue
+            path = Path(dirpath) / file
+            description = None
+            try:
+                description = json.loads(path.with_name(file + DESCRIPTION_SUFFIX).read_text())
+            except (FileNotFoundError, ValueError):
+                pass
+            found.append(LostFoundEntry(str(path.relative_to(data_dir)), path.stat().st_size, description))
+    return sorted(found, key=lambda e: e.path)
+
+
+class LostFound:
+    """Saves a fenced store's unflushed acknowledged bytes (see the module docstring)."""
+
+    def __init__(self, data_dir: Path, epoch: int, table: SegmentTable, tail: TailReader,
+                 journal: SyncsJournal) -> None:
+        self._data_dir = data_dir
+        self._epoch = epoch
+        self._table = table
+        self._tail = tail
+        self._journal = journal
+        self.saved_bytes = 0
+
+    async def save(self, newer: OwnerClaim) -> int:
+        """Save every segment's unflushed acknowledged bytes; how many were saved."""
+        saved_before = self.saved_bytes
+        try:
+            await self._journal.sync()  # appends in flight are acknowledged: keep them too
+        except (OSError, TierFSError) as e:
+            log.error("fenced: journal sync failed, saving what is durable: %s", e)
+        with trio.move_on_after(FLUSH_WAIT_S):
+            while any(seg.flushing for seg in self._table.segments()):
+                await trio.sleep(0.01)
+        for seg in self._table.segments():
+            if seg.durable_length > seg.flushed_length and not seg.deleted:
+                try:
+                    await self._save_segment(seg, newer)
+                except (OSError, TierFSError) as e:
+                    log.error("fenced: could not save %r to lost+found (its bytes stay in the "
+                              "journal): %s", seg.name, e)
+        return self.saved_bytes - saved_before
+
+    async def _save_segment(self, seg: SegmentState, newer: OwnerClaim) -> None:
+        start, end = seg.flushed_length, seg.durable_length
+        path = entry_path(self._data_dir, seg.name, self._epoch)
+        whole = 0
+        position = start
+        while position < end:
+            piece_end = min(end, position + PIECE_BYTES)
+            data = await self._tail.tail_bytes(seg, position, piece_end)
+            whole = crc32c(data, whole)
+            await trio.to_thread.run_sync(_write_piece, path, position - start, data)
+            position = piece_end
+        description: dict[str, object] = {
+            "segment": seg.name, "segment_id": seg.segment_id, "epoch": self._epoch,
+            "start_offset": start, "end_offset": end, "bytes": end - start, "crc32c": whole,
+            "fenced_by": dataclasses.asdict(newer),
+            "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        }
+        await trio.to_thread.run_sync(_write_description, path, description)
+        self.saved_bytes += end - start
+        log.error("fenced: %d acknowledged bytes of %r (offsets %d..%d) saved to %s",
+                  end - start, seg.name, start, end, path)
