@@ -47,6 +47,9 @@ ERRNO_BY_CODE: dict[str, int] = {
     "journal_corrupt": errno.EIO,
     "unavailable": errno.ENOTCONN,  # a daemon the call needed is not running
     "internal": errno.EIO,
+    "no_backup": errno.ENOENT,
+    "bad_metadata": errno.EINVAL,
+    "store_not_empty": errno.ENOTEMPTY,
 }
 
 P = ParamSpec("P")

@@ -392,6 +392,10 @@ def execute(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.command in ("mount", "umount"):
             return _mount_commands(args, config)
+        if args.command in ("restore", "metadata"):
+            from tierfs.cli.metadata_commands import run_metadata_command
+
+            return run_metadata_command(args, config)
         return trio.run(_run_store_command, args, config)
     except StoreInUseError as e:
         print(f"tierfs: {e}", file=sys.stderr)

@@ -46,6 +46,9 @@ STATUS_BY_CODE = {
     "backlog_full": 503,
     "closed": 503,
     "in_use": 503,
+    "no_backup": 404,
+    "bad_metadata": 400,
+    "store_not_empty": 409,
 }
 
 

@@ -51,6 +51,7 @@ from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore, now_ns
+from tierfs.engine.metadata_backup import MetadataBackup
 from tierfs.engine.ownership import DataDirLock
 from tierfs.engine.readahead import SegmentReader
 from tierfs.engine.reader import Reader
@@ -164,6 +165,7 @@ class SegmentStore:
             self._policies.truncate_head, self._clock, config.policy_interval_s,
         )
         self._policies.on_change = self.scheduler.wake
+        self.metadata_backup = MetadataBackup.for_store(config, self.epoch)
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -185,6 +187,7 @@ class SegmentStore:
                 log.warning("shutdown: tier-2 flush incomplete (data stays in the journal): %s", e)
         if scope.cancelled_caught:
             log.warning("shutdown: tier-2 flush timed out; unflushed data stays in the journal")
+        await self.metadata_backup.cycle()  # the last flushes' metadata, if tier-2 answers
 
     def _close_files(self) -> None:
         try:
@@ -404,6 +407,7 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
                 await nursery.start(store.writer.run)
                 await nursery.start(store.offloader.run)
                 await nursery.start(store.scheduler.run)
+                await nursery.start(store.metadata_backup.run)
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
                 nursery.start_soon(store.garbage.collect)
