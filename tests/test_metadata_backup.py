@@ -243,7 +243,7 @@ async def test_bad_import_input_is_refused_and_changes_nothing(tmp_path: Path, d
         row["value"] = "AAAA" + row["value"][4:]
         lines[index] = json.dumps(row).encode() + b"\n"
     else:
-        lines = [line for line in lines if not (b'"table": "segments"' in line)]
+        lines = [line for line in lines if b'"table": "segments"' not in line]
         lines[-1] = json.dumps({"end": True, "rows": len(lines) - 3}).encode() + b"\n"
     target = source.data_dir.parent / "target"
     async with open_store(source.replace(data_dir=target)):
@@ -256,15 +256,27 @@ async def test_bad_import_input_is_refused_and_changes_nothing(tmp_path: Path, d
     assert contents == {}
 
 
-async def test_backup_and_restore_on_s3(tmp_path: Path, s3_bucket: tuple[str, dict[str, object]]) -> None:
+async def test_backup_and_restore_on_s3_with_an_offloaded_segment(
+    tmp_path: Path, s3_bucket: tuple[str, dict[str, object]]
+) -> None:
     url, options = s3_bucket
-    config = small_config(tmp_path / "data", tier2_url=url, tier2_options=options)
+    bucket = url.split("/")[2]
+    config = small_config(tmp_path / "data", tier2_url=url, tier2_options=options,
+                          offload_url=f"s3://{bucket}/longterm", offload_options=options,
+                          offload_deletion_lag_s=0.0, policy_interval_s=3600.0)
     payloads = _payloads(4)
     async with open_store(config) as store:
         for name, data in payloads.items():
             await store.create(name, make_parents=True)
-            await store.append(name, data)
+            for start in range(0, len(data), 64 * KiB):
+                await store.append(name, data[start:start + 64 * KiB])
+        await store.seal("logs/a.log")
         await store.flush()
+        await store.offload("logs/a.log")
+        with trio.fail_after(60):
+            while (status := await store.offload_status("logs/a.log"))["state"] == "RUNNING":
+                await trio.sleep(0.05)
+        assert status["state"] == "SUCCESS" and status["offloaded_bytes"] == len(payloads["logs/a.log"])
         flushed_ns = time.time_ns()
         with trio.fail_after(30):
             while _newest_manifest_ns(url, options) <= flushed_ns:
