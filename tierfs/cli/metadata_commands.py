@@ -3,7 +3,7 @@ handled without opening the store as a service.
 
 ``restore`` rebuilds a data dir from the metadata backups on tier-2 (``store.restore``);
 ``metadata export`` writes the metadata as a versioned stream (docs/METADATA_FORMAT.md),
-``metadata import`` loads one into an empty store (``engine.metadata_transfer``).
+``metadata import`` loads one into an empty store (``store.metadata_files``).
 
 Invariants:
 - Errors are not handled here: they reach ``commands.execute``, which turns them into
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import IO
 
 import trio
 
@@ -54,29 +52,25 @@ def _restore(config: StoreConfig) -> int:
 
 
 def _export(config: StoreConfig, file: str) -> int:
-    from tierfs.engine.metadata_transfer import export_metadata
+    from tierfs.store.metadata_files import export_store_metadata
 
-    database = config.data_dir / "metadata.sqlite"
-    if not database.exists():
-        raise FileNotFoundError(f"no metadata at {database}")
     if file == "-":
-        rows = export_metadata(database, sys.stdout.buffer)
+        rows = export_store_metadata(config, sys.stdout.buffer)
         sys.stdout.buffer.flush()
     else:
         with open(file, "wb") as out:
-            rows = export_metadata(database, out)
+            rows = export_store_metadata(config, out)
     print(f"exported {rows} rows", file=sys.stderr)
     return EXIT_OK
 
 
 def _import(config: StoreConfig, file: str) -> int:
-    from tierfs.engine.metadata_transfer import import_metadata
+    from tierfs.store.metadata_files import import_store_metadata
 
-    source: IO[bytes]
     if file == "-":
-        rows = import_metadata(Path(config.data_dir), sys.stdin.buffer)
+        rows = import_store_metadata(config, sys.stdin.buffer)
     else:
         with open(file, "rb") as source:
-            rows = import_metadata(Path(config.data_dir), source)
+            rows = import_store_metadata(config, source)
     print(f"imported {rows} rows into {config.data_dir}", file=sys.stderr)
     return EXIT_OK
