@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 from pathlib import Path
 
@@ -69,31 +70,39 @@ class MetadataBackup:
                 await self.cycle()
                 await trio.sleep(self.interval_s)
         finally:
-            if self._source is not None:
-                self._source.close()
-                self._source = None
+            # not closed here: an abandoned cycle's thread may still use it; CPython
+            # closes it when that thread lets go of it
+            self._source = None
 
-    async def cycle(self) -> bool:
+    async def cycle(self, timeout_s: float = math.inf) -> bool:
         """Back up if the metadata changed; True if a backup was uploaded. Never raises
-        for a tier-2 or disk failure: it is logged and retried next cycle."""
-        async with self._cycle_lock:
-            try:
-                return await trio.to_thread.run_sync(self._cycle_blocking)
-            except (TierFSError, OSError, sqlite3.Error) as e:
-                self.failures += 1
-                log.warning("metadata backup to %s failed (retried in %.1f s): %s",
-                            self.objects.url, self.interval_s, e)
-                return False
+        for a tier-2 or disk failure: it is logged and retried next cycle. After
+        ``timeout_s`` (shutdown), or when cancelled, the cycle's thread is abandoned:
+        it finishes or fails on its own, touching only its connection and tier-2."""
+        with trio.move_on_after(timeout_s):
+            async with self._cycle_lock:
+                try:
+                    return await trio.to_thread.run_sync(self._cycle_blocking, abandon_on_cancel=True)
+                except (TierFSError, OSError, sqlite3.Error) as e:
+                    self.failures += 1
+                    log.warning("metadata backup to %s failed (retried in %.1f s): %s",
+                                self.objects.url, self.interval_s, e)
+                    return False
+        self.failures += 1
+        log.warning("metadata backup to %s did not finish within %.0f s; left behind",
+                    self.objects.url, timeout_s)
+        return False
 
     def _cycle_blocking(self) -> bool:
         if self._source is None:
             self._source = sqlite3.connect(self.database, check_same_thread=False)
-        version = int(self._source.execute("PRAGMA data_version").fetchone()[0])
+        source = self._source
+        version = int(source.execute("PRAGMA data_version").fetchone()[0])
         if version == self._backed_up_version:
             return False
         snapshot = self.database.parent / SNAPSHOT_FILE
         try:
-            write_snapshot(self._source, snapshot)
+            write_snapshot(source, snapshot)
             size_bytes, crc = file_crc32c(snapshot)
             self._seq += 1
             manifest = BackupManifest(self.epoch, self._seq, size_bytes, crc, now_ns())
