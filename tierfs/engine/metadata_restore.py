@@ -80,15 +80,15 @@ def _refuse_live_metadata(path: Path) -> None:
     if not path.exists():
         return
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(path)  # only reads; the data-dir lock keeps daemons out
         try:
             used = db.execute(
                 "SELECT (SELECT count(*) FROM segments) + (SELECT count(*) FROM directories)"
             ).fetchone()[0]
         finally:
             db.close()
-    except sqlite3.Error:
-        return  # damaged or not a database: restore replaces it (it is kept aside)
+    except sqlite3.DatabaseError:
+        return  # damaged, or not tierfs metadata: restore replaces it (it is kept aside)
     if used:
         raise StoreNotEmptyError(
             f"{path} is readable and names {used} segments and directories; "
