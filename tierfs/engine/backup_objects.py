@@ -108,6 +108,7 @@ class BackupObjects:
 
     def names(self) -> list[str]:
         """Backup object names (no prefix) in order, oldest first; others are ignored."""
+        self.fs.invalidate_cache(self.folder)  # another process may have written since
         try:
             found = self._call("list", self.fs.find, self.folder)
         except FileNotFoundError:
@@ -161,6 +162,7 @@ class BackupObjects:
         """Every object name outside the reserved ``_`` folders (restore only: it lists
         all of tier-2 once to find the highest epoch that ever wrote a chunk)."""
         root = self.folder.rsplit("/", 1)[0]
+        self.fs.invalidate_cache(root)
         try:
             found = self._call("list", self.fs.find, root)
         except FileNotFoundError:
