@@ -287,3 +287,12 @@ async def test_backup_and_restore_on_s3_with_an_offloaded_segment(
     assert report.epoch > old_epoch and not report.fsck.problems
     contents, _, problems = await _read_all(fresh, list(payloads))
     assert contents == payloads and not problems
+
+
+async def test_clean_shutdown_backs_up_the_last_flushes(tmp_path: Path) -> None:
+    tier2 = str(tmp_path / "tier2")
+    # an interval far longer than the test: only the start-up and shutdown cycles run
+    config = small_config(tmp_path / "data", tier2_url=tier2, flush_interval_s=3600.0)
+    await _write_and_flush(config, {"late": b"flushed just before closing"})
+    restored = restore_metadata(tmp_path / "new", tier2)
+    assert restored.segments == 1

@@ -4,8 +4,8 @@ Every ``interval_s`` (the store's flush interval) a cycle asks SQLite whether th
 metadata changed since the last backup (``PRAGMA data_version`` on a connection of
 its own); if so it copies a consistent snapshot with SQLite's online backup API into a
 temporary file in the data dir, uploads it under a new name, then its manifest
-(``backup_objects``), and prunes old backups. The store runs one more cycle on clean
-shutdown, after the last flush.
+(``backup_objects``), and prunes old backups. When the store cancels the task, after
+its last flush, it runs one more cycle (bounded in time).
 
 Invariants:
 - A snapshot is crash-consistent: the backup API reads one committed state (a WAL read
@@ -38,6 +38,7 @@ SNAPSHOT_FILE = "metadata.backup.tmp"  # in the data dir, replaced by every cycl
 # Backups follow the flush interval but run at most this often: with the tests' 50 ms
 # flush interval every flush would otherwise upload a whole database.
 MIN_INTERVAL_S = 0.25
+SHUTDOWN_CYCLE_S = 10.0  # a clean shutdown waits this long at most for its last backup
 
 
 class MetadataBackup:
@@ -70,6 +71,10 @@ class MetadataBackup:
                 await self.cycle()
                 await trio.sleep(self.interval_s)
         finally:
+            # The store cancels this task after its last flush (clean shutdown): one
+            # more cycle then covers those flushes, if tier-2 answers in time.
+            with trio.CancelScope(shield=True):
+                await self.cycle(timeout_s=SHUTDOWN_CYCLE_S)
             # not closed here: an abandoned cycle's thread may still use it; CPython
             # closes it when that thread lets go of it
             self._source = None

@@ -187,7 +187,6 @@ class SegmentStore:
                 log.warning("shutdown: tier-2 flush incomplete (data stays in the journal): %s", e)
         if scope.cancelled_caught:
             log.warning("shutdown: tier-2 flush timed out; unflushed data stays in the journal")
-        await self.metadata_backup.cycle(timeout_s=10.0)  # the last flushes' metadata, if tier-2 answers
 
     def _close_files(self) -> None:
         try:
