@@ -77,6 +77,7 @@ def test_restore_after_kill_9_and_losing_the_data_dir(tmp_path: Path) -> None:
             flushed_ns = time.time_ns()
             _wait_for_backup_after(flushed_ns, tier2)
             old_epoch = BackupObjects(tier2).manifests()[0].epoch
+            assert daemon.metrics()["tierfs_metadata_backups_total"] >= 1
         finally:
             client.close()
     finally:
@@ -188,6 +189,7 @@ async def test_a_failing_tier2_never_blocks_appends_and_is_retried(tmp_path: Pat
         with trio.fail_after(5):
             await store.append("a", b"still appending")
         assert not await backup.cycle() and backup.failures > failures
+        assert store.statistics().metadata_backup_failures == backup.failures
         (tier2 / "_metadata").unlink()
         (tmp_path / "aside").rename(tier2 / "_metadata")
         assert await backup.cycle()  # the pending change goes up now

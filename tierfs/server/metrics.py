@@ -45,6 +45,8 @@ class StoreCollector:
             "tierfs_offload_failures": ("failed offload jobs", stats.offload_failures),
             "tierfs_hot_copies_deleted": ("chunk-store copies deleted after offload", stats.hot_copies_deleted),
             "tierfs_retention_deleted_bytes": ("bytes deleted by retention", stats.retention_deleted_bytes),
+            "tierfs_metadata_backups": ("metadata backups uploaded to tier-2", stats.metadata_backups),
+            "tierfs_metadata_backup_failures": ("failed metadata backup cycles", stats.metadata_backup_failures),
         }
         gauges: dict[str, tuple[str, float]] = {
             "tierfs_segments": ("segments", stats.segments),

@@ -388,7 +388,7 @@ class SegmentStore:
     def statistics(self) -> StoreStatistics:
         return collect_statistics(
             self.epoch, self.table, self.journal, self._appender, self.writer, self.offloader,
-            self.scheduler, self.tail_budget, self.block_cache, self._recovery,
+            self.scheduler, self.tail_budget, self.block_cache, self._recovery, self.metadata_backup,
         )
 
 
