@@ -298,3 +298,15 @@ async def test_clean_shutdown_backs_up_the_last_flushes(tmp_path: Path) -> None:
     await _write_and_flush(config, {"late": b"flushed just before closing"})
     restored = restore_metadata(tmp_path / "new", tier2)
     assert restored.segments == 1
+
+
+async def test_short_lived_stores_back_up_without_overlapping_cycles(tmp_path: Path) -> None:
+    """A store closed while its first cycle runs: the shutdown cycle waits for it (two
+    cycles sharing the connection and snapshot file failed with 'disk I/O error')."""
+    tier2 = str(tmp_path / "tier2")
+    config = small_config(tmp_path / "data", tier2_url=tier2)
+    for i in range(8):
+        async with open_store(config) as store:
+            await store.create(f"s{i}")
+        assert store.metadata_backup.failures == 0
+    assert restore_metadata(tmp_path / "new", tier2).segments == 8

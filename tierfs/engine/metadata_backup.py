@@ -81,13 +81,18 @@ class MetadataBackup:
 
     async def cycle(self, timeout_s: float = math.inf) -> bool:
         """Back up if the metadata changed; True if a backup was uploaded. Never raises
-        for a tier-2 or disk failure: it is logged and retried next cycle. After
-        ``timeout_s`` (shutdown), or when cancelled, the cycle's thread is abandoned:
-        it finishes or fails on its own, touching only its connection and tier-2."""
+        for a tier-2 or disk failure: it is logged and retried next cycle.
+
+        Cancelling a cycle waits for its thread, so two cycles never share the
+        connection or the snapshot file. Only a cycle with a ``timeout_s`` (the last one,
+        at shutdown, when nothing follows it) leaves its thread behind when time is up,
+        to finish or fail on its own."""
         with trio.move_on_after(timeout_s):
             async with self._cycle_lock:
                 try:
-                    return await trio.to_thread.run_sync(self._cycle_blocking, abandon_on_cancel=True)
+                    return await trio.to_thread.run_sync(
+                        self._cycle_blocking, abandon_on_cancel=timeout_s != math.inf
+                    )
                 except (TierFSError, OSError, sqlite3.Error) as e:
                     self.failures += 1
                     log.warning("metadata backup to %s failed (retried in %.1f s): %s",
