@@ -51,6 +51,9 @@ ERRNO_BY_CODE: dict[str, int] = {
     "internal": errno.EIO,
     "owned_elsewhere": errno.EBUSY,
     "fenced": errno.EROFS,  # another owner took tier-2 over: nothing more is written here
+    "no_backup": errno.ENOENT,
+    "bad_metadata": errno.EINVAL,
+    "store_not_empty": errno.ENOTEMPTY,
 }
 
 P = ParamSpec("P")

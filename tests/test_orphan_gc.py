@@ -195,11 +195,11 @@ def s3_urls(s3_bucket: tuple[str, dict[str, Any]]) -> dict[str, str]:
 
 
 def _s3_keys(urls: dict[str, str], prefix: str) -> list[str]:
-    """Keys under ``prefix``, without the owner claims (``_owner/``), which gc never touches."""
+    """Keys under ``prefix``, without the owner claims and metadata backups, which gc never touches."""
     s3 = boto3.client("s3", endpoint_url=urls["endpoint"], region_name="us-east-1")
     listed = s3.list_objects_v2(Bucket=urls["bucket"], Prefix=prefix + "/")
     keys = (o["Key"][len(prefix) + 1 :] for o in listed.get("Contents", []))
-    return sorted(k for k in keys if not k.startswith("_owner/"))
+    return sorted(k for k in keys if not k.startswith(("_owner/", "_metadata/")))
 
 
 async def test_s3_orphans_of_a_crashed_flush_and_of_an_offload_that_lost_its_chunk(

@@ -30,8 +30,11 @@ async def test_flush_to_s3_and_read_back_after_restart(tmp_path: Path, s3_bucket
         assert (await store.stat("logs/s3")).flushed_length == len(expected)
     bucket = url.split("/")[2]
     client = boto3.client("s3", endpoint_url=options["endpoint_url"], region_name="us-east-1")
-    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
-    keys = [k for k in keys if "/_owner/" not in k]  # the owner claim (engine/owner_claims.py)
+    def chunk_keys() -> list[str]:  # not the owner claims (_owner/) nor the metadata backups (_metadata/)
+        listed = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+        return [o["Key"] for o in listed if "/_metadata/" not in o["Key"] and "/_owner/" not in o["Key"]]
+
+    keys = chunk_keys()
     assert len(keys) == len(layout)
     assert all("logs" not in key for key in keys), "object keys must come from ids, not names"
     async with open_store(config) as store:
@@ -39,5 +42,4 @@ async def test_flush_to_s3_and_read_back_after_restart(tmp_path: Path, s3_bucket
         assert await store.read("logs/s3", 5000, 7000) == bytes(expected[5000:12000])
         await store.delete("logs/s3")
         await store.garbage.collect()
-    left = client.list_objects_v2(Bucket=bucket).get("Contents", [])
-    assert [o["Key"] for o in left if "/_owner/" not in o["Key"]] == []  # only the owner claims stay
+    assert chunk_keys() == []  # only the owner claims and metadata backups stay

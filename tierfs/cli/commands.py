@@ -375,6 +375,10 @@ def execute(args: argparse.Namespace) -> int:
             return _mount_commands(args, config)
         if args.command in OWNERSHIP_COMMANDS:
             return OWNERSHIP_COMMANDS[args.command](args, config)
+        if args.command in ("restore", "metadata"):
+            from tierfs.cli.metadata_commands import run_metadata_command
+
+            return run_metadata_command(args, config)
         return trio.run(_run_store_command, args, config)
     except StoreInUseError as e:
         print(f"tierfs: {e}", file=sys.stderr)

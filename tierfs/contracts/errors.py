@@ -284,6 +284,26 @@ class FencedError(Tier2Error):
         self.epoch, self.new_epoch, self.new_owner = own_epoch, new_epoch, new_owner
 
 
+class NoMetadataBackupError(TierFSError):
+    """``restore``: tier-2 holds no complete, intact metadata backup under ``_metadata/``."""
+
+    code = "no_backup"
+
+
+class MetadataFormatError(TierFSError, ValueError):
+    """``metadata import``: the input is not a tierfs metadata export this tierfs reads
+    (wrong header, unknown version, a bad or truncated record); nothing was changed."""
+
+    code = "bad_metadata"
+
+
+class StoreNotEmptyError(TierFSError):
+    """``metadata import`` / ``restore``: the target store already holds segments or
+    directories; nothing was changed."""
+
+    code = "store_not_empty"
+
+
 class ConcurrentModificationError(TierFSError):
     """A conditional metadata update found the record changed underneath it."""
 

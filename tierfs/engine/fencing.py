@@ -84,6 +84,15 @@ class OwnerFence:
             raise FencedError(self.claim.epoch, newer.epoch, newer.describe())
 
     # ------------------------------------------------------------ checking
+    def still_owner(self) -> bool:
+        """A fresh look at tier-2's claims (blocking, any thread): False once a newer
+        owner holds tier-2. Tier-2 errors propagate."""
+        try:
+            self.check_blocking()
+        except FencedError:
+            return False
+        return True
+
     def check_blocking(self) -> None:
         """Look at tier-2's claims now (blocking, any thread); ``FencedError`` if a
         newer owner holds tier-2. Tier-2 errors propagate (they never fence)."""
@@ -154,10 +163,13 @@ class OwnerFence:
         return FencedStorage(self._storage, self)
 
 
+RESERVED_PREFIX = "_"  # chunk names start with "s" (object_keys.chunk_name)
+
+
 class FencedStorage(ChunkStorage):
     """The tier-2 chunk storage as the store's parts see it: writes only while this store
     is not known to be fenced, deletes only after a fresh claim check, lists chunks
-    without the claims. Every verb a backend adds must be forwarded here, writes and
+    without the claims and backups. Every verb a backend adds must be forwarded here, writes and
     deletes through the fence."""
 
     def __init__(self, inner: ChunkStorage, fence: OwnerFence) -> None:
@@ -183,7 +195,8 @@ class FencedStorage(ChunkStorage):
         self.inner.delete(name)
 
     def list(self, prefix: str = "") -> list[str]:
-        return [n for n in self.inner.list(prefix) if not n.startswith(CLAIM_PREFIX)]
+        # the reserved names beside the chunks: owner claims (_owner/), metadata backups (_metadata/)
+        return [n for n in self.inner.list(prefix) if not n.startswith(RESERVED_PREFIX)]
 
     def stat(self, name: str) -> int:
         return self.inner.stat(name)

@@ -47,6 +47,8 @@ class StoreCollector:
             "tierfs_retention_deleted_bytes": ("bytes deleted by retention", stats.retention_deleted_bytes),
             "tierfs_lost_found_bytes": ("acknowledged bytes saved to lost+found once fenced",
                                         self._store.fence.lost_found_bytes),
+            "tierfs_metadata_backups": ("metadata backups uploaded to tier-2", stats.metadata_backups),
+            "tierfs_metadata_backup_failures": ("failed metadata backup cycles", stats.metadata_backup_failures),
         }
         gauges: dict[str, tuple[str, float]] = {
             "tierfs_segments": ("segments", stats.segments),

@@ -49,6 +49,9 @@ STATUS_BY_CODE = {
     "in_use": 503,
     "owned_elsewhere": 423,  # another owner claimed tier-2 (Locked)
     "fenced": 423,  # this store lost tier-2 to a newer owner (Locked)
+    "no_backup": 404,
+    "bad_metadata": 400,
+    "store_not_empty": 409,
 }
 
 

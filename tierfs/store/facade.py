@@ -43,40 +43,25 @@ from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.policy import Policy
 from tierfs.engine.appender import Appender
-from tierfs.engine.block_source import BlockSource
 from tierfs.engine.blockcache import BlockCache
-from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import WallClock, monotonic_s
-from tierfs.engine.defrag import Defragmenter
-from tierfs.engine.fencing import OwnerFence
-from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
-from tierfs.engine.lost_found import LostFound
 from tierfs.engine.metadata import MetadataStore, now_ns
-from tierfs.engine.orphans import OrphanSweeper
 from tierfs.engine.ownership import DataDirLock
 from tierfs.engine.readahead import SegmentReader
-from tierfs.engine.reader import Reader
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.recovery import RecoveryReport
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
-from tierfs.engine.storage_writer import StorageWriter
 from tierfs.engine.tail import TailBudget
-from tierfs.engine.tail_reader import TailReader
 from tierfs.offload.longterm import LongTermStore
-from tierfs.offload.offloader import Offloader
-from tierfs.offload.reads import LongTermReads
-from tierfs.offload.scheduler import PolicyScheduler
 from tierfs.store import listing
-from tierfs.store.concat import Concatenator
 from tierfs.store.fsck import fsck
-from tierfs.store.namespace import Namespace
-from tierfs.store.opening import open_data_dir
-from tierfs.store.policies import PolicyBook
+from tierfs.store.opening import OpenedDataDir, open_data_dir
 from tierfs.store.statistics import StoreStatistics, collect_statistics
+from tierfs.store.wiring import Shared, build_parts
 
 log = logging.getLogger(__name__)
 
@@ -107,20 +92,10 @@ class SegmentStore:
         self.growth_listeners = self.growth.listeners
         self._appender = Appender(config, self.tail_budget, self.growth)
         self._recovery: RecoveryReport | None = None
-        self.long_term_reads: LongTermReads | None = None
-        # built once the data dir is open (they need the epoch, the journal, metadata)
+        # the parts are built once the data dir is open (they need the epoch, the journal,
+        # metadata): ``_wire``
         self.metadata: MetadataStore
         self.journal: Journal
-        self.catalogue: ChunkCatalogue
-        self.garbage: GarbageCollector
-        self.writer: StorageWriter
-        self.reader: Reader
-        self.offloader: Offloader
-        self.scheduler: PolicyScheduler
-        self._blocks: BlockSource
-        self._namespace: Namespace
-        self._concat: Concatenator
-        self._policies: PolicyBook
 
     # ------------------------------------------------------------------ lifecycle
     async def _start(self) -> None:
@@ -134,50 +109,20 @@ class SegmentStore:
             )
             self.metadata, self.epoch, self.journal = opened.metadata, opened.epoch, opened.journal
             self._recovery, self.claim = opened.recovery, opened.claim
-            self._wire(opened.chunk_storage)
+            self._wire(opened)
         except BaseException:
             self._lock.release()
             raise
 
-    def _wire(self, chunk_storage: ChunkStorage) -> None:
-        """Build the parts; each gets the narrow objects it needs, never ``self``."""
-        config, table, limiter = self.config, self.table, self.tier2_limiter
-        self.fence = OwnerFence(self.claim, chunk_storage, limiter, config)
-        chunk_storage = self.fence.guarded_storage(self.long_term)  # checks writes and deletes
-        self.catalogue = catalogue = ChunkCatalogue(self.metadata)
-        self.garbage = GarbageCollector(catalogue, chunk_storage, limiter, self.long_term)
-        tail = TailReader(self.journal)
-        self.writer = StorageWriter(
-            config, self.epoch, chunk_storage, limiter, catalogue, tail, self.tail_budget,
-            self.journal, self.garbage, self.fence,
-        )
-        self._appender.attach(self.journal, self.writer)
-        for seg in table.segments():
-            if seg.appended_length > seg.flushed_length:
-                self.writer.appended(seg, seg.appended_length - seg.flushed_length)
-        long_term_reads = LongTermReads(self.long_term, limiter) if self.long_term else None
-        self._blocks = BlockSource(BlockCache(config.block_cache_bytes), chunk_storage, limiter, long_term_reads)
-        self.long_term_reads = long_term_reads
-        self.reader = Reader(catalogue, self._blocks, tail)
-        self.fence.on_fenced = LostFound(config.data_dir, self.epoch, table, tail, self.journal).save
-        flush_one = self.writer.sync_and_flush_one
-        self.offloader = Offloader(
-            config, self.long_term, chunk_storage, limiter, catalogue, table.segment_by_id,
-            flush_one, self._clock,
-        )
-        long_term_objects = self.long_term.storage if self.long_term else None
-        self.orphans = OrphanSweeper(config, self.epoch, catalogue, chunk_storage, long_term_objects,
-                                     self.offloader.uploading, limiter, self._clock)
-        self._namespace = Namespace(config, table, catalogue, self.writer, self.tail_budget, self.garbage)
-        self._concat = Concatenator(table, catalogue, self.offloader, flush_one, self.growth.notify)
-        self._policies = PolicyBook(table, catalogue, self.garbage)
-        self.scheduler = PolicyScheduler(
-            self.offloader, catalogue, self._policies.segments_with_policy,
-            self._policies.truncate_head, self._clock, config.policy_interval_s,
-        )
-        self._policies.on_change = self.scheduler.wake
-        self.defragmenter = Defragmenter(
-            config, self.epoch, chunk_storage, limiter, catalogue, self.garbage, self.writer.wake, table.segments)
+    def _wire(self, opened: OpenedDataDir) -> None:
+        """Build the parts (``wiring``); each gets the narrow objects it needs, never ``self``."""
+        shared = Shared(self.config, self.table, self.tail_budget, self._appender, self.growth, self.long_term,
+                        self._clock, self.tier2_limiter)
+        p = self._parts = build_parts(shared, opened)
+        self.fence, self.catalogue, self.garbage, self.writer = p.fence, p.catalogue, p.garbage, p.writer
+        self.reader, self.offloader, self.scheduler = p.reader, p.offloader, p.scheduler
+        self.long_term_reads, self.orphans, self.defragmenter = p.long_term_reads, p.orphans, p.defragmenter
+        self.metadata_backup = p.metadata_backup
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -211,20 +156,20 @@ class SegmentStore:
     # cache on an open store; every part that holds them sees the new one.
     @property
     def chunk_storage(self) -> ChunkStorage:
-        return self._blocks.chunk_storage
+        return self._parts.blocks.chunk_storage
 
     @chunk_storage.setter
     def chunk_storage(self, storage: ChunkStorage) -> None:
-        for part in (self._blocks, self.writer, self.offloader, self.garbage, self.orphans, self.defragmenter):
+        for part in self._parts.chunk_storage_holders():
             part.chunk_storage = storage
 
     @property
     def block_cache(self) -> BlockCache:
-        return self._blocks.cache
+        return self._parts.blocks.cache
 
     @block_cache.setter
     def block_cache(self, cache: BlockCache) -> None:
-        self._blocks.cache = cache
+        self._parts.blocks.cache = cache
 
     def _segment(self, name: str) -> SegmentState:
         return self.table.segment(name)
@@ -238,21 +183,21 @@ class SegmentStore:
     ) -> SegmentInfo:
         """Create an empty segment. Its parent directory must exist unless
         ``make_parents``; ``durability`` is 'pd' or 'vd' (default: the store's)."""
-        return await self._namespace.create(name, durability=durability, make_parents=make_parents)
+        return await self._parts.namespace.create(name, durability=durability, make_parents=make_parents)
 
     async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
-        await self._namespace.mkdir(name, parents=parents, exist_ok=exist_ok)
+        await self._parts.namespace.mkdir(name, parents=parents, exist_ok=exist_ok)
 
     async def rmdir(self, name: str) -> None:
-        await self._namespace.rmdir(name)
+        await self._parts.namespace.rmdir(name)
 
     async def delete(self, name: str) -> None:
         """Delete a segment; its chunks are garbage-collected in the background."""
-        await self._namespace.delete(name)
+        await self._parts.namespace.delete(name)
 
     async def rename(self, old: str, new: str) -> None:
         """Rename a segment or a directory (with everything below it); metadata only."""
-        await self._namespace.rename(old, new)
+        await self._parts.namespace.rename(old, new)
 
     async def concat(
         self, target: str, sources: str | list[str], *, writer: str = "", writer_seq: int | None = None
@@ -260,7 +205,7 @@ class SegmentStore:
         """Append the sealed segment(s) ``sources``, in order, to the end of ``target``
         and remove them: metadata only, one metadata transaction (see ``concat``).
         With ``writer``/``writer_seq`` a replayed commit raises ``AlreadyCommittedError``."""
-        return await self._concat.concat(target, sources, writer=writer, writer_seq=writer_seq)
+        return await self._parts.concat.concat(target, sources, writer=writer, writer_seq=writer_seq)
 
     # ------------------------------------------------------------------ data
     async def append(
@@ -364,17 +309,17 @@ class SegmentStore:
         return self.offloader.status(seg)
 
     def effective_policy(self, name: str) -> Policy:
-        return self._policies.effective_policy(name)
+        return self._parts.policies.effective_policy(name)
 
     async def set_policy(self, name: str, assignments: dict[str, int | None]) -> dict[str, Any]:
         """Set (or, with None, unset) policy keys on a directory ('' is the root)."""
-        return await self._policies.set_policy(name, assignments)
+        return await self._parts.policies.set_policy(name, assignments)
 
     async def get_policy(self, name: str) -> dict[str, Any]:
         """The keys set on ``name`` itself, and the effective value of each key with the
         directory it comes from."""
         await trio.lowlevel.checkpoint()
-        return self._policies.get_policy(name)
+        return self._parts.policies.get_policy(name)
 
     async def defrag(self, name: str) -> dict[str, Any]:
         """Merge the segment's runs of small adjacent chunks (``engine/defrag.py``)."""
@@ -408,7 +353,7 @@ class SegmentStore:
     def statistics(self) -> StoreStatistics:
         return collect_statistics(
             self.epoch, self.table, self.journal, self._appender, self.writer, self.offloader,
-            self.scheduler, self.tail_budget, self.block_cache, self._recovery,
+            self.scheduler, self.tail_budget, self.block_cache, self._recovery, self.metadata_backup,
         )
 
 
@@ -423,12 +368,8 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
         with single_error():
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.journal.run)
-                await nursery.start(store.writer.run)
-                await nursery.start(store.offloader.run)
-                await nursery.start(store.scheduler.run)
-                await nursery.start(store.orphans.run)
-                await nursery.start(store.defragmenter.run)
-                await nursery.start(store.fence.run)
+                for task in store._parts.background_tasks():
+                    await nursery.start(task)
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
                 nursery.start_soon(store.garbage.collect)

@@ -12,6 +12,7 @@ import dataclasses
 from tierfs.engine.appender import Appender
 from tierfs.engine.blockcache import BlockCache, CacheStatistics
 from tierfs.engine.journal import Journal
+from tierfs.engine.metadata_backup import MetadataBackup
 from tierfs.engine.recovery import RecoveryReport
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.storage_writer import StorageWriter
@@ -43,6 +44,8 @@ class StoreStatistics:
     offload_oldest_waiting_s: float  # age of the oldest chunk a policy wants offloaded
     hot_copies_deleted: int
     retention_deleted_bytes: int
+    metadata_backups: int  # metadata snapshots uploaded to tier-2 by this owner
+    metadata_backup_failures: int  # failed backup cycles (each retried next interval)
     cache: CacheStatistics
     recovery: RecoveryReport | None
 
@@ -58,6 +61,7 @@ def collect_statistics(
     tail_budget: TailBudget,
     cache: BlockCache,
     recovery: RecoveryReport | None,
+    metadata_backup: MetadataBackup,
 ) -> StoreStatistics:
     return StoreStatistics(
         epoch=epoch,
@@ -81,6 +85,8 @@ def collect_statistics(
         offload_oldest_waiting_s=scheduler.oldest_waiting_s,
         hot_copies_deleted=offloader.hot_copies_deleted,
         retention_deleted_bytes=scheduler.retention_deleted_bytes,
+        metadata_backups=metadata_backup.backups_taken,
+        metadata_backup_failures=metadata_backup.failures,
         cache=cache.statistics(),
         recovery=recovery,
     )

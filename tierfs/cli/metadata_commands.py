@@ -1,0 +1,76 @@
+"""``tierfs restore`` and ``tierfs metadata export|import``: the data dir's metadata,
+handled without opening the store as a service.
+
+``restore`` rebuilds a data dir from the metadata backups on tier-2 (``store.restore``);
+``metadata export`` writes the metadata as a versioned stream (docs/METADATA_FORMAT.md),
+``metadata import`` loads one into an empty store (``store.metadata_files``).
+
+Invariants:
+- Errors are not handled here: they reach ``commands.execute``, which turns them into
+  messages and exit codes in one place.
+- ``import`` and ``restore`` take the data-dir lock, so they never run under a daemon;
+  ``export`` reads one consistent state and may run while a daemon serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import trio
+
+from tierfs.contracts.config import StoreConfig
+
+EXIT_OK, EXIT_DAMAGED = 0, 3  # as in commands.py
+
+
+def run_metadata_command(args: argparse.Namespace, config: StoreConfig) -> int:
+    if args.command == "restore":
+        return _restore(config)
+    if args.action == "export":
+        return _export(config, args.file)
+    return _import(config, args.file)
+
+
+def _restore(config: StoreConfig) -> int:
+    from tierfs.store.restore import restore_store
+
+    report = trio.run(restore_store, config)
+    manifest = report.manifest
+    print(f"restored {report.segments} segments into {config.data_dir} from backup "
+          f"{manifest.stem} of {config.tier2_url}")
+    for name in report.set_aside:
+        print(f"kept the old {name.split('.before-restore-')[0]} as {config.data_dir / name}")
+    print(f"this data dir now owns {config.tier2_url} as epoch {report.epoch}; "
+          f"always open it with --tier2 {config.tier2_url}")
+    fsck = report.fsck
+    for problem in fsck.problems:
+        print(f"DAMAGED {problem}")
+    print(f"fsck: checked {fsck.segments} segments, {fsck.chunks} chunks, {fsck.bytes_checked} bytes: "
+          + ("OK" if not fsck.problems else f"{len(fsck.problems)} problems"))
+    return EXIT_DAMAGED if fsck.problems else EXIT_OK
+
+
+def _export(config: StoreConfig, file: str) -> int:
+    from tierfs.store.metadata_files import export_store_metadata
+
+    if file == "-":
+        rows = export_store_metadata(config, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    else:
+        with open(file, "wb") as out:
+            rows = export_store_metadata(config, out)
+    print(f"exported {rows} rows", file=sys.stderr)
+    return EXIT_OK
+
+
+def _import(config: StoreConfig, file: str) -> int:
+    from tierfs.store.metadata_files import import_store_metadata
+
+    if file == "-":
+        rows = import_store_metadata(config, sys.stdin.buffer)
+    else:
+        with open(file, "rb") as source:
+            rows = import_store_metadata(config, source)
+    print(f"imported {rows} rows into {config.data_dir}", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,171 @@
+"""The metadata backups' objects on tier-2, under the reserved prefix ``_metadata/``.
+
+One backup is two objects named by the owner's epoch and a sequence number:
+``_metadata/e<epoch>-b<seq>.sqlite`` (a SQLite snapshot of ``metadata.sqlite``) and,
+written only after the snapshot is complete, ``_metadata/e<epoch>-b<seq>.json`` (its
+manifest: format, version, size and CRC32C of the snapshot, the store's epoch, when it
+was taken). Zero-padded numbers make the newest backup the last name in order.
+
+Invariants:
+- Every object gets a new name and is never overwritten, so a crash or a failed upload
+  can leave an incomplete newest backup but never damage an older one; a reader takes
+  the newest manifest whose snapshot matches its size and CRC32C.
+- ``_metadata/`` is outside the chunk namespace (``s<id>/...``) and the owner claims
+  (``_owner/``): nothing here is ever taken for a chunk, and no chunk name is ever here.
+- Snapshots are streamed between a local file and tier-2 (``put_file``/``get_file``):
+  memory does not grow with the size of the metadata.
+- Methods block; the caller runs them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tierfs.blocks.checksums import crc32c
+from tierfs.blocks.filesystems import open_filesystem
+from tierfs.contracts.errors import Tier2Error
+
+BACKUP_PREFIX = "_metadata"
+MANIFEST_FORMAT = "tierfs-metadata-backup"
+MANIFEST_VERSION = 1
+# backups kept on tier-2: the newest plus two older ones in case the newest is damaged
+KEEP_BACKUPS = 3
+FILE_PIECE_BYTES = 1 << 20  # snapshots are checksummed in pieces of this size
+_BACKUP_NAME = re.compile(r"^e(\d{12})-b(\d{12})\.(sqlite|json)$")
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class BackupManifest:
+    """What a manifest object says about its snapshot (ordered oldest first)."""
+
+    epoch: int
+    seq: int
+    size_bytes: int
+    crc32c: int
+    created_ns: int
+
+    @property
+    def stem(self) -> str:
+        return backup_stem(self.epoch, self.seq)
+
+    def to_json(self) -> bytes:
+        body = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
+                **dataclasses.asdict(self), "snapshot": f"{self.stem}.sqlite"}
+        return json.dumps(body, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BackupManifest:
+        """The manifest in ``data``; ``ValueError`` if it is not one this tierfs reads."""
+        body = json.loads(data)
+        if body.get("format") != MANIFEST_FORMAT or body.get("version") != MANIFEST_VERSION:
+            raise ValueError(f"not a {MANIFEST_FORMAT} version {MANIFEST_VERSION} manifest")
+        return cls(**{f.name: int(body[f.name]) for f in dataclasses.fields(cls)})
+
+
+def backup_stem(epoch: int, seq: int) -> str:
+    return f"e{epoch:012d}-b{seq:012d}"
+
+
+def file_crc32c(path: Path) -> tuple[int, int]:
+    """(size in bytes, CRC32C) of a local file, read in bounded pieces."""
+    size_bytes, value = 0, 0
+    with open(path, "rb") as f:
+        while piece := f.read(FILE_PIECE_BYTES):
+            size_bytes += len(piece)
+            value = crc32c(piece, value)
+    return size_bytes, value
+
+
+class BackupObjects:
+    """The ``_metadata/`` folder of one tier-2 URL (any fsspec URL or a local path)."""
+
+    def __init__(self, tier2_url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.url = tier2_url
+        self.fs, root = open_filesystem(tier2_url, storage_options)
+        self.folder = f"{root.rstrip('/')}/{BACKUP_PREFIX}"
+
+    def _path(self, name: str) -> str:
+        return f"{self.folder}/{name}"
+
+    def _call(self, what: str, call: Any, *args: Any) -> Any:
+        try:
+            return call(*args)
+        except FileNotFoundError:
+            raise
+        except Exception as e:  # any backend failure: the caller retries next cycle
+            raise Tier2Error(f"metadata backup: {what} on {self.url} failed: {type(e).__name__}: {e}") from e
+
+    def upload(self, snapshot: Path, manifest: BackupManifest) -> None:
+        """The snapshot, then its manifest: a manifest never names a missing snapshot."""
+        self._call("mkdir", self.fs.makedirs, self.folder, True)  # a no-op on object stores
+        self._call("upload", self.fs.put_file, str(snapshot), self._path(f"{manifest.stem}.sqlite"))
+        self._call("upload", self.fs.pipe_file, self._path(f"{manifest.stem}.json"), manifest.to_json())
+
+    def names(self) -> list[str]:
+        """Backup object names (no prefix) in order, oldest first; others are ignored."""
+        self.fs.invalidate_cache(self.folder)  # another process may have written since
+        try:
+            found = self._call("list", self.fs.find, self.folder)
+        except FileNotFoundError:
+            return []
+        names = (str(path).rsplit("/", 1)[-1] for path in found)
+        return sorted(name for name in names if _BACKUP_NAME.match(name))
+
+    def manifests(self) -> list[BackupManifest]:
+        """Every readable manifest, newest first (unreadable ones are skipped)."""
+        found = []
+        for name in reversed(self.names()):
+            if name.endswith(".json"):
+                try:
+                    found.append(BackupManifest.from_json(self._call("read", self.fs.cat_file, self._path(name))))
+                except (ValueError, KeyError, TypeError, FileNotFoundError):
+                    continue
+        return found
+
+    def download(self, manifest: BackupManifest, target: Path) -> bool:
+        """Fetch the manifest's snapshot into ``target``; False if it is missing or does
+        not match the manifest's size and CRC32C (``target`` is then removed)."""
+        try:
+            self._call("download", self.fs.get_file, self._path(f"{manifest.stem}.sqlite"), str(target))
+        except FileNotFoundError:
+            return False
+        if file_crc32c(target) == (manifest.size_bytes, manifest.crc32c):
+            return True
+        target.unlink()
+        return False
+
+    def prune(self, keep: int = KEEP_BACKUPS) -> list[str]:
+        """Delete all but the newest ``keep`` backups (manifest first, then snapshot),
+        and snapshots older than those whose manifest never arrived. Returns the names."""
+        names = self.names()
+        stems = sorted({name.rsplit(".", 1)[0] for name in names if name.endswith(".json")})
+        if len(stems) <= keep:
+            oldest_kept = stems[0] if stems else ""
+        else:
+            oldest_kept = stems[-keep]
+        doomed = [n for n in names if n.rsplit(".", 1)[0] < oldest_kept]
+        doomed.sort(key=lambda n: (n.rsplit(".", 1)[0], not n.endswith(".json")))
+        for name in doomed:
+            self._call("delete", self.fs.rm_file, self._path(name))
+        return doomed
+
+    def highest_epoch(self) -> int:
+        """The highest epoch named by any backup object (0 if none)."""
+        return max((int(m.group(1)) for n in self.names() if (m := _BACKUP_NAME.match(n))), default=0)
+
+    def chunk_names(self) -> list[str]:
+        """Every object name outside the reserved ``_`` folders (restore only: it lists
+        all of tier-2 once to find the highest epoch that ever wrote a chunk)."""
+        root = self.folder.rsplit("/", 1)[0]
+        self.fs.invalidate_cache(root)
+        try:
+            found = self._call("list", self.fs.find, root)
+        except FileNotFoundError:
+            return []
+        names = (str(path)[len(root) + 1:] for path in found)
+        return [name for name in names if not name.startswith("_")]

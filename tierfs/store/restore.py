@@ -1,0 +1,63 @@
+"""``tierfs restore``: rebuild a data dir from tier-2 alone, then own that tier-2.
+
+``restore_store`` runs the two steps: ``restore_metadata`` (engine/metadata_restore.py)
+installs the newest intact metadata backup with the highest epoch any owner used, and
+``open_as_new_owner`` opens the store, which begins an epoch above all of them, takes a
+first backup under that epoch and checks every chunk (fsck).
+
+Invariants:
+- Restore is an explicit takeover: the old owner is presumed dead. ``open_as_new_owner``
+  is the one place the restored data dir becomes the owner of tier-2 (the step to route
+  through an ownership claim on tier-2 when there is one).
+- The restored store writes only chunks of its new epoch, so it never overwrites an
+  object any earlier owner wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import trio
+
+from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import InvalidArgumentError
+from tierfs.contracts.fsck_report import FsckReport
+from tierfs.engine.backup_objects import BackupManifest
+from tierfs.engine.metadata_restore import RestoredMetadata, restore_metadata
+from tierfs.store.facade import open_store
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreReport:
+    manifest: BackupManifest  # the backup restored
+    segments: int
+    set_aside: tuple[str, ...]  # old files renamed out of the way in the data dir
+    epoch: int  # the restored store's owner epoch
+    fsck: FsckReport
+
+
+@dataclasses.dataclass(frozen=True)
+class NewOwner:
+    epoch: int
+    fsck: FsckReport
+
+
+async def restore_store(config: StoreConfig) -> RestoreReport:
+    """Rebuild ``config.data_dir`` from the backups in ``config.tier2_url``."""
+    if not config.tier2_url:
+        raise InvalidArgumentError("restore needs the tier-2 URL to restore from (--tier2 URL)")
+    restored: RestoredMetadata = await trio.to_thread.run_sync(
+        restore_metadata, config.data_dir, config.chunk_store_url, config.chunk_store_options
+    )
+    owner = await open_as_new_owner(config)
+    return RestoreReport(restored.manifest, restored.segments, restored.set_aside, owner.epoch, owner.fsck)
+
+
+async def open_as_new_owner(config: StoreConfig) -> NewOwner:
+    """Open the restored data dir as the new owner of its tier-2: a takeover (the old
+    owner is presumed dead; if it is not, it is fenced), so a new epoch above every
+    claim and every epoch in the backup, a first backup under it, and fsck of every
+    chunk."""
+    async with open_store(dataclasses.replace(config, takeover=True)) as store:
+        await store.metadata_backup.cycle()
+        return NewOwner(store.epoch, await store.fsck())
