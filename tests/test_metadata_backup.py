@@ -282,6 +282,9 @@ async def test_backup_and_restore_on_s3_with_an_offloaded_segment(
                 await trio.sleep(0.05)
         assert status["state"] == "SUCCESS" and status["offloaded_bytes"] == len(payloads["logs/a.log"])
         flushed_ns = time.time_ns()
+        # a change after that moment: the first backup newer than it covers the offload
+        # (the offload's own commit may have been backed up already, before flushed_ns)
+        await store.mkdir("after-the-offload")
         with trio.fail_after(30):
             while _newest_manifest_ns(url, options) <= flushed_ns:
                 await trio.sleep(0.05)
