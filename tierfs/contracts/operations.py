@@ -179,8 +179,10 @@ _OPTIONAL_PATH = Param("path", OPTIONAL_NAME, "")
 
 # ---------------------------------------------------------------- the operations
 MKDIR = Operation(
-    "mkdir", "mkdir", (_PATH, Param("parents", FLAG, False, keywords=("parents", "exist_ok"))),
-    NOTHING, "create a directory; with parents also the missing ones, and one that exists is fine",
+    "mkdir", "mkdir",
+    (_PATH, Param("parents", FLAG, False, keywords=("parents",)),
+     Param("exist_ok", FLAG, False, keywords=("exist_ok",))),
+    NOTHING, "create a directory; with parents also the missing ones; with exist_ok one that exists is fine",
 )
 RMDIR = Operation("rmdir", "rmdir", (_PATH,), NOTHING, "remove an empty directory")
 MV = Operation(
