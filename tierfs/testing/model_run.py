@@ -138,6 +138,7 @@ class ModelRun:
         self.model = ReferenceModel()
         self.stats = stats
         self.history: collections.deque[str] = collections.deque(maxlen=HISTORY_OPS)
+        self.killed = False  # the session ends with kill -9
 
     # ------------------------------------------------------------------ helpers
     def fail(self, message: str) -> Divergence:
@@ -404,13 +405,12 @@ async def run_model(host: StoreHost, seed: int, operations: int) -> RunStats:
     """``operations`` random operations of ``seed`` on ``host``'s store and the model."""
     stats = RunStats()
     run = ModelRun(seed, stats, names_exact=host.names_exact)
-    killed = False
     while True:
-        async with host.session(kill_at_end=lambda: killed) as store:
-            if killed:
+        async with host.session(kill_at_end=lambda: run.killed) as store:
+            if run.killed:
                 await run.after_crash(store)
             await run.check_everything(store)
-            killed = False
+            run.killed = False
             while stats.operations < operations:
                 operation = run.pick(host.supports_kill)
                 stats.operations += 1
@@ -419,13 +419,12 @@ async def run_model(host: StoreHost, seed: int, operations: int) -> RunStats:
                     break
                 if operation == "kill":
                     stats.kills += 1
-                    killed = True
+                    run.killed = True
                     break
                 await run.step(store, operation)
             else:
-                if stats.operations >= operations:
-                    return stats
-        run.history.append("kill -9" if killed else "restart")
+                return stats
+        run.history.append("kill -9" if run.killed else "restart")
 
 
 def main(argv: list[str] | None = None) -> None:
