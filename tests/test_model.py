@@ -15,8 +15,9 @@ from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.testing.model_run import DaemonHost, Divergence, InProcessHost, run_model
 
 
-async def test_in_process_store_matches_the_model(tmp_path: Path) -> None:
-    stats = await run_model(InProcessHost(tmp_path / "data"), seed=1, operations=4000)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_in_process_store_matches_the_model(tmp_path: Path, seed: int) -> None:
+    stats = await run_model(InProcessHost(tmp_path / "data"), seed=seed, operations=5000)
     assert stats.restarts >= 3 and stats.by_operation["append"] > 1000
     assert sum(stats.errors_matched.values()) > 500  # the error paths were compared too
 

@@ -14,6 +14,7 @@ What a crash may take away is modelled exactly as promised:
 - Above it a VD segment may lose a suffix on kill -9, but only whole appends
   (``append_ends``): what remains is a prefix of the acknowledged bytes, never a torn
   or reordered append. ``crashed`` applies what the restarted store reports.
+- An append in flight at the kill (``in_flight``) is either all there or not at all.
 - A clean restart loses nothing.
 
 Invariants of the model itself: names are canonical; a segment's bytes only grow
@@ -42,6 +43,7 @@ class ModelSegment:
     sealed: bool = False
     must_survive_bytes: int = 0
     append_ends: list[int] = dataclasses.field(default_factory=list)
+    in_flight: bytes = b""  # an append whose answer a kill -9 cut off: whole or absent
 
     def confirm(self, length: int) -> None:
         self.must_survive_bytes = max(self.must_survive_bytes, min(length, len(self.data)))
@@ -220,6 +222,10 @@ class ReferenceModel:
         """Apply what a restarted store kept of segment ``name`` after kill -9; the
         broken promise, if any (the caller has checked the bytes are our prefix)."""
         seg = self.segments[name]
+        if seg.in_flight and surviving_bytes == len(seg.data) + len(seg.in_flight):
+            seg.data += seg.in_flight  # it landed, whole
+            seg.append_ends.append(len(seg.data))
+        seg.in_flight = b""
         if surviving_bytes < seg.must_survive_bytes:
             return (f"{name}: {surviving_bytes} bytes survived kill -9 but "
                     f"{seg.must_survive_bytes} were promised")

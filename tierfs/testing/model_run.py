@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import random
 import time
@@ -36,7 +37,7 @@ import trio
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.info import SegmentInfo
-from tierfs.testing.harness import small_config, start_daemon
+from tierfs.testing.harness import Daemon, small_config, start_daemon
 from tierfs.testing.model import Expected, ModelSegment, ReferenceModel
 
 DIRECTORIES = ["a", "b", "a/c"]
@@ -52,8 +53,10 @@ HISTORY_OPS = 25  # operations quoted by a divergence
 WEIGHTS: dict[str, float] = {
     "append": 40, "read": 20, "stat": 5, "list": 3, "create": 8, "seal": 4, "unseal": 3,
     "set_durability": 1, "rename": 3, "delete": 2, "mkdir": 3, "rmdir": 2, "concat": 3,
-    "sync": 2, "flush": 1, "fsck": 0.3, "restart": 0.4, "kill": 0.6,
+    "sync": 2, "flush": 1, "fsck": 0.3, "restart": 0.4, "kill": 0.3, "kill_mid_append": 0.3,
 }
+KILLS = ("kill", "kill_mid_append")
+MAX_KILL_DELAY_S = 0.03  # a kill while an append is queued, written, syncing or answered
 
 
 class Divergence(AssertionError):
@@ -75,6 +78,10 @@ class StoreHost(Protocol):
     supports_kill: bool
     names_exact: bool  # every odd name reaches the engine as given
 
+    def kill_now(self) -> None:
+        """SIGKILL the store's process now (only where ``supports_kill``)."""
+        ...
+
     def session(self, *, kill_at_end: Callable[[], bool]) -> Any:
         """Async context manager: an open store; on exit closed cleanly, or killed with
         SIGKILL when ``kill_at_end()`` says so."""
@@ -87,6 +94,9 @@ class InProcessHost:
 
     def __init__(self, data_dir: Path) -> None:
         self.config = small_config(data_dir, max_backlog_bytes=64 << 20)
+
+    def kill_now(self) -> None:
+        raise NotImplementedError("an in-process store cannot be killed apart from its caller")
 
     @asynccontextmanager
     async def session(self, *, kill_at_end: Callable[[], bool]) -> AsyncIterator[SegmentStoreAPI]:
@@ -110,6 +120,11 @@ class DaemonHost:
         self.config_file = data_dir.parent / f"{data_dir.name}.toml"
         self.config_file.write_text(self.CONFIG)
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.daemon: Daemon | None = None
+
+    def kill_now(self) -> None:
+        assert self.daemon is not None
+        self.daemon.kill9()
 
     @asynccontextmanager
     async def session(self, *, kill_at_end: Callable[[], bool]) -> AsyncIterator[SegmentStoreAPI]:
@@ -117,6 +132,7 @@ class DaemonHost:
 
         daemon = await trio.to_thread.run_sync(lambda: start_daemon(
             self.data_dir, config_file=self.config_file, drop_tierfs_env=True, verbose=False))
+        self.daemon = daemon
         client = daemon.client()
         try:
             yield RemoteStore(client)
@@ -369,9 +385,9 @@ class ModelRun:
             info = await store.stat(name)
             assert isinstance(info, SegmentInfo)
             kept = await store.read(name, 0, None, unconfirmed=True)
-            if kept != bytes(seg.data[: len(kept)]):
+            if kept != (bytes(seg.data) + seg.in_flight)[: len(kept)]:
                 raise self.fail(f"after kill -9, {name!r} is not a prefix of what was appended")
-            before = len(seg.data)
+            before = len(seg.data) + len(seg.in_flight)
             broken = self.model.crashed(name, len(kept))
             if broken:
                 raise self.fail(f"after kill -9: {broken}")
@@ -396,8 +412,34 @@ class ModelRun:
                     raise self.fail(f"{info.name!r}: {len(data)} bytes differ from the model's")
         await self.op_fsck(store)
 
+    async def kill_mid_append(self, store: SegmentStoreAPI, host: StoreHost) -> None:
+        """kill -9 the daemon while an append to a live segment is on its way."""
+        live = [name for name, seg in sorted(self.model.segments.items()) if not seg.sealed]
+        if not live:
+            await trio.to_thread.run_sync(host.kill_now)
+            return
+        name, data = self.rng.choice(live), self.payload() or b"x"
+        delay_s = self.rng.uniform(0, MAX_KILL_DELAY_S)
+        self.history.append(f"append {name!r} {len(data)} bytes, kill -9 after {delay_s * 1000:.0f} ms")
+        answers: list[int] = []
+
+        async def append() -> None:
+            with contextlib.suppress(Exception):  # the daemon died under it: no answer
+                answers.append(await store.append(name, data))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append)
+            await trio.sleep(delay_s)
+            await trio.to_thread.run_sync(host.kill_now)
+        if answers:
+            offset = self.model.append(name, data, None)
+            if answers[0] != offset:
+                raise self.fail(f"append returned offset {answers[0]}, the model {offset}")
+        else:
+            self.model.segments[name].in_flight = data
+
     def pick(self, supports_kill: bool) -> str:
-        operations = [op for op in WEIGHTS if supports_kill or op != "kill"]
+        operations = [op for op in WEIGHTS if supports_kill or op not in KILLS]
         return self.rng.choices(operations, weights=[WEIGHTS[op] for op in operations])[0]
 
 
@@ -417,9 +459,11 @@ async def run_model(host: StoreHost, seed: int, operations: int) -> RunStats:
                 if operation == "restart":
                     stats.restarts += 1
                     break
-                if operation == "kill":
+                if operation in KILLS:
                     stats.kills += 1
                     run.killed = True
+                    if operation == "kill_mid_append":
+                        await run.kill_mid_append(store, host)
                     break
                 await run.step(store, operation)
             else:

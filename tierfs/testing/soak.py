@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import random
 import subprocess
 import sys
@@ -110,8 +109,10 @@ def _verify(process: TierProcess, acked: dict[str, int], report: SoakReport) -> 
 
 
 def _wait_unmounted(mountpoint: Path) -> None:
+    from tierfs.fuse.mount import is_mount_point  # also sees a dead daemon's mount
+
     deadline = time.monotonic() + UNMOUNT_WAIT_S
-    while os.path.ismount(mountpoint):
+    while is_mount_point(mountpoint):
         if time.monotonic() > deadline:
             subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False, capture_output=True)
             return
