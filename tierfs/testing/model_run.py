@@ -26,6 +26,7 @@ import collections
 import contextlib
 import dataclasses
 import random
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -458,9 +459,11 @@ async def run_model(host: StoreHost, seed: int, operations: int) -> RunStats:
                 stats.operations += 1
                 if operation == "restart":
                     stats.restarts += 1
+                    stats.by_operation[operation] += 1
                     break
                 if operation in KILLS:
                     stats.kills += 1
+                    stats.by_operation[operation] += 1
                     run.killed = True
                     if operation == "kill_mid_append":
                         await run.kill_mid_append(store, host)
@@ -479,9 +482,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--operations", type=int, default=2000)
     parser.add_argument("--daemon", action="store_true", help="a real daemon, with kill -9")
     args = parser.parse_args(argv)
+    if args.data_dir.exists() and any(args.data_dir.iterdir()):
+        parser.error(f"{args.data_dir} is not empty (the model starts from nothing)")
     host: StoreHost = DaemonHost(args.data_dir) if args.daemon else InProcessHost(args.data_dir)
     started = time.monotonic()
-    stats = trio.run(run_model, host, args.seed, args.operations)
+    try:
+        stats = trio.run(run_model, host, args.seed, args.operations)
+    except Divergence as divergence:
+        print(f"DIVERGENCE: {divergence}", file=sys.stderr)
+        sys.exit(1)
     print(f"{stats} in {time.monotonic() - started:.1f} s")
 
 

@@ -196,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cycles", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
+    if args.directory.exists() and any(args.directory.iterdir()):
+        parser.error(f"{args.directory} is not empty (the soak starts from nothing)")
     report = run_soak(args.directory, args.cycles, seed=args.seed)
     print(json.dumps({**dataclasses.asdict(report), "clean": report.clean}, indent=1))
     sys.exit(0 if report.clean and not report.failures else 1)
