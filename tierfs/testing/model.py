@@ -11,7 +11,10 @@ What a crash may take away is modelled exactly as promised:
 - ``ModelSegment.must_survive_bytes`` is the length no crash may cut: every
   acknowledged PD append, every byte made durable by ``sync``/``flush``/``concat``,
   and every byte a reader was shown (no reader sees a byte a crash can take away).
-- Above it a VD segment may lose a suffix on kill -9, but only whole appends
+- A VD append survives once the sync interval (and the fsync) has passed since its
+  acknowledgement (``sync_interval_passed``: the agreed shape's "VD survives a process
+  crash after the sync interval").
+- Above that a VD segment may lose a suffix on kill -9, but only whole appends
   (``append_ends``): what remains is a prefix of the acknowledged bytes, never a torn
   or reordered append. ``crashed`` applies what the restarted store reports.
 - An append in flight at the kill (``in_flight``) is either all there or not at all.
@@ -44,6 +47,7 @@ class ModelSegment:
     must_survive_bytes: int = 0
     append_ends: list[int] = dataclasses.field(default_factory=list)
     in_flight: bytes = b""  # an append whose answer a kill -9 cut off: whole or absent
+    vd_acks: list[tuple[float, int]] = dataclasses.field(default_factory=list)  # (time, end)
 
     def confirm(self, length: int) -> None:
         self.must_survive_bytes = max(self.must_survive_bytes, min(length, len(self.data)))
@@ -191,7 +195,7 @@ class ReferenceModel:
             del self.segments[canonical(name)]
 
     # ------------------------------------------------------------------ data
-    def append(self, name: str, data: bytes, expected_offset: int | None) -> int:
+    def append(self, name: str, data: bytes, expected_offset: int | None, *, now_s: float = 0.0) -> int:
         seg = self.segment(name)
         if seg.sealed:
             raise Expected("sealed")
@@ -203,7 +207,16 @@ class ReferenceModel:
             seg.append_ends.append(len(seg.data))
             if seg.durability == "pd":
                 seg.confirm(len(seg.data))
+            else:
+                seg.vd_acks.append((now_s, len(seg.data)))
         return offset
+
+    def sync_interval_passed(self, acked_before_s: float) -> None:
+        """VD appends acknowledged before ``acked_before_s`` must now survive a crash."""
+        for seg in self.segments.values():
+            synced = [end for acked_s, end in seg.vd_acks if acked_s <= acked_before_s]
+            if synced:
+                seg.confirm(max(synced))
 
     def readable_bounds(self, name: str, *, unconfirmed: bool) -> tuple[int, int]:
         """The lowest and highest length a read may stop at (durable length: between
@@ -234,6 +247,7 @@ class ReferenceModel:
         if surviving_bytes and surviving_bytes not in seg.append_ends:
             return f"{name}: a crash cut an append: {surviving_bytes} is no append's end"
         del seg.data[surviving_bytes:]
+        seg.vd_acks.clear()
         seg.append_ends = [end for end in seg.append_ends if end <= surviving_bytes]
         seg.must_survive_bytes = surviving_bytes
         return None

@@ -4,15 +4,18 @@ model (``testing/model.py``) side by side and stops at the first divergence.
 Operations: create (PD/VD, with and without parents), append (with and without an
 expected offset, empty to 100 KiB), read at random offsets (durable and unconfirmed),
 stat, list, seal, unseal, set_durability, rename, delete, mkdir, rmdir, concat, sync,
-flush, fsck, clean restart and kill -9 + restart. Names come from a small pool, so
-operations collide; a few are invalid or missing, so the errors get compared too.
+flush, fsck, clean restart, kill -9 + restart, kill -9 during an append, and bursts of
+concurrent appends to one segment (sometimes with a seal racing them). Names come from a
+small pool, so operations collide; a few are invalid or missing, so the errors get
+compared too.
 
 Hosts: ``InProcessHost`` (``open_store``; clean restarts only) and ``DaemonHost`` (a real
 ``tierfs serve`` through ``RemoteStore``; clean restarts and kill -9).
 
 Invariants:
-- The same seed gives the same operations (the store's answers only steer which
-  durable lengths are checked, never which operation comes next).
+- The same seed gives the same operations as long as the store gives the same answers
+  (durable lengths only steer what is checked; a seal racing appends or a kill during
+  one may change what comes next, and the failure message lists what came before).
 - A divergence raises ``Divergence`` naming the seed, the operation's index and the last
   operations, so a failure can be replayed with ``python -m tierfs.testing.model_run``.
 - After every restart the whole namespace, every segment's bytes, sealed flag and
@@ -55,8 +58,12 @@ WEIGHTS: dict[str, float] = {
     "append": 40, "read": 20, "stat": 5, "list": 3, "create": 8, "seal": 4, "unseal": 3,
     "set_durability": 1, "rename": 3, "delete": 2, "mkdir": 3, "rmdir": 2, "concat": 3,
     "sync": 2, "flush": 1, "fsck": 0.3, "restart": 0.4, "kill": 0.3, "kill_mid_append": 0.3,
+    "concurrent_appends": 2,
 }
 KILLS = ("kill", "kill_mid_append")
+# a VD append is promised to survive kill -9 once this long after its acknowledgement:
+# DaemonHost's vd_sync_interval_s plus a generous fsync allowance for a loaded machine
+VD_PROMISE_AFTER_S = 0.2 + 2.0
 MAX_KILL_DELAY_S = 0.03  # a kill while an append is queued, written, syncing or answered
 
 
@@ -215,7 +222,7 @@ class ModelRun:
             expected_offset = current if self.rng.random() < 0.8 else max(0, current + self.rng.randint(-3, 3))
         ok, offset, got = await self.both(
             f"append {name!r} {len(data)} bytes expected_offset={expected_offset}",
-            lambda: self.model.append(name, data, expected_offset),
+            lambda: self.model.append(name, data, expected_offset, now_s=time.monotonic()),
             store.append(name, data, expected_offset=expected_offset))
         if ok:
             self.stats.bytes_appended += len(data)
@@ -320,6 +327,45 @@ class ModelRun:
     async def op_rmdir(self, store: SegmentStoreAPI) -> None:
         name = self.name(DIRECTORIES + ["d2", "a/d3"])
         await self.both(f"rmdir {name!r}", lambda: self.model.rmdir(name), store.rmdir(name))
+
+    async def op_concurrent_appends(self, store: SegmentStoreAPI) -> None:
+        """Appends at once to one live segment, sometimes with a seal among them: each
+        lands whole at its own offset, the acknowledged ones tile the segment from its old
+        end in offset order, and only the seal may refuse any (``sealed``)."""
+        live = [name for name, seg in sorted(self.model.segments.items()) if not seg.sealed]
+        if not live:
+            return
+        name = self.rng.choice(live)
+        payloads = [self.payload() or b"y" for _ in range(self.rng.randint(2, 6))]
+        seal_after_s = self.rng.uniform(0, 0.01) if self.rng.random() < 0.3 else None
+        self.history.append(f"{len(payloads)} appends at once to {name!r}, seal after {seal_after_s}")
+        answers: list[tuple[int, bytes]] = []
+        refused: list[str] = []
+
+        async def append(data: bytes) -> None:
+            try:
+                answers.append((await store.append(name, data), data))
+            except TierFSError as e:
+                refused.append(e.code)
+
+        async def seal(delay_s: float) -> None:
+            await trio.sleep(delay_s)
+            await store.seal(name)
+
+        async with trio.open_nursery() as nursery:
+            for data in payloads:
+                nursery.start_soon(append, data)
+            if seal_after_s is not None:
+                nursery.start_soon(seal, seal_after_s)
+        if refused and (seal_after_s is None or set(refused) != {"sealed"}):
+            raise self.fail(f"concurrent appends to {name!r} refused: {refused}")
+        for offset, data in sorted(answers, key=lambda answer: answer[0]):
+            expected = self.model.append(name, data, None, now_s=time.monotonic())
+            if offset != expected:
+                raise self.fail(f"concurrent appends to {name!r}: one landed at {offset}, "
+                                f"the acknowledged ones before it end at {expected}")
+        if seal_after_s is not None:
+            self.model.set_sealed(name, True)
 
     async def op_concat(self, store: SegmentStoreAPI) -> None:
         target = self.name(SEGMENTS)
@@ -433,7 +479,7 @@ class ModelRun:
             await trio.sleep(delay_s)
             await trio.to_thread.run_sync(host.kill_now)
         if answers:
-            offset = self.model.append(name, data, None)
+            offset = self.model.append(name, data, None, now_s=time.monotonic())
             if answers[0] != offset:
                 raise self.fail(f"append returned offset {answers[0]}, the model {offset}")
         else:
@@ -462,6 +508,7 @@ async def run_model(host: StoreHost, seed: int, operations: int) -> RunStats:
                     stats.by_operation[operation] += 1
                     break
                 if operation in KILLS:
+                    run.model.sync_interval_passed(time.monotonic() - VD_PROMISE_AFTER_S)
                     stats.kills += 1
                     stats.by_operation[operation] += 1
                     run.killed = True
