@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from tierfs.contracts.api import SegmentStoreAPI
-from tierfs.testing.model_run import DaemonHost, Divergence, InProcessHost, run_model
+from tierfs.testing.model_ops import Divergence
+from tierfs.testing.model_run import DaemonHost, InProcessHost, run_model
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
