@@ -25,7 +25,7 @@ async def test_in_process_store_matches_the_model(tmp_path: Path, seed: int) -> 
 
 async def test_daemon_matches_the_model_across_kill_dash_nine(tmp_path: Path) -> None:
     stats = await run_model(DaemonHost(tmp_path / "data"), seed=2, operations=1500)
-    assert stats.kills >= 5 and stats.by_operation["append"] > 500
+    assert stats.kills >= 2 and stats.by_operation["append"] > 400  # about 9 and 600
 
 
 class LosingStore:
