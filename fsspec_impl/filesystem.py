@@ -254,7 +254,7 @@ class TierFileSystem(AbstractFileSystem):
             if exist_ok and self.isdir(name):
                 return
             raise FileExistsError(f"tierfs://{name} exists")
-        self.client.op("mkdir", path=name, parents=True)
+        self.client.op("mkdir", path=name, parents=True, exist_ok=exist_ok)
 
     def rmdir(self, path: str) -> None:
         self.client.op("rmdir", path=self._strip_protocol(path))

@@ -73,9 +73,10 @@ def test_a_call_survives_the_trip_through_json(name: str) -> None:
 
 
 def test_wire_bodies_are_the_documented_ones() -> None:
-    assert ops.MKDIR.body_of(["a"], {"parents": True, "exist_ok": True}) == {"path": "a", "parents": True}
+    assert ops.MKDIR.body_of(["a"], {"parents": True, "exist_ok": False}) == {
+        "path": "a", "parents": True, "exist_ok": False}
     assert ops.MV.body_of(["a", "b"], {}) == {"source": "a", "target": "b"}
-    assert ops.SYNC.body_of([None], {}) == {"path": ""}
+    assert ops.SYNC.body_of([None], {}) == {"path": None}
     assert ops.CONCAT.body_of(["t", "s"], {"writer": "", "writer_seq": None}) == {
         "target": "t", "sources": ["s"], "writer": "", "writer_seq": None}
     assert ops.POLICY_SET.body_of(["", {"retention_s": 60, "offload_after_s": None}], {}) == {
@@ -90,6 +91,9 @@ def test_wire_bodies_are_the_documented_ones() -> None:
 def test_absent_keys_mean_what_they_always_meant() -> None:
     assert ops.MKDIR.call_arguments({}) == ([""], {"parents": False, "exist_ok": False})
     assert ops.MKDIR.call_arguments({"path": "d", "parents": 1}) == (["d"], {"parents": True, "exist_ok": True})
+    assert ops.MKDIR.call_arguments({"path": "d", "parents": True, "exist_ok": False}) == (
+        ["d"], {"parents": True, "exist_ok": False})
+    assert ops.SYNC.call_arguments({"path": ""}) == ([""], {})  # a name, refused by the store
     assert ops.SYNC.call_arguments({}) == ([None], {})
     assert ops.FLUSH.call_arguments({"path": "s"}) == (["s"], {})
     assert ops.OFFLOAD.call_arguments({"path": "s"}) == (["s", None], {})

@@ -56,6 +56,9 @@ class Param:
     keywords: tuple[str, ...] = ()
     # A key that may hold one item instead of the list (``source`` for ``sources``).
     single: str = ""
+    # Absent, the key leaves its keyword as an earlier key set it (``exist_ok`` follows
+    # ``parents`` unless given: ``{"parents": true}`` has always meant ``mkdir -p``).
+    absent_follows: bool = False
 
     def wire_value(self, body: Mapping[str, Any]) -> Any:
         if self.name in body:
@@ -81,6 +84,8 @@ class Operation(Generic[T]):
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         for param in self.params:
+            if param.absent_follows and param.name not in body:
+                continue
             value = param.codec.decode(param.wire_value(body))
             if param.keywords:
                 kwargs.update(dict.fromkeys(param.keywords, value))
@@ -160,9 +165,8 @@ def _segment_info(data: Any) -> SegmentInfo:
 
 # ---------------------------------------------------------------- parameter types
 NAME: Codec[str] = Codec("name", _same, _same)  # checked by the engine
-OPTIONAL_NAME: Codec[str | None] = Codec(
-    "name ('' for every segment)", lambda name: name or "", lambda value: value or None
-)
+# null (or no key) means every segment; '' is a name like any other, refused as in-process
+OPTIONAL_NAME: Codec[str | None] = Codec("name or null (every segment)", _same, _same)
 FLAG: Codec[bool] = Codec("bool", bool, _boolean)
 TEXT: Codec[str] = Codec("string", _same, str)  # durability: checked by the engine
 OFFSET: Codec[int | None] = Codec("int or null", _same, _same)  # checked by the engine
@@ -188,12 +192,14 @@ FSCK_REPORT: Codec[FsckReport] = Codec("fsck report", fsck_report_json, fsck_rep
 GC_REPORT: Codec[GcReport] = Codec("gc report", gc_report_json, gc_report_from_json)
 
 _PATH = Param("path", NAME, "")
-_OPTIONAL_PATH = Param("path", OPTIONAL_NAME, "")
+_OPTIONAL_PATH = Param("path", OPTIONAL_NAME, None)
 
 # ---------------------------------------------------------------- the operations
 MKDIR = Operation(
-    "mkdir", "mkdir", (_PATH, Param("parents", FLAG, False, keywords=("parents", "exist_ok"))),
-    NOTHING, "create a directory; with parents also the missing ones, and one that exists is fine",
+    "mkdir", "mkdir",
+    (_PATH, Param("parents", FLAG, False, keywords=("parents", "exist_ok")),
+     Param("exist_ok", FLAG, False, keywords=("exist_ok",), absent_follows=True)),
+    NOTHING, "create a directory; with parents also the missing ones; with exist_ok one that exists is fine",
 )
 RMDIR = Operation("rmdir", "rmdir", (_PATH,), NOTHING, "remove an empty directory")
 MV = Operation(

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from tierfs.contracts import names
 from tierfs.contracts.errors import InvalidRangeError, TierFSError
 from tierfs.contracts.info import SegmentInfo
 from tierfs.server.query import flag, query_int, query_seconds
@@ -63,6 +64,7 @@ class ReadRoutes:
         if flag(request, "follow"):
             return await self.follow(request, name)
         unconfirmed = flag(request, "unconfirmed")
+        names.canonical(name)  # '' is the root for stat, but no segment name (as in-process)
         info = await self._store.stat(name)
         if not isinstance(info, SegmentInfo):
             return error_response("is_a_directory", f"is a directory, not a segment: {name!r}")
