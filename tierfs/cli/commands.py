@@ -31,14 +31,14 @@ import trio
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
-from tierfs.contracts.errors import IsADirectoryError_, StoreInUseError, TierFSError
+from tierfs.contracts.errors import IsADirectoryError_, NoSpaceError, StoreInUseError, TierFSError
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
 
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_NO_SPACE = 0, 1, 2, 3, 4, 5
 STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in pieces of this size
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
@@ -396,6 +396,9 @@ def execute(args: argparse.Namespace) -> int:
     except StoreInUseError as e:
         print(f"tierfs: {e}", file=sys.stderr)
         return EXIT_IN_USE
+    except NoSpaceError as e:  # the message names the journal disk and the bytes needed
+        print(f"tierfs: {e}", file=sys.stderr)
+        return EXIT_NO_SPACE
     except TierFSError as e:
         print(f"tierfs: {e}", file=sys.stderr)
         return EXIT_FAILED

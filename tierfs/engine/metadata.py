@@ -11,6 +11,8 @@ Invariants:
   overwriting (``ConcurrentModificationError``) and changes nothing.
 - Segment ids come from AUTOINCREMENT and are never reused, so journal frames of a
   deleted segment can never be mistaken for another segment's bytes.
+- A transaction the disk has no room for (SQLITE_FULL, at any statement or at COMMIT)
+  is rolled back and raises ``NoSpaceError``: nothing changed, the next one retries.
 - Methods here block (SQLite + fsync); the store calls them from one worker thread at a
   time through a limiter, which also serializes use of the connection.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 from tierfs.contracts.errors import (
     ConcurrentModificationError,
     DirectoryNotEmptyError,
+    NoSpaceError,
     SegmentExistsError,
     SegmentNotFoundError,
 )
@@ -82,7 +85,7 @@ class MetadataStore:
         self._db.close()
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+        return _Transaction(self._db, self.path)
 
     # ------------------------------------------------------------ store record
     def load_store_record(self) -> StoreMeta:
@@ -369,14 +372,23 @@ def _escape_like(text: str) -> str:
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
         self._db = db
+        self._path = path
 
     def __enter__(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
+            try:
+                self._db.execute("COMMIT")
+                return
+            except sqlite3.Error as e:
+                exc = e
+        if self._db.in_transaction:  # SQLite may have rolled back by itself
             self._db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode == sqlite3.SQLITE_FULL:
+            raise NoSpaceError(str(self._path.parent), 4096) from exc
+        if exc_type is None and isinstance(exc, BaseException):
+            raise exc

@@ -1,0 +1,154 @@
+"""Disk full on the data dir (issue 15, item 3), on a real 16 MiB tmpfs with real
+daemons: a full journal disk refuses appends with ``no_space`` (HTTP 507, CLI exit 5)
+and changes nothing, reads keep working, appends resume once space is freed, and
+flushed journal bytes go back to the disk."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tierfs.contracts.errors import BacklogFullError, NoSpaceError
+from tierfs.testing.harness import Daemon, start_daemon
+
+KiB, MiB = 1 << 10, 1 << 20
+DISK_BYTES = 16 * MiB
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs of its own (mounting needs root, as in CI)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(disk)],
+        capture_output=True, text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def daemon_env(tmp_path: Path, **settings: object) -> dict[str, str]:
+    """Tier-2 lives off the small disk, so flushing gives journal space back."""
+    env = {"TIERFS_TIER2": str(tmp_path / "tier2"), "TIERFS_FLUSH_INTERVAL_S": "0.05",
+           "TIERFS_JOURNAL_FILE_BYTES": str(1 * MiB)}
+    env.update({f"TIERFS_{key.upper()}": str(value) for key, value in settings.items()})
+    return env
+
+
+def fill(disk: Path) -> Path:
+    """Grow a filler file until the disk is full; returns it."""
+    filler = disk / "filler"
+    with open(filler, "ab") as f:
+        piece = b"\0" * (64 * KiB)
+        try:
+            while True:
+                f.write(piece)
+                f.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+            f.truncate(f.tell())  # drop what the failed buffered write left behind
+    return filler
+
+
+def cli(data_dir: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), *args],
+        input=stdin, capture_output=True, timeout=60,
+    )
+
+
+def journal_bytes_on_disk(data_dir: Path) -> int:
+    return sum(p.stat().st_blocks * 512 for p in (data_dir / "journal").iterdir())
+
+
+def test_full_disk_refuses_appends_clearly_keeps_serving_and_resumes(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    data = small_disk / "data"
+    daemon = start_daemon(data, env=daemon_env(tmp_path))
+    try:
+        client = daemon.client()
+        client.create("log")
+        expected = b"".join(bytes([i]) * (100 * KiB) for i in range(5))
+        for i in range(5):
+            client.append("log", expected[i * 100 * KiB : (i + 1) * 100 * KiB])
+        client.op("flush", name="log")
+        filler = fill(small_disk)
+
+        with pytest.raises(NoSpaceError) as refused:
+            for _ in range(32):  # what the journal reserved ahead (1 MiB) still takes appends
+                expected += b"x" * (256 * KiB)
+                client.append("log", b"x" * (256 * KiB))
+        expected = expected[: -256 * KiB]
+        assert refused.value.code == "no_space" and str(data / "journal") in str(refused.value)
+        fill(small_disk)  # in case a flush gave journal space back meanwhile
+        raw = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket)), base_url="http://t")
+        response = raw.post("/v1/segments/log", content=b"y" * (512 * KiB))
+        assert response.status_code == 507 and response.json()["error"]["code"] == "no_space"
+        fill(small_disk)
+        result = cli(data, "append", "log", stdin=b"z" * (512 * KiB))
+        assert result.returncode == 5 and b"journal disk" in result.stderr, result.stderr
+
+        # Nothing changed, and the daemon keeps serving reads, the CLI's included.
+        assert client.stat("log").length == len(expected)
+        assert client.read("log") == expected
+        assert cli(data, "cat", "log").stdout == expected
+
+        filler.unlink()  # space is back: appends resume without a restart
+        assert client.append("log", b"after") == len(expected)
+        client.op("sync", name="log")
+        assert client.read("log") == expected + b"after"
+    finally:
+        code, stderr = daemon.stop()
+    assert code == 0, stderr
+    assert "journal_corrupt" not in stderr and "Traceback" not in stderr
+
+
+def test_flushed_journal_bytes_go_back_to_the_disk(small_disk: Path, tmp_path: Path) -> None:
+    """40 MiB through a 16 MiB disk: the journal holds the unflushed bytes (bounded by
+    the backlog) plus about one file, never what tier-2 already has."""
+    data = small_disk / "data"
+    daemon = start_daemon(data, env=daemon_env(tmp_path, max_backlog_bytes=4 * MiB))
+    peak_bytes = 0
+    try:
+        client = daemon.client()
+        client.create("big")
+        piece = os.urandom(256 * KiB)
+        appended = 0
+        deadline_s = time.monotonic() + 60
+        while appended < 40 * MiB:
+            assert time.monotonic() < deadline_s, f"only {appended} bytes appended in 60 s"
+            try:
+                client.append("big", piece)
+            except BacklogFullError:
+                time.sleep(0.02)  # the storage writer is catching up
+                continue
+            appended += len(piece)
+            peak_bytes = max(peak_bytes, journal_bytes_on_disk(data))
+        client.op("sync", name="big")
+        assert client.stat("big").size == 40 * MiB
+        settle_s = time.monotonic() + 10
+        while journal_bytes_on_disk(data) > 2 * MiB and time.monotonic() < settle_s:
+            time.sleep(0.05)
+        assert journal_bytes_on_disk(data) <= 2 * MiB  # one file's worth once all is flushed
+        assert client.read("big", 40 * MiB - len(piece)) == piece
+    finally:
+        code, stderr = daemon.stop()
+    assert code == 0, stderr
+    # unflushed (<= 4 MiB backlog) + one 1 MiB file + its 1 MiB reservation + a round
+    assert peak_bytes <= 8 * MiB, peak_bytes
