@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tierfs.contracts.errors import BacklogFullError, NoSpaceError
-from tierfs.testing.harness import Daemon, start_daemon
+from tierfs.testing.harness import start_daemon
 
 KiB, MiB = 1 << 10, 1 << 20
 DISK_BYTES = 16 * MiB
@@ -154,3 +154,35 @@ def test_flushed_journal_bytes_go_back_to_the_disk(small_disk: Path, tmp_path: P
     # unflushed (<= 2 MiB backlog) + one file rolled once 4 MiB of it are flushed (so
     # <= 4 + 2 MiB) + 1 MiB reserved ahead
     assert peak_bytes <= 10 * MiB, peak_bytes
+
+
+def test_store_opens_and_serves_reads_on_a_full_disk(small_disk: Path, tmp_path: Path) -> None:
+    data = small_disk / "data"
+    env = daemon_env(tmp_path)
+    first = start_daemon(data, env=env)
+    client = first.client()
+    client.create("log")
+    client.append("log", b"flushed " * 1000)
+    client.op("flush", name="log")
+    client.append("log", b"journal only")  # VD: in the journal, replayed on restart
+    client.op("sync", name="log")
+    expected = b"flushed " * 1000 + b"journal only"
+    first.kill9()  # leaves the WAL, the journal and the replay work behind
+    filler = fill(small_disk)
+
+    daemon = start_daemon(data, env=env)
+    try:
+        client = daemon.client()
+        assert client.stat("log").length == len(expected)
+        assert client.read("log") == expected
+        assert cli(data, "cat", "log").stdout == expected
+        fill(small_disk)
+        with pytest.raises(NoSpaceError):
+            client.append("log", b"x" * (2 * MiB))
+        filler.unlink()
+        assert client.append("log", b"!") == len(expected)
+        client.op("flush", name="log")
+        assert client.read("log") == expected + b"!"
+    finally:
+        code, stderr = daemon.stop()
+    assert code == 0, stderr

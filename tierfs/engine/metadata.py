@@ -12,7 +12,9 @@ Invariants:
 - Segment ids come from AUTOINCREMENT and are never reused, so journal frames of a
   deleted segment can never be mistaken for another segment's bytes.
 - A transaction the disk has no room for (SQLITE_FULL, at any statement or at COMMIT)
-  is rolled back and raises ``NoSpaceError``: nothing changed, the next one retries.
+  is rolled back and raises ``NoSpaceError``: nothing changed, the next one retries,
+  with the data dir's space reserve (``space_reserve``) released for it; the reserve is
+  re-made after the next commit that finds room.
 - Methods here block (SQLite + fsync); the store calls them from one worker thread at a
   time through a limiter, which also serializes use of the connection.
 """
@@ -36,6 +38,7 @@ from tierfs.contracts.errors import (
 from tierfs.engine import records
 from tierfs.engine.object_keys import garbage_names
 from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta, StoreMeta
+from tierfs.engine.space_reserve import SpaceReserve
 
 # the fields of a chunk record (``Chunk``) that the start-up scan reads
 _HOT_COPY_FIELDS = operator.attrgetter(
@@ -74,18 +77,32 @@ def now_ns() -> int:
 
 
 class MetadataStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, reserve: SpaceReserve | None = None) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
+        self.reserve = reserve
+        try:
+            self._db = self._connect()
+        except sqlite3.OperationalError:  # e.g. no room for the WAL index (-shm) file
+            if reserve is None or not reserve.release():
+                raise
+            self._db = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(SCHEMA)
+        except sqlite3.Error:
+            db.close()
+            raise
+        return db
 
     def close(self) -> None:
         self._db.close()
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._db, self.path)
+        return _Transaction(self._db, self.path, self.reserve)
 
     # ------------------------------------------------------------ store record
     def load_store_record(self) -> StoreMeta:
@@ -372,9 +389,10 @@ def _escape_like(text: str) -> str:
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
 
-    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, db: sqlite3.Connection, path: Path, reserve: SpaceReserve | None) -> None:
         self._db = db
         self._path = path
+        self._reserve = reserve
 
     def __enter__(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
@@ -383,12 +401,16 @@ class _Transaction:
         if exc_type is None:
             try:
                 self._db.execute("COMMIT")
+                if self._reserve is not None:
+                    self._reserve.ensure()  # a stat while it exists
                 return
             except sqlite3.Error as e:
                 exc = e
         if self._db.in_transaction:  # SQLite may have rolled back by itself
             self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode == sqlite3.SQLITE_FULL:
+            if self._reserve is not None:
+                self._reserve.release()  # so that the caller's retry finds room
             raise NoSpaceError(str(self._path.parent), 4096) from exc
         if exc_type is None and isinstance(exc, BaseException):
             raise exc

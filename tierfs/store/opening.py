@@ -7,6 +7,8 @@ Invariants:
   a name no earlier owner used.
 - Recovery runs before the journal accepts a frame, and the new journal starts at the
   recovered end LSN; nothing after a torn frame is replayed.
+- A full disk does not stop the open: the metadata releases the data dir's space
+  reserve for the epoch commit (retried once); recovery only cuts and deletes.
 - Memory stays bounded: recovered tails go through the shared tail budget.
 """
 
@@ -17,12 +19,14 @@ import logging
 from collections.abc import Callable
 
 from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import NoSpaceError
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore
 from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.space_reserve import SpaceReserve
 from tierfs.engine.tail import TailBudget
 
 log = logging.getLogger(__name__)
@@ -50,8 +54,11 @@ def open_data_dir(
     caller on the event loop)."""
     data_dir = config.data_dir
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
-    metadata = MetadataStore(data_dir / "metadata.sqlite")
-    store_record = metadata.begin_epoch()
+    metadata = MetadataStore(data_dir / "metadata.sqlite", SpaceReserve(data_dir))
+    try:
+        store_record = metadata.begin_epoch()
+    except NoSpaceError:  # the space reserve was released for this retry
+        store_record = metadata.begin_epoch()
     epoch = store_record.epoch
     chunk_storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
     table.directories = metadata.load_directories()

@@ -1,0 +1,62 @@
+"""The data dir's emergency space: a file of ``RESERVE_BYTES`` allocated while the disk
+has room, deleted the moment the metadata needs room the disk no longer has.
+
+A full disk must not stop the store from opening (the new owner epoch is one SQLite
+commit, and SQLite's WAL index needs a file of its own) nor stop the storage writer from
+committing the flushes that let the journal give its space back. The journal fills the
+disk only up to this file, so deleting it always frees room for those few pages.
+
+Invariants:
+- The file holds no data: deleting it, or finding it missing, loses nothing.
+- ``ensure`` never raises for lack of space: a full disk just means no reserve yet.
+- ``release`` is idempotent and returns whether any space came back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from tierfs.engine.journal_space import fallocate, is_no_space
+
+log = logging.getLogger(__name__)
+
+RESERVE_NAME = "space.reserve"
+RESERVE_BYTES = 1 << 20  # 1 MiB: an epoch commit, a flush commit and SQLite's 32 KiB -shm
+
+
+class SpaceReserve:
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / RESERVE_NAME
+
+    def ensure(self) -> bool:
+        """Blocking: (re)create the reserve if missing; whether it exists now."""
+        if self.path.exists():
+            return True
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                try:
+                    fallocate(fd, 0, 0, RESERVE_BYTES)
+                except OSError as e:
+                    if is_no_space(e):
+                        raise
+                    os.posix_fallocate(fd, 0, RESERVE_BYTES)  # no fallocate(2): emulated
+            finally:
+                os.close(fd)
+        except OSError as e:
+            if not is_no_space(e):
+                raise
+            self.path.unlink(missing_ok=True)
+            return False
+        return True
+
+    def release(self) -> bool:
+        """Blocking: delete the reserve; whether there was one."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return False
+        log.warning("data dir disk full: released the %d-byte space reserve", RESERVE_BYTES)
+        return True
