@@ -47,6 +47,7 @@ from tierfs.engine.journal_format import (
     write_all,
 )
 from tierfs.engine.journal_space import RECLAIM_AFTER_BYTES, SpaceReserver, is_no_space
+from tierfs.engine.space_reserve import SpaceReserve
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class Journal:
         file_bytes: int,
         vd_sync_interval_s: float,
         on_durable: Callable[[int], None],
+        space_reserve: SpaceReserve | None = None,
     ) -> None:
         self.directory = directory
         self._file_bytes = file_bytes
@@ -152,7 +154,7 @@ class Journal:
         self._closed = False
         self._failure: BaseException | None = None
         self.syncs = 0
-        self._space = SpaceReserver(directory)
+        self._space = SpaceReserver(directory, space_reserve)
         self._open_file(start_lsn)
 
     # ----------------------------------------------------------------- writing

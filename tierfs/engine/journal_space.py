@@ -13,6 +13,9 @@ Invariants:
   themselves once space is freed.
 - A file system without fallocate (``EOPNOTSUPP``) is not reserved on: a write(2) there
   can still hit ENOSPC, which the journal cuts back to its last whole frame.
+- The journal takes more space only while the data dir's space reserve exists (re-made
+  first if the metadata released it), so the metadata always has room to commit the
+  flushes that let the journal shrink.
 - Releasing (on roll) punches only bytes past the file's size: never a written frame.
 """
 
@@ -22,9 +25,12 @@ import ctypes
 import errno
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tierfs.contracts.errors import NoSpaceError
+
+if TYPE_CHECKING:
+    from tierfs.engine.space_reserve import SpaceReserve
 
 RESERVE_AHEAD_BYTES = 1 << 20  # one fallocate per MiB of appends, not one per append
 # The current file rolls early once it holds this many flushed bytes (or a whole file's
@@ -62,8 +68,9 @@ def fallocate(fd: int, mode: int, offset_bytes: int, length_bytes: int) -> None:
 class SpaceReserver:
     """The reservation of the journal file being written (one file at a time)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, emergency: SpaceReserve | None = None) -> None:
         self._directory = directory
+        self._emergency = emergency
         self.reserved_end_bytes = 0  # blocks of the current file allocated up to here
         self.supported = _fallocate is not None
 
@@ -75,6 +82,8 @@ class SpaceReserver:
         if not self.supported or end_bytes <= self.reserved_end_bytes:
             return
         start = self.reserved_end_bytes
+        if self._emergency is not None and not self._emergency.ensure():
+            raise NoSpaceError(str(self._directory), end_bytes - start)
         for target in (end_bytes + RESERVE_AHEAD_BYTES, end_bytes):
             try:
                 fallocate(fd, _FALLOC_FL_KEEP_SIZE, start, target - start)

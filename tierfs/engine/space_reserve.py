@@ -10,6 +10,9 @@ Invariants:
 - The file holds no data: deleting it, or finding it missing, loses nothing.
 - ``ensure`` never raises for lack of space: a full disk just means no reserve yet.
 - ``release`` is idempotent and returns whether any space came back.
+- The journal grows only while the reserve exists (``present``, kept in memory): it
+  re-makes a released reserve before it takes more space, so what the reserve gave
+  back goes to the metadata, not to the next append.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ RESERVE_BYTES = 1 << 20  # 1 MiB: an epoch commit, a flush commit and SQLite's 3
 class SpaceReserve:
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / RESERVE_NAME
+        self.present = False
 
     def ensure(self) -> bool:
         """Blocking: (re)create the reserve if missing; whether it exists now."""
-        if self.path.exists():
+        if self.present or self.path.exists():
+            self.present = True
             return True
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
@@ -50,10 +55,12 @@ class SpaceReserve:
                 raise
             self.path.unlink(missing_ok=True)
             return False
+        self.present = True
         return True
 
     def release(self) -> bool:
         """Blocking: delete the reserve; whether there was one."""
+        self.present = False
         try:
             self.path.unlink()
         except FileNotFoundError:

@@ -54,7 +54,8 @@ def open_data_dir(
     caller on the event loop)."""
     data_dir = config.data_dir
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
-    metadata = MetadataStore(data_dir / "metadata.sqlite", SpaceReserve(data_dir))
+    space_reserve = SpaceReserve(data_dir)
+    metadata = MetadataStore(data_dir / "metadata.sqlite", space_reserve)
     try:
         store_record = metadata.begin_epoch()
     except NoSpaceError:  # the space reserve was released for this retry
@@ -81,6 +82,7 @@ def open_data_dir(
         file_bytes=config.journal_file_bytes,
         vd_sync_interval_s=config.vd_sync_interval_s,
         on_durable=on_durable,
+        space_reserve=space_reserve,
     )
     tail_budget.evict(journal.written_lsn)
     log.info(
