@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 from tierfs.contracts.errors import BacklogFullError, NoSpaceError
-from tierfs.testing.harness import start_daemon
+from tierfs.testing.harness import Mount, start_daemon
 
 KiB, MiB = 1 << 10, 1 << 20
 DISK_BYTES = 16 * MiB
@@ -52,15 +53,16 @@ def daemon_env(tmp_path: Path, **settings: object) -> dict[str, str]:
 def fill(disk: Path) -> Path:
     """Grow a filler file until the disk is full; returns it."""
     filler = disk / "filler"
-    with open(filler, "ab") as f:
-        piece = b"\0" * (64 * KiB)
-        try:
-            while True:
-                f.write(piece)
-                f.flush()
-        except OSError as e:
-            assert e.errno == errno.ENOSPC
-            f.truncate(f.tell())  # drop what the failed buffered write left behind
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (1 * MiB, 4 * KiB, 1):  # big steps, then fill the last blocks
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
     return filler
 
 
@@ -185,4 +187,32 @@ def test_store_opens_and_serves_reads_on_a_full_disk(small_disk: Path, tmp_path:
         assert client.read("log") == expected + b"!"
     finally:
         code, stderr = daemon.stop()
+    assert code == 0, stderr
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
+    reason="FUSE tests need /dev/fuse and fusermount3 (apt install fuse3)",
+)
+def test_the_mount_answers_enospc_and_resumes(small_disk: Path, tmp_path: Path) -> None:
+    mounted = Mount(small_disk / "data", tmp_path / "mnt", env=daemon_env(tmp_path))
+    try:
+        path = mounted.path("log")
+        path.write_bytes(b"first line\n")
+        expected = b"first line\n"
+        filler = fill(small_disk)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            with pytest.raises(OSError) as refused:
+                for _ in range(32):  # the journal's 1 MiB reserved ahead still takes some
+                    expected += b"m" * os.write(fd, b"m" * (256 * KiB))
+            assert refused.value.errno == errno.ENOSPC
+            assert path.read_bytes() == expected  # nothing half-written, reads go on
+            filler.unlink()
+            os.write(fd, b"resumed\n")
+        finally:
+            os.close(fd)
+        assert path.read_bytes() == expected + b"resumed\n"
+    finally:
+        code, stderr = mounted.unmount()
     assert code == 0, stderr
