@@ -17,7 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tierfs.contracts.errors import BacklogFullError, NoSpaceError
+from tierfs.contracts.errors import BacklogFullError, JournalCorruptionError, NoSpaceError
+from tierfs.engine import journal_space
+from tierfs.engine.journal import Journal
+from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, list_files, scan
 from tierfs.testing.harness import Mount, start_daemon
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -216,3 +219,30 @@ def test_the_mount_answers_enospc_and_resumes(small_disk: Path, tmp_path: Path) 
     finally:
         code, stderr = mounted.unmount()
     assert code == 0, stderr
+
+
+async def test_a_frame_torn_by_enospc_is_cut_back_where_fallocate_is_missing(
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without reservation write(2) itself hits ENOSPC mid-frame: the file is cut back to
+    its last whole frame, so recovery finds no torn bytes and nothing acknowledged goes."""
+    monkeypatch.setattr(journal_space, "_fallocate", None)
+    directory = small_disk / "journal"
+    directory.mkdir()
+    journal = Journal(directory, start_lsn=0, next_seq=1, file_bytes=64 * MiB,
+                      vd_sync_interval_s=1.0, on_durable=lambda lsn: None)
+    journal.add_append(1, 0, b"kept")
+    journal.write_queued()
+    filler = fill(small_disk)
+    os.truncate(filler, filler.stat().st_size - 100 * KiB)  # room for part of a frame
+    journal.add_append(1, 4, b"t" * (256 * KiB))
+    with pytest.raises(NoSpaceError):
+        journal.write_queued()
+    with pytest.raises(JournalCorruptionError):  # refuses until a restart, as before
+        journal.add_append(1, 4, b"later")
+    (path,) = directory.iterdir()
+    assert path.stat().st_size == FRAME_OVERHEAD + 4
+    result = ScanResult(end_lsn=0, next_seq=1)
+    frames = list(scan(list_files(directory), 1 << 20, result))
+    assert [f.data for f in frames] == [b"kept"] and result.cut is None
+    await journal.close()
