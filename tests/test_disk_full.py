@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tierfs.contracts.errors import BacklogFullError, JournalCorruptionError, NoSpaceError
-from tierfs.engine import journal_space
+from tierfs.engine import space_reserve
 from tierfs.engine.journal import Journal
 from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, list_files, scan
 from tierfs.testing.harness import Mount, start_daemon
@@ -226,7 +226,7 @@ async def test_a_frame_torn_by_enospc_is_cut_back_where_fallocate_is_missing(
 ) -> None:
     """Without reservation write(2) itself hits ENOSPC mid-frame: the file is cut back to
     its last whole frame, so recovery finds no torn bytes and nothing acknowledged goes."""
-    monkeypatch.setattr(journal_space, "_fallocate", None)
+    monkeypatch.setattr(space_reserve, "_fallocate", None)
     directory = small_disk / "journal"
     directory.mkdir()
     journal = Journal(directory, start_lsn=0, next_seq=1, file_bytes=64 * MiB,

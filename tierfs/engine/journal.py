@@ -46,8 +46,8 @@ from tierfs.engine.journal_format import (
     list_files,
     write_all,
 )
-from tierfs.engine.journal_space import RECLAIM_AFTER_BYTES, SpaceReserver, is_no_space
-from tierfs.engine.space_reserve import SpaceReserve
+from tierfs.engine.journal_space import RECLAIM_AFTER_BYTES, SpaceReserver
+from tierfs.engine.space_reserve import SpaceReserve, is_no_space
 
 log = logging.getLogger(__name__)
 

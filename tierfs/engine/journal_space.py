@@ -21,16 +21,11 @@ Invariants:
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from tierfs.contracts.errors import NoSpaceError
-
-if TYPE_CHECKING:
-    from tierfs.engine.space_reserve import SpaceReserve
+from tierfs.engine.space_reserve import SpaceReserve, fallocate
 
 RESERVE_AHEAD_BYTES = 1 << 20  # one fallocate per MiB of appends, not one per append
 # The current file rolls early once it holds this many flushed bytes (or a whole file's
@@ -43,28 +38,6 @@ _FALLOC_FL_PUNCH_HOLE = 0x02
 _UNSUPPORTED = (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
-def _load_fallocate() -> Any:
-    try:
-        function = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):  # not Linux/glibc: no reservation
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-    function.restype = ctypes.c_int
-    return function
-
-
-_fallocate = _load_fallocate()
-
-
-def fallocate(fd: int, mode: int, offset_bytes: int, length_bytes: int) -> None:
-    """fallocate(2); raises OSError with its errno (ENOSYS where it does not exist)."""
-    if _fallocate is None:
-        raise OSError(errno.ENOSYS, "fallocate is not available")
-    if _fallocate(fd, mode, offset_bytes, length_bytes) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-
-
 class SpaceReserver:
     """The reservation of the journal file being written (one file at a time)."""
 
@@ -72,7 +45,7 @@ class SpaceReserver:
         self._directory = directory
         self._emergency = emergency
         self.reserved_end_bytes = 0  # blocks of the current file allocated up to here
-        self.supported = _fallocate is not None
+        self.supported = True  # until fallocate says otherwise
 
     def new_file(self) -> None:
         self.reserved_end_bytes = 0
@@ -111,7 +84,3 @@ class SpaceReserver:
             except OSError:
                 pass  # the file is deleted once flushed anyway
         self.reserved_end_bytes = 0
-
-
-def is_no_space(error: OSError) -> bool:
-    return error.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -10,6 +10,8 @@ Invariants:
 - The file holds no data: deleting it, or finding it missing, loses nothing.
 - ``ensure`` never raises for lack of space: a full disk just means no reserve yet.
 - ``release`` is idempotent and returns whether any space came back.
+- ``fallocate`` here is the one wrapper of fallocate(2) (ctypes, Linux); it raises
+  ``OSError(ENOSYS)`` where there is none.
 - The journal grows only while the reserve exists (``present``, kept in memory): it
   re-makes a released reserve before it takes more space, so what the reserve gave
   back goes to the metadata, not to the next append.
@@ -17,16 +19,45 @@ Invariants:
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
 import os
 from pathlib import Path
-
-from tierfs.engine.journal_space import fallocate, is_no_space
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 RESERVE_NAME = "space.reserve"
 RESERVE_BYTES = 1 << 20  # 1 MiB: an epoch commit, a flush commit and SQLite's 32 KiB -shm
+
+
+def _load_fallocate() -> Any:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):  # not Linux/glibc: no reservation
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    function.restype = ctypes.c_int
+    return function
+
+
+_fallocate = _load_fallocate()
+
+
+def fallocate(fd: int, mode: int, offset_bytes: int, length_bytes: int) -> None:
+    """fallocate(2); raises OSError with its errno (ENOSYS where it does not exist)."""
+    if _fallocate is None:
+        raise OSError(errno.ENOSYS, "fallocate is not available")
+    if _fallocate(fd, mode, offset_bytes, length_bytes) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+
+
+def is_no_space(error: OSError) -> bool:
+    return error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class SpaceReserve:
