@@ -202,11 +202,11 @@ class Journal:
             raise JournalCorruptionError(f"journal write failed earlier: {self._failure}")
         if not self._queued and self.written_lsn - self._file_start_lsn >= self._file_bytes:
             self._roll()
-        self._space.ensure(
-            self._fd,
-            self.written_lsn + self._queued_bytes + FRAME_OVERHEAD + len(data)
-            - self._file_start_lsn,
+        end_in_file = (
+            self.written_lsn + self._queued_bytes + FRAME_OVERHEAD + len(data) - self._file_start_lsn
         )
+        if end_in_file > self._space.reserved_end_bytes:  # once per MiB: the call is rare
+            self._space.ensure(self._fd, end_in_file)
         header = encode_append_header(self._next_seq, segment_id, offset, data)
         self._next_seq += 1
         frame_lsn = self.written_lsn + self._queued_bytes
