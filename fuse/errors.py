@@ -40,6 +40,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "already_committed": errno.EALREADY,
     "corrupt": errno.EIO,
     "backlog_full": errno.ENOSPC,  # the unflushed backlog is at its bound
+    "no_space": errno.ENOSPC,  # the journal disk is full
     "in_use": errno.EBUSY,
     "closed": errno.ESHUTDOWN,
     "tier2": errno.EIO,

@@ -42,7 +42,9 @@ from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_NO_SPACE = 0, 1, 2, 3, 4, 6
+# errors with an exit code of their own; every other TierFSError exits EXIT_FAILED
+EXIT_CODES = {"owned_elsewhere": EXIT_OWNED_ELSEWHERE, "no_space": EXIT_NO_SPACE}
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
 TAIL_POLL_S = 30.0  # tail -f long-poll timeout; a new poll starts right after
@@ -385,7 +387,7 @@ def execute(args: argparse.Namespace) -> int:
         return EXIT_IN_USE
     except TierFSError as e:  # the stable code too: the same as the HTTP API's
         print(f"tierfs: {e} ({e.code})", file=sys.stderr)
-        return EXIT_OWNED_ELSEWHERE if e.code == "owned_elsewhere" else EXIT_FAILED
+        return EXIT_CODES.get(e.code, EXIT_FAILED)
     except BrokenPipeError:
         return EXIT_OK
     except OSError as e:  # the data dir or a file named on the command line

@@ -218,6 +218,23 @@ class BacklogFullError(TierFSError, OSError):
         self.limit_bytes = limit_bytes
 
 
+class NoSpaceError(TierFSError, OSError):
+    """The disk holding the data dir (journal, metadata) is full; nothing was written.
+
+    Appends resume by themselves once ``needed_bytes`` are free on that disk (delete
+    files there, or let the storage writer flush the journal to tier-2)."""
+
+    code = "no_space"
+
+    def __init__(self, directory: str, needed_bytes: int) -> None:
+        super().__init__(
+            f"no space left on the journal disk ({directory}): {needed_bytes} more bytes "
+            "needed; free space on that disk and retry"
+        )
+        self.name = directory
+        self.length = needed_bytes
+
+
 class StoreInUseError(TierFSError):
     """Another process owns the data directory."""
 

@@ -12,6 +12,11 @@ Invariants:
 - write(2) happens on the event loop: it copies into the page cache (microseconds for a
   batch) and keeping it on one thread keeps frame order trivially right; fdatasync, which
   waits for the disk, always runs in a worker thread.
+- Space (``journal_space``): a frame is queued only once its blocks are reserved, so a
+  full disk refuses the append with ``NoSpaceError`` before anything changed, and the
+  next append retries; a write(2) that still hits ENOSPC (no fallocate) is cut back to
+  the last whole frame. The current file rolls early once ``RECLAIM_AFTER_BYTES`` of it
+  are flushed, so the journal holds at most the unflushed bytes plus one file.
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ from pathlib import Path
 import trio
 
 from tierfs.blocks.checksums import crc32c
-from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError
+from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError, NoSpaceError
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.journal_format import (
     APPEND_HEADER,
     FRAME_HEADER,
+    FRAME_OVERHEAD,
     SEQ,
     TailEntryLike,
     encode_append_header,
@@ -40,6 +46,8 @@ from tierfs.engine.journal_format import (
     list_files,
     write_all,
 )
+from tierfs.engine.journal_space import RECLAIM_AFTER_BYTES, SpaceReserver
+from tierfs.engine.space_reserve import SpaceReserve, is_no_space
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +129,7 @@ class Journal:
         file_bytes: int,
         vd_sync_interval_s: float,
         on_durable: Callable[[int], None],
+        space_reserve: SpaceReserve | None = None,
     ) -> None:
         self.directory = directory
         self._file_bytes = file_bytes
@@ -145,20 +154,59 @@ class Journal:
         self._closed = False
         self._failure: BaseException | None = None
         self.syncs = 0
+        self._space = SpaceReserver(directory, space_reserve)
         self._open_file(start_lsn)
 
     # ----------------------------------------------------------------- writing
     def _open_file(self, start_lsn: int) -> None:
         path = self.directory / file_name(start_lsn)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        except OSError as e:
+            if is_no_space(e):  # no inode or directory block left: keep the current file
+                raise NoSpaceError(str(self.directory), 4096) from e
+            raise
+        self._space.new_file()
         self._file_start_lsn = start_lsn
         self._files.append((start_lsn, path))
         self._directory_dirty = True
 
+    def _roll(self) -> None:
+        """Start a new file at ``written_lsn`` (nothing is queued); the old one is
+        synced by the next round, and its unused reservation is given back."""
+        old_fd = self._fd
+        self._open_file(self.written_lsn)
+        self._space.release(old_fd, os.fstat(old_fd).st_size)
+        self._unsynced_fds.append(old_fd)
+
+    def roll_for_reclaim(self, checkpoint_lsn: int) -> bool:
+        """Roll early when the current file holds enough flushed bytes (below
+        ``checkpoint_lsn``) that deleting it once the rest is flushed is worth a roll."""
+        flushed_here = min(checkpoint_lsn, self.written_lsn) - self._file_start_lsn
+        if self._queued or self._failure is not None or self._closed:
+            return False
+        if flushed_here < min(self._file_bytes, RECLAIM_AFTER_BYTES):
+            return False
+        try:
+            self._roll()
+        except NoSpaceError:
+            return False  # keep writing the current file; retried after the next flush
+        self.request_sync()  # the round closes the old file: a deleted file's space is
+        return True  # given back only once no descriptor holds it
+
     def add_append(self, segment_id: int, offset: int, data: bytes) -> tuple[int, int]:
-        """Queue an append frame; return (LSN of the frame, LSN just past it)."""
+        """Queue an append frame; return (LSN of the frame, LSN just past it).
+
+        Raises ``NoSpaceError`` (nothing queued) when the disk cannot hold the frame."""
         if self._failure is not None:
             raise JournalCorruptionError(f"journal write failed earlier: {self._failure}")
+        if not self._queued and self.written_lsn - self._file_start_lsn >= self._file_bytes:
+            self._roll()
+        end_in_file = (
+            self.written_lsn + self._queued_bytes + FRAME_OVERHEAD + len(data) - self._file_start_lsn
+        )
+        if end_in_file > self._space.reserved_end_bytes:  # once per MiB: the call is rare
+            self._space.ensure(self._fd, end_in_file)
         header = encode_append_header(self._next_seq, segment_id, offset, data)
         self._next_seq += 1
         frame_lsn = self.written_lsn + self._queued_bytes
@@ -175,17 +223,21 @@ class Journal:
         sync round that covers them anyway."""
         if not self._queued:
             return
-        if self.written_lsn - self._file_start_lsn >= self._file_bytes:
-            self._unsynced_fds.append(self._fd)
-            self._open_file(self.written_lsn)
         pieces, total = self._queued, self._queued_bytes
         self._queued = []
         self._queued_bytes = 0
         try:
             write_all(self._fd, pieces, total)
         except OSError as e:
-            # A journal that cannot be written cannot acknowledge anything again.
+            # A journal that cannot be written cannot acknowledge anything again; the
+            # torn bytes are cut back so the file still ends on a whole frame.
             self._failure = e
+            try:
+                os.ftruncate(self._fd, self.written_lsn - self._file_start_lsn)
+            except OSError:
+                pass  # recovery cuts the torn frame instead
+            if is_no_space(e):
+                raise NoSpaceError(str(self.directory), total) from e
             raise
         self.written_lsn += total
         if arm_vd_timer and self._first_unsynced_write_s is None:

@@ -13,6 +13,10 @@ Invariants:
   (defrag queues old chunks with a deletion lag, readers may still hold them).
 - Segment ids come from AUTOINCREMENT and are never reused, so journal frames of a
   deleted segment can never be mistaken for another segment's bytes.
+- A transaction the disk has no room for (SQLITE_FULL, at any statement or at COMMIT)
+  is rolled back and raises ``NoSpaceError``: nothing changed, the next one retries,
+  with the data dir's space reserve (``space_reserve``) released for it; the reserve is
+  re-made after the next commit that finds room.
 - Methods here block (SQLite + fsync); the store calls them from one worker thread at a
   time through a limiter, which also serializes use of the connection.
 """
@@ -40,6 +44,7 @@ from tierfs.engine.object_keys import (
     garbage_names,
 )
 from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta, StoreMeta
+from tierfs.engine.space_reserve import SpaceReserve
 
 # the fields of a chunk record (``Chunk``) that the start-up scan reads
 _HOT_COPY_FIELDS = operator.attrgetter(
@@ -50,18 +55,32 @@ _REFERENCE_FIELDS = operator.attrgetter("name", "offload_attempt_uuid")
 _NEXT_CHUNK_SEQ = operator.attrgetter("next_chunk_seq")
 
 class MetadataStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, reserve: SpaceReserve | None = None) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
+        self.reserve = reserve
+        try:
+            self._db = self._connect()
+        except sqlite3.OperationalError:  # e.g. no room for the WAL index (-shm) file
+            if reserve is None or not reserve.release():
+                raise
+            self._db = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(SCHEMA)
+        except sqlite3.Error:
+            db.close()
+            raise
+        return db
 
     def close(self) -> None:
         self._db.close()
 
     def _transaction(self) -> Transaction:
-        return Transaction(self._db)
+        return Transaction(self._db, self.path, self.reserve)
 
     # ------------------------------------------------------------ store record
     def load_store_record(self) -> StoreMeta:

@@ -11,8 +11,11 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
+from pathlib import Path
 
+from tierfs.contracts.errors import NoSpaceError
 from tierfs.engine.record_types import SegmentMeta
+from tierfs.engine.space_reserve import SpaceReserve
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -50,16 +53,32 @@ def escape_like(text: str) -> str:
 
 
 class Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception. A full disk (SQLite
+    says SQLITE_FULL, at any statement or at COMMIT) rolls back, releases the data dir's
+    space reserve so that the caller's retry finds room, and raises ``NoSpaceError``."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, path: Path, reserve: SpaceReserve | None) -> None:
         self._db = db
+        self._path = path
+        self._reserve = reserve
 
     def __enter__(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
+            try:
+                self._db.execute("COMMIT")
+                if self._reserve is not None:
+                    self._reserve.ensure()  # a stat while it exists
+                return
+            except sqlite3.Error as e:
+                exc = e
+        if self._db.in_transaction:  # SQLite may have rolled back by itself
             self._db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode == sqlite3.SQLITE_FULL:
+            if self._reserve is not None:
+                self._reserve.release()  # so that the caller's retry finds room
+            raise NoSpaceError(str(self._path.parent), 4096) from exc
+        if exc_type is None and isinstance(exc, BaseException):
+            raise exc

@@ -300,13 +300,14 @@ class StorageWriter:
     async def _truncate_journal(self) -> None:
         """Delete journal files holding only flushed bytes, checkpoint first."""
         journal = self._journal
-        if journal.file_count() < 2:
-            return
         checkpoint = journal.written_lsn
         for seg in self.dirty:
             first = seg.tail.first()
             if first is not None:
                 checkpoint = min(checkpoint, first.frame_lsn)
+        journal.roll_for_reclaim(checkpoint)  # so flushed bytes go back to the disk
+        if journal.file_count() < 2:
+            return
         files = journal.deletable_files(checkpoint)
         if not files:
             return

@@ -45,6 +45,7 @@ STATUS_BY_CODE = {
     "tier2": 502,
     "chunk_missing": 502,
     "backlog_full": 503,
+    "no_space": 507,  # Insufficient Storage: the journal disk is full
     "closed": 503,
     "in_use": 503,
     "owned_elsewhere": 423,  # another owner claimed tier-2 (Locked)
@@ -57,7 +58,7 @@ STATUS_BY_CODE = {
 
 def error_response(code: str, message: str, details: dict[str, Any] | None = None) -> JSONResponse:
     status = STATUS_BY_CODE.get(code, 500)
-    headers = {"Retry-After": "1"} if code == "backlog_full" else None
+    headers = {"Retry-After": "1"} if code in ("backlog_full", "no_space") else None
     body = {"error": {"code": code, "message": message, "details": details or {}}}
     return JSONResponse(body, status_code=status, headers=headers)
 

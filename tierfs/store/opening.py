@@ -9,6 +9,8 @@ Invariants:
   chunk this owner writes has a name no other owner, earlier or concurrent, used.
 - Recovery runs before the journal accepts a frame, and the new journal starts at the
   recovered end LSN; nothing after a torn frame is replayed.
+- A full disk does not stop the open: the metadata releases the data dir's space
+  reserve for the epoch commit (retried once); recovery only cuts and deletes.
 - Memory stays bounded: recovered tails go through the shared tail budget.
 """
 
@@ -19,6 +21,7 @@ import logging
 from collections.abc import Callable
 
 from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import NoSpaceError
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore
@@ -26,6 +29,7 @@ from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, take_ownership
 from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.space_reserve import SpaceReserve
 from tierfs.engine.tail import TailBudget
 
 log = logging.getLogger(__name__)
@@ -54,7 +58,8 @@ def open_data_dir(
     caller on the event loop)."""
     data_dir = config.data_dir
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
-    metadata = MetadataStore(data_dir / "metadata.sqlite")
+    space_reserve = SpaceReserve(data_dir)
+    metadata = MetadataStore(data_dir / "metadata.sqlite", space_reserve)
     try:
         chunk_storage = open_chunk_storage(
             config.chunk_store_url, config.chunk_store_options,
@@ -66,7 +71,10 @@ def open_data_dir(
     except BaseException:
         metadata.close()
         raise
-    store_record = metadata.begin_epoch(at_least=claim.epoch)
+    try:
+        store_record = metadata.begin_epoch(at_least=claim.epoch)
+    except NoSpaceError:  # the space reserve was released for this retry
+        store_record = metadata.begin_epoch(at_least=claim.epoch)
     epoch = store_record.epoch
     table.directories = metadata.load_directories()
     table.root_directory = metadata.load_root_directory()
@@ -88,6 +96,7 @@ def open_data_dir(
         file_bytes=config.journal_file_bytes,
         vd_sync_interval_s=config.vd_sync_interval_s,
         on_durable=on_durable,
+        space_reserve=space_reserve,
     )
     tail_budget.evict(journal.written_lsn)
     log.info(
