@@ -115,10 +115,15 @@ def test_stream_picks_up_appends_while_running(spark: Any, sdaemon: Daemon) -> N
 
 
 def test_stream_options_are_checked(spark: Any, sdaemon: Daemon) -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
     from tierfs.contracts.errors import InvalidArgumentError
     from tierfs.spark.stream import TierStreamReader
 
+    lines = StructType([StructField("value", StringType())])
     with pytest.raises(InvalidArgumentError, match="starting"):
-        TierStreamReader({"path": "x", "starting": "yesterday"}, None)  # type: ignore[arg-type]
+        TierStreamReader({"path": "x", "starting": "yesterday"}, lines)
     with pytest.raises(InvalidArgumentError, match="format"):
-        TierStreamReader({"path": "x", "format": "csv"}, None)  # type: ignore[arg-type]
+        TierStreamReader({"path": "x", "format": "csv"}, lines)
+    with pytest.raises(InvalidArgumentError, match="reads the columns"):
+        TierStreamReader({"path": "x"}, StructType([StructField("n", LongType())]))

@@ -30,7 +30,7 @@ import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 from tierfs.contracts.config import StoreConfig
-from tierfs.contracts.errors import Tier2Error, TierFSError
+from tierfs.contracts.errors import ChunkMissingError, Tier2Error, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.contracts.info import SegmentInfo
 from tierfs.engine.catalogue import ChunkCatalogue
@@ -88,6 +88,8 @@ async def _check_chunk(store: FsckTarget, name: str, chunk: Chunk) -> tuple[list
             storage, key = reads.long_term.storage, reads.long_term.key_of(chunk.location)
             await reads.index_of(chunk, cached=False)
         size = await trio.to_thread.run_sync(storage.stat, key, limiter=store.tier2_limiter)
+    except ChunkMissingError as e:
+        return [Problem(name, chunk.name, str(e))], checked
     except Tier2Error:  # no answer after every retry: no verdict on the data
         raise
     except TierFSError as e:
