@@ -56,6 +56,6 @@ case "$mode" in
   test)
     .venv/bin/ruff check tierfs fuse fsspec_impl tests examples benchmarks
     .venv/bin/mypy
-    exec .venv/bin/pytest -q tests
+    exec .venv/bin/pytest -q -m "not slow" tests  # the long runs: .venv/bin/pytest -m slow tests
     ;;
 esac

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 RESERVE_NAME = "space.reserve"
 RESERVE_BYTES = 1 << 20  # 1 MiB: an epoch commit, a flush commit and SQLite's 32 KiB -shm
+CLAIM_ROOM_BYTES = 256 << 10  # the owner claim (tier-2 and data dir) and the epoch commit
 
 
 def _load_fallocate() -> Any:
@@ -98,3 +99,11 @@ class SpaceReserve:
             return False
         log.warning("data dir disk full: released the %d-byte space reserve", RESERVE_BYTES)
         return True
+
+    def release_if_free_below(self, free_bytes: int) -> None:
+        """Blocking: release the reserve now if its disk has less than ``free_bytes``
+        free, before writes that must not fail half-way (the owner claim at opening:
+        a claim made on tier-2 but not recorded in the data dir would lock it out)."""
+        stats = os.statvfs(self.path.parent)
+        if stats.f_bavail * stats.f_frsize < free_bytes:
+            self.release()

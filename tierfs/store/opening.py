@@ -29,7 +29,7 @@ from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, take_ownership
 from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
-from tierfs.engine.space_reserve import SpaceReserve
+from tierfs.engine.space_reserve import CLAIM_ROOM_BYTES, SpaceReserve
 from tierfs.engine.tail import TailBudget
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ def open_data_dir(
     space_reserve = SpaceReserve(data_dir)
     metadata = MetadataStore(data_dir / "metadata.sqlite", space_reserve)
     try:
+        space_reserve.release_if_free_below(CLAIM_ROOM_BYTES)
         chunk_storage = open_chunk_storage(
             config.chunk_store_url, config.chunk_store_options,
             read_deadline_per_mib_s=config.tier2_read_timeout_s,
