@@ -51,6 +51,7 @@ from tierfs.blocks.deadlines import (
 )
 from tierfs.blocks.filesystems import open_filesystem
 from tierfs.contracts.errors import InvalidArgumentError, Tier2Error
+from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.s3_merge import MergeCounts, multipart_merge
 from tierfs.engine.tier2_calls import StoredObject, modified_s, tier2_call
 
@@ -177,11 +178,7 @@ class LocalChunkStorage(ChunkStorage):
             finally:
                 os.close(fd)
             if created:
-                dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                fsync_directory(path.parent)
 
         tier2_call(name, call, label=self.label)
 
@@ -248,11 +245,7 @@ class LocalChunkStorage(ChunkStorage):
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_directory(path.parent)
             return kernel_copied
 
         kernel_copied = tier2_call(name, call, label=self.label)

@@ -34,6 +34,7 @@ import trio
 from tierfs.blocks.checksums import crc32c
 from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError, NoSpaceError
 from tierfs.engine.clock import monotonic_s
+from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.journal_format import (
     APPEND_HEADER,
     FRAME_HEADER,
@@ -42,7 +43,6 @@ from tierfs.engine.journal_format import (
     TailEntryLike,
     encode_append_header,
     file_name,
-    fsync_directory,
     list_files,
     write_all,
 )

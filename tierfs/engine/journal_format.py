@@ -81,14 +81,6 @@ def list_files(directory: Path) -> list[tuple[int, Path]]:
     return files
 
 
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class TailEntryLike(Protocol):
     frame_lsn: int
     frame_skip: int

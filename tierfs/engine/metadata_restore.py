@@ -30,6 +30,7 @@ from typing import Any
 
 from tierfs.contracts.errors import NoMetadataBackupError, StoreNotEmptyError
 from tierfs.engine.backup_objects import BackupManifest, BackupObjects
+from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.metadata import MetadataStore, now_ns
 from tierfs.engine.ownership import DataDirLock
 
@@ -68,7 +69,7 @@ def restore_metadata(
         segments = _prepare(staging, epoch)
         set_aside = _set_aside(data_dir)
         os.replace(staging, data_dir / METADATA_FILE)
-        _fsync_dir(data_dir)
+        fsync_directory(data_dir)
     finally:
         lock.release()
     log.info("restored %s from backup %s of %s (highest epoch seen %d)",
@@ -156,10 +157,4 @@ def _set_aside(data_dir: Path) -> tuple[str, ...]:
     return tuple(moved)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 

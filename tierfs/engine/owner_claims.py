@@ -37,6 +37,7 @@ from typing import Any
 
 from tierfs.contracts.errors import OwnedElsewhereError, Tier2Error
 from tierfs.engine.chunkstore import ChunkStorage, FsspecChunkStorage, LocalChunkStorage
+from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.tier2_calls import tier2_call
 
 log = logging.getLogger(__name__)
@@ -145,11 +146,7 @@ class OwnerClaims:
                 os.link(temporary, path)  # atomic; EEXIST if another owner got there first
             finally:
                 os.unlink(temporary)
-            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_directory(path.parent)
         else:
             assert isinstance(storage, FsspecChunkStorage)
             # s3fs: PUT with If-None-Match: * ; a server that refuses answers 412
@@ -228,11 +225,7 @@ def write_local_claim(data_dir: Path, claim: OwnerClaim) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(temporary, path)
-    dir_fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_directory(data_dir)
 
 
 def take_ownership(data_dir: Path, claims: OwnerClaims, local_epoch: int, takeover: bool) -> OwnerClaim:

@@ -24,10 +24,10 @@ import os
 from pathlib import Path
 
 from tierfs.contracts.errors import JournalCorruptionError
+from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.journal_format import (
     FRAME_OVERHEAD,
     ScanResult,
-    fsync_directory,
     list_files,
     scan,
 )
