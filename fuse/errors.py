@@ -48,6 +48,8 @@ ERRNO_BY_CODE: dict[str, int] = {
     "conflict": errno.EAGAIN,
     "journal_corrupt": errno.EIO,
     "unavailable": errno.ENOTCONN,  # a daemon the call needed is not running
+    "metadata_unavailable": errno.EIO,  # the PostgreSQL metadata database does not answer
+    "metadata_version": errno.EIO,
     "response_lost": errno.EIO,  # a daemon's answer was lost: the outcome is unknown
     "internal": errno.EIO,
     "owned_elsewhere": errno.EBUSY,

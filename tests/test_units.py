@@ -73,7 +73,7 @@ def test_typed_records_keep_the_stored_format() -> None:
 
 
 def test_metadata_conditional_updates(tmp_path: Path) -> None:
-    meta = MetadataStore(tmp_path / "m.sqlite")
+    meta = MetadataStore.sqlite(tmp_path / "m.sqlite")
     row = meta.create_segment("s", "", SegmentMeta(durability="pd"))
     new_rev = meta.update_segment(row, SegmentMeta(durability="vd"))
     assert new_rev == row.rev + 1

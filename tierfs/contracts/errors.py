@@ -333,6 +333,32 @@ class JournalCorruptionError(TierFSError):
     code = "journal_corrupt"
 
 
+class MetadataUnavailableError(TierFSError, ConnectionError):
+    """The metadata database (PostgreSQL) cannot be reached, or the connection broke;
+    the operation did not happen (retry it once the database answers)."""
+
+    code = "metadata_unavailable"
+
+    def __init__(self, database: str, reason: str) -> None:
+        super().__init__(f"metadata database {database} is unavailable: {reason}")
+        self.database = database
+        self.reason = reason
+
+
+class MetadataVersionError(TierFSError):
+    """The metadata database was written by a newer tierfs (a schema version this one
+    does not know); nothing was changed. Upgrade tierfs on this host."""
+
+    code = "metadata_version"
+
+    def __init__(self, database: str, found_version: int, known_version: int) -> None:
+        super().__init__(
+            f"metadata database {database} is at schema version {found_version}, newer than "
+            f"this tierfs knows ({known_version}); upgrade tierfs on this host"
+        )
+        self.database = database
+
+
 class DaemonUnavailableError(TierFSError, ConnectionError):
     """No daemon answers at the address tried."""
 
@@ -399,5 +425,6 @@ def rebuild_error(code: str, message: str, details: dict[str, object] | None = N
 def error_details(error: TierFSError) -> dict[str, object]:
     """The facts an error carries, JSON-ready (no message, no traceback)."""
     facts = ("name", "expected", "actual", "offset", "length", "backlog_bytes", "limit_bytes", "pid",
-             "epoch", "new_epoch", "new_owner", "owner_id", "host", "data_dir", "claimed_at")
+             "epoch", "new_epoch", "new_owner", "owner_id", "host", "data_dir", "claimed_at",
+             "database", "reason")
     return {key: getattr(error, key) for key in facts if isinstance(getattr(error, key, None), (str, int))}

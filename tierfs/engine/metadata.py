@@ -1,4 +1,6 @@
-"""Metadata: segment, directory and chunk records in SQLite (WAL, synchronous=FULL).
+"""Metadata: segment, directory and chunk records in a database: SQLite in the data dir
+(WAL, synchronous=FULL; the default) or PostgreSQL (``--metadata postgresql://...``),
+with the same statements and the same conditional checks on both (``sql_database``).
 
 This is the only index of the store: nothing lists tier-2 to find data.
 
@@ -11,13 +13,18 @@ Invariants:
   overwriting (``ConcurrentModificationError``) and changes nothing.
 - A garbage name is returned for collection only once its ``queued_ns`` has passed
   (defrag queues old chunks with a deletion lag, readers may still hold them).
-- Segment ids come from AUTOINCREMENT and are never reused, so journal frames of a
-  deleted segment can never be mistaken for another segment's bytes.
+- Segment ids come from AUTOINCREMENT (an identity column on PostgreSQL) and are never
+  reused, so journal frames of a deleted segment can never be mistaken for another
+  segment's bytes.
+- Changes that check a name is free or a directory is empty run under the namespace
+  lock (``transaction(namespace=True)``), so those checks hold at commit even when
+  several daemons share one PostgreSQL database.
+- The schema is brought to the newest version when the store opens (``schema_migrations``).
 - A transaction the disk has no room for (SQLITE_FULL, at any statement or at COMMIT)
   is rolled back and raises ``NoSpaceError``: nothing changed, the next one retries,
   with the data dir's space reserve (``space_reserve``) released for it; the reserve is
   re-made after the next commit that finds room.
-- Methods here block (SQLite + fsync); the store calls them from one worker thread at a
+- Methods here block (SQLite + fsync, or a PostgreSQL round trip); the store calls them from one worker thread at a
   time through a limiter, which also serializes use of the connection.
 """
 
@@ -25,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,7 +42,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
 )
 from tierfs.engine import records
-from tierfs.engine.metadata_sql import SCHEMA, SegmentRow, Transaction, escape_like, now_ns
+from tierfs.engine.metadata_sql import SegmentRow, escape_like, now_ns
 from tierfs.engine.object_keys import (
     LONG_TERM_GARBAGE_PREFIX,
     ObjectReferences,
@@ -44,7 +50,9 @@ from tierfs.engine.object_keys import (
     garbage_names,
 )
 from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta, StoreMeta
+from tierfs.engine.schema_migrations import migrate
 from tierfs.engine.space_reserve import SpaceReserve
+from tierfs.engine.sql_database import Database, open_database
 
 # the fields of a chunk record (``Chunk``) that the start-up scan reads
 _HOT_COPY_FIELDS = operator.attrgetter(
@@ -55,32 +63,32 @@ _REFERENCE_FIELDS = operator.attrgetter("name", "offload_attempt_uuid")
 _NEXT_CHUNK_SEQ = operator.attrgetter("next_chunk_seq")
 
 class MetadataStore:
-    def __init__(self, path: Path, reserve: SpaceReserve | None = None) -> None:
-        self.path = path
-        self.reserve = reserve
-        try:
-            self._db = self._connect()
-        except sqlite3.OperationalError:  # e.g. no room for the WAL index (-shm) file
-            if reserve is None or not reserve.release():
-                raise
-            self._db = self._connect()
+    """The metadata on a ``Database``: SQLite in the data dir, or PostgreSQL."""
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        migrate(db)
+
+    @classmethod
+    def open(cls, url: str, sqlite_path: Path, reserve: SpaceReserve | None = None) -> MetadataStore:
+        """``url`` as in ``sql_database.open_database``; the schema is migrated."""
+        db = open_database(url, sqlite_path, reserve)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.executescript(SCHEMA)
-        except sqlite3.Error:
+            return cls(db)
+        except BaseException:
             db.close()
             raise
-        return db
+
+    @classmethod
+    def sqlite(cls, path: Path, reserve: SpaceReserve | None = None) -> MetadataStore:
+        return cls.open("sqlite:", path, reserve)
+
+    @property
+    def database(self) -> Database:
+        return self._db
 
     def close(self) -> None:
         self._db.close()
-
-    def _transaction(self) -> Transaction:
-        return Transaction(self._db, self.path, self.reserve)
 
     # ------------------------------------------------------------ store record
     def load_store_record(self) -> StoreMeta:
@@ -90,20 +98,21 @@ class MetadataStore:
         return records.load(StoreMeta, row[0])
 
     def save_store_record(self, record: StoreMeta) -> None:
-        with self._transaction():
+        with self._db.transaction():
             self._write_store_record(record)
 
     def _write_store_record(self, record: StoreMeta) -> None:
         """Caller holds a transaction."""
         self._db.execute(
-            "INSERT OR REPLACE INTO store (key, value) VALUES ('store', ?)",
+            "INSERT INTO store (key, value) VALUES ('store', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (records.dump(record),),
         )
 
     def begin_epoch(self, at_least: int = 0) -> StoreMeta:
         """Increase the owner epoch, to ``at_least`` if higher (the epoch claimed on
         tier-2), in one transaction; return the store record."""
-        with self._transaction():
+        with self._db.transaction():
             old = self.load_store_record()
             record = dataclasses.replace(old, epoch=max(old.epoch + 1, at_least))
             self._write_store_record(record)
@@ -116,10 +125,11 @@ class MetadataStore:
 
     def update_directory(self, name: str, record: DirectoryMeta) -> None:
         """Replace a directory's record ('' is the root)."""
-        with self._transaction():
+        with self._db.transaction():
             if name == "":
                 self._db.execute(
-                    "INSERT OR REPLACE INTO store (key, value) VALUES ('root_directory', ?)",
+                    "INSERT INTO store (key, value) VALUES ('root_directory', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (records.dump(record),),
                 )
                 return
@@ -159,7 +169,7 @@ class MetadataStore:
 
     def mkdir(self, name: str, parent: str) -> DirectoryMeta:
         record = DirectoryMeta(created_ns=now_ns())
-        with self._transaction():
+        with self._db.transaction(namespace=True):
             self._require_parent(parent)
             if self._name_taken(name):
                 raise SegmentExistsError(name)
@@ -171,7 +181,7 @@ class MetadataStore:
 
     def rmdir(self, name: str) -> None:
         pattern = escape_like(name) + "/%"
-        with self._transaction():
+        with self._db.transaction(namespace=True):
             for table in ("directories", "segments"):
                 if self._db.execute(
                     f"SELECT 1 FROM {table} WHERE name LIKE ? ESCAPE '\\' LIMIT 1", (pattern,)
@@ -183,16 +193,14 @@ class MetadataStore:
 
     def create_segment(self, name: str, parent: str, record: SegmentMeta) -> SegmentRow:
         """Insert a segment; the row's record is ``record`` with its new segment id."""
-        with self._transaction():
+        with self._db.transaction(namespace=True):
             self._require_parent(parent)
             if self._name_taken(name):
                 raise SegmentExistsError(name)
-            cursor = self._db.execute(
-                "INSERT INTO segments (name, rev, value) VALUES (?, 1, ?)",
+            segment_id = int(self._db.execute(
+                "INSERT INTO segments (name, rev, value) VALUES (?, 1, ?) RETURNING id",
                 (name, records.dump(record)),
-            )
-            segment_id = cursor.lastrowid
-            assert segment_id is not None
+            ).fetchone()[0])
             record = dataclasses.replace(record, segment_id=segment_id)
             self._db.execute(
                 "UPDATE segments SET value=? WHERE id=?", (records.dump(record), segment_id)
@@ -201,7 +209,7 @@ class MetadataStore:
 
     def update_segment(self, row: SegmentRow, record: SegmentMeta) -> int:
         """Conditionally replace a segment's record; returns the new revision."""
-        with self._transaction():
+        with self._db.transaction():
             return self._update_segment(row, record)
 
     def _update_segment(self, row: SegmentRow, record: SegmentMeta) -> int:
@@ -218,7 +226,7 @@ class MetadataStore:
 
     def rename(self, old: str, new: str, new_parent: str, is_directory: bool) -> None:
         """Rename a segment, or a directory with everything below it, in one transaction."""
-        with self._transaction():
+        with self._db.transaction(namespace=True):
             self._require_parent(new_parent)
             if self._name_taken(new):
                 raise SegmentExistsError(new)
@@ -238,7 +246,7 @@ class MetadataStore:
     def delete_segment(self, row: SegmentRow) -> list[str]:
         """Delete a segment and its chunk records; queue its chunks for collection."""
         stamp = now_ns()
-        with self._transaction():
+        with self._db.transaction():
             names = [n for c in self._chunks(row.segment_id) for n in garbage_names(c)]
             cursor = self._db.execute(
                 "DELETE FROM segments WHERE id=? AND rev=?", (row.segment_id, row.rev)
@@ -262,10 +270,11 @@ class MetadataStore:
     def commit_flush(self, row: SegmentRow, record: SegmentMeta, chunk: Chunk) -> int:
         """Record a chunk write (new chunk or grown chunk) and the segment's new flushed
         length in one transaction; conditional on the segment revision."""
-        with self._transaction():
+        with self._db.transaction():
             rev = self._update_segment(row, record)
             self._db.execute(
-                "INSERT OR REPLACE INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?)",
+                "INSERT INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (segment_id, start_offset) DO UPDATE SET value = excluded.value",
                 (chunk.segment_id, chunk.start_offset, records.dump(chunk)),
             )
         return rev
@@ -273,7 +282,7 @@ class MetadataStore:
     def commit_chunk_update(self, row: SegmentRow, chunk: Chunk) -> int:
         """Replace an existing chunk record (offload progress), conditional on the
         segment revision, which it advances; returns the new revision."""
-        with self._transaction():
+        with self._db.transaction():
             rev = self._update_segment(row, row.record)
             cursor = self._db.execute(
                 "UPDATE chunks SET value=? WHERE segment_id=? AND start_offset=?",
@@ -292,7 +301,7 @@ class MetadataStore:
         the target) join the target, the target gets its new record and the sources
         disappear, in one transaction conditional on every revision. No object is
         touched. Returns the target's new revision."""
-        with self._transaction():
+        with self._db.transaction():
             rev = self._update_segment(target, target_record)
             for source in sources:
                 cursor = self._db.execute(
@@ -311,7 +320,7 @@ class MetadataStore:
         """Delete head ``chunks`` (retention) and set the segment's new record (its
         start offset) in one transaction; their objects are queued for collection."""
         stamp = now_ns()
-        with self._transaction():
+        with self._db.transaction():
             rev = self._update_segment(row, record)
             for chunk in chunks:
                 self._db.execute(
@@ -328,7 +337,7 @@ class MetadataStore:
         ``merged``, with the segment's new record, in one transaction conditional on the
         segment revision and on every old record being stored exactly as given. The old
         objects are queued as garbage, collectable from ``collect_after_ns``."""
-        with self._transaction():
+        with self._db.transaction():
             rev = self._update_segment(row, record)
             for chunk in old:
                 stored = self._db.execute(
@@ -391,13 +400,13 @@ class MetadataStore:
 
     # ------------------------------------------------------------ garbage
     def queue_garbage(self, names: list[str]) -> None:
-        with self._transaction():
+        with self._db.transaction():
             self._insert_garbage(names, now_ns())
 
     def _insert_garbage(self, names: list[str], stamp: int) -> None:
         """Caller holds a transaction."""
         self._db.executemany(
-            "INSERT OR IGNORE INTO garbage (name, queued_ns) VALUES (?, ?)",
+            "INSERT INTO garbage (name, queued_ns) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
             [(name, stamp) for name in names],
         )
 
@@ -410,11 +419,11 @@ class MetadataStore:
         ]
 
     def forget_garbage(self, names: list[str]) -> None:
-        with self._transaction():
+        with self._db.transaction():
             self._db.executemany("DELETE FROM garbage WHERE name=?", [(n,) for n in names])
 
     def set_checkpoint(self, lsn: int) -> None:
-        with self._transaction():
+        with self._db.transaction():
             record = self.load_store_record()
             if lsn > record.journal_checkpoint_lsn:
                 self._write_store_record(dataclasses.replace(record, journal_checkpoint_lsn=lsn))

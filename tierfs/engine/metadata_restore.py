@@ -125,7 +125,7 @@ def _intact(path: Path) -> bool:
 
 
 def _snapshot_epoch(path: Path) -> int:
-    metadata = MetadataStore(path)
+    metadata = MetadataStore.sqlite(path)
     try:
         return metadata.load_store_record().epoch
     finally:
@@ -135,7 +135,7 @@ def _snapshot_epoch(path: Path) -> int:
 def _prepare(path: Path, epoch: int) -> int:
     """Set the highest epoch seen and a journal checkpoint of 0 (the data dir gets a new,
     empty journal); the number of segments."""
-    metadata = MetadataStore(path)
+    metadata = MetadataStore.sqlite(path)
     try:
         record = metadata.load_store_record()
         metadata.save_store_record(dataclasses.replace(record, epoch=epoch, journal_checkpoint_lsn=0))

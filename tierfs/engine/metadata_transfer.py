@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from tierfs.contracts.errors import MetadataFormatError, StoreNotEmptyError
 from tierfs.engine import records
-from tierfs.engine.metadata import SCHEMA, MetadataStore
+from tierfs.engine.metadata import MetadataStore
 from tierfs.engine.ownership import DataDirLock
 from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta, StoreMeta
 
@@ -83,10 +83,9 @@ def import_metadata(data_dir: Path, source: IO[bytes]) -> int:
     lock = DataDirLock(data_dir)
     lock.acquire()
     try:
-        MetadataStore(data_dir / "metadata.sqlite").close()  # the schema exists
+        MetadataStore.sqlite(data_dir / "metadata.sqlite").close()  # the schema exists
         db = sqlite3.connect(data_dir / "metadata.sqlite", isolation_level=None)
         try:
-            db.executescript(SCHEMA)
             db.execute("BEGIN IMMEDIATE")
             try:
                 rows = _import_rows(db, _lines(source))

@@ -59,7 +59,7 @@ def open_data_dir(
     data_dir = config.data_dir
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
     space_reserve = SpaceReserve(data_dir)
-    metadata = MetadataStore(data_dir / "metadata.sqlite", space_reserve)
+    metadata = MetadataStore.sqlite(data_dir / "metadata.sqlite", space_reserve)
     try:
         space_reserve.release_if_free_below(CLAIM_ROOM_BYTES)
         chunk_storage = open_chunk_storage(
