@@ -114,6 +114,9 @@ def make_events(size: int, seed: int = 19) -> tuple[bytes, int]:
 def new_session(master: str) -> Any:
     from pyspark.sql import SparkSession
 
+    from tierfs.spark.loopback import bind_to_loopback_unless_configured
+
+    bind_to_loopback_unless_configured()
     session = (SparkSession.builder.master(master).appName("tierfs-bench")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")

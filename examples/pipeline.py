@@ -139,7 +139,9 @@ def spark_session() -> Any:
     from pyspark.sql import SparkSession
 
     from tierfs.spark import register
+    from tierfs.spark.loopback import bind_to_loopback_unless_configured
 
+    bind_to_loopback_unless_configured()  # a host whose name does not resolve still runs it
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").appName("tierfs-pipeline")

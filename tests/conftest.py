@@ -116,7 +116,9 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from tierfs.spark import register
+    from tierfs.spark.loopback import bind_to_loopback_unless_configured
 
+    bind_to_loopback_unless_configured()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (SparkSession.builder.master("local[2,4]").appName("tierfs-tests")

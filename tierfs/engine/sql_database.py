@@ -169,6 +169,8 @@ class PostgresDatabase:
         import psycopg  # only a PostgreSQL store loads the driver
 
         if self._conn is None or self._conn.closed:
+            if self._in_transaction:  # a new connection would run the rest outside it
+                raise MetadataUnavailableError(self.description, "connection lost in a transaction")
             try:
                 self._conn = psycopg.connect(
                     self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s)),
