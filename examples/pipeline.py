@@ -21,6 +21,7 @@ Without ``/dev/fuse`` the mount is skipped and both producers use fsspec.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import random
@@ -208,30 +209,36 @@ def main(work: Path) -> int:
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
         common = ["--data-dir", str(data_dir), "--offload-to", f"s3://{bucket}/longterm",
                   "--offload-endpoint-url", endpoint, "--deletion-lag", "0"]
-        mounted = Path("/dev/fuse").exists() and tierfs_cli(*common, "mount", str(mountpoint), check=False).returncode == 0
-        server = None
-        if not mounted:
-            say("no FUSE here: serving without a mount, both producers use fsspec")
-            server = subprocess.Popen([sys.executable, "-m", "tierfs.cli", *common, "serve"])
-            deadline = time.monotonic() + 30
-            while not Path(discover_url(str(data_dir))[len("unix://"):]).exists():
-                if time.monotonic() > deadline:
-                    raise SystemExit("the tierfs daemon did not start")
-                time.sleep(0.1)
-        say(f"tierfs at {data_dir}" + (f", mounted at {mountpoint}" if mounted else "") +
-            f"; long-term store s3://{bucket} on {endpoint}")
-        client = TierClient()
-        spark = spark_session()
-        try:
-            return run(spark, client, mountpoint if mounted else None, checkpoint, endpoint)
-        finally:
-            spark.stop()
-            client.close()
+        with contextlib.ExitStack() as cleanup:  # every exit path stops what it started
+            mounted = (Path("/dev/fuse").exists()
+                       and tierfs_cli(*common, "mount", str(mountpoint), check=False).returncode == 0)
             if mounted:
-                tierfs_cli("umount", str(mountpoint), check=False)
-            if server is not None:
-                server.terminate()
-                server.wait(timeout=60)
+                cleanup.callback(tierfs_cli, "umount", str(mountpoint), check=False)
+            else:
+                say("no FUSE here: serving without a mount, both producers use fsspec")
+                server = subprocess.Popen([sys.executable, "-m", "tierfs.cli", *common, "serve"])
+                cleanup.callback(stop_process, server)
+                deadline = time.monotonic() + 30
+                while not Path(discover_url(str(data_dir))[len("unix://"):]).exists():
+                    if time.monotonic() > deadline:
+                        raise SystemExit("the tierfs daemon did not start")
+                    time.sleep(0.1)
+            say(f"tierfs at {data_dir}" + (f", mounted at {mountpoint}" if mounted else "") +
+                f"; long-term store s3://{bucket} on {endpoint}")
+            client = TierClient()
+            cleanup.callback(client.close)
+            spark = spark_session()
+            cleanup.callback(spark.stop)
+            return run(spark, client, mountpoint if mounted else None, checkpoint, endpoint)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def run(spark: Any, client: Any, mountpoint: Path | None, checkpoint: Path, endpoint: str) -> int:
