@@ -31,6 +31,7 @@ setup(
         "h11>=0.14",  # tierfs.testing.fault_proxy (already there through httpx and hypercorn)
         "prometheus-client>=0.20",
         "pyfuse3>=3.3",  # needs libfuse3-dev and pkg-config to build (dev.sh installs them)
+        "psycopg[binary]>=3.2,<3.4",  # --metadata postgresql://... (imported only then)
     ],
     extras_require={
         "test": [

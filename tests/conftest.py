@@ -26,6 +26,7 @@ from tierfs.fsspec_impl import TierFileSystem
 from tierfs import StoreConfig, open_store
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import Daemon, free_port, small_config, start_daemon
+from tierfs.testing.postgres import PostgresServer
 
 
 @pytest.fixture
@@ -105,6 +106,21 @@ def tfs(served_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> TierFileSyste
     fs = fsspec.filesystem("tierfs")
     assert isinstance(fs, TierFileSystem)
     return fs
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL for the whole run, started when a test first asks for it."""
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh database of its own for each test, dropped after it."""
+    url = postgres_server.create_database()
+    yield url
+    postgres_server.drop_database(url.rsplit("/", 1)[1])
 
 
 @pytest.fixture(scope="session")
