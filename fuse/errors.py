@@ -50,6 +50,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "unavailable": errno.ENOTCONN,  # a daemon the call needed is not running
     "metadata_unavailable": errno.EIO,  # the PostgreSQL metadata database does not answer
     "metadata_version": errno.EIO,
+    "wrong_tier2": errno.EBUSY,
     "response_lost": errno.EIO,  # a daemon's answer was lost: the outcome is unknown
     "internal": errno.EIO,
     "owned_elsewhere": errno.EBUSY,

@@ -346,6 +346,7 @@ def _load_config(args: argparse.Namespace) -> StoreConfig:
             "data_dir": args.data_dir,
             "tier2_url": args.tier2,
             "tier2_endpoint_url": args.tier2_endpoint_url,
+            "metadata_url": args.metadata,
             "offload_url": args.offload_to,
             "offload_endpoint_url": args.offload_endpoint_url,
             "offload_deletion_lag_s": args.deletion_lag,

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offload-endpoint-url", help="S3-compatible endpoint for an s3:// --offload-to")
     parser.add_argument("--deletion-lag", type=float, metavar="SECONDS",
                         help="delete the chunk-store copy this long after an offload (default 14400)")
+    metadata_help = "metadata database: sqlite: (default, in the data dir) or postgresql://..."
+    parser.add_argument("--metadata", metavar="URL", help=metadata_help)
     parser.add_argument("--config", help="TOML config file (default $TIERFS_CONFIG)")
     parser.add_argument("--durability", choices=DURABILITY_LEVELS, help="default for new segments")
     parser.add_argument("-v", "--verbose", action="count", default=0)
@@ -129,9 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     metadata_sub.add_parser("import", help="load FILE (- for stdin) into an empty store").add_argument("file")
     p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM")
     p.add_argument("--takeover", action="store_true", default=argparse.SUPPRESS, help=takeover_help)
+    p.add_argument("--metadata", metavar="URL", default=argparse.SUPPRESS, help=metadata_help)
     p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
     p = add("mount", "run the daemon with the store mounted at MOUNTPOINT (FUSE); the API keeps serving")
     p.add_argument("--takeover", action="store_true", default=argparse.SUPPRESS, help=takeover_help)
+    p.add_argument("--metadata", metavar="URL", default=argparse.SUPPRESS, help=metadata_help)
     p.add_argument("mountpoint")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground (logs to stderr)")
     p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")

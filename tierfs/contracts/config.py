@@ -16,6 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tierfs.contracts.database_urls import (
+    SQLITE_URL,
+    is_postgresql_url,
+    is_sqlite_url,
+    redacted_url,
+)
 from tierfs.contracts.datadir import default_data_dir
 from tierfs.contracts.errors import InvalidArgumentError
 
@@ -37,6 +43,10 @@ class StoreConfig:
     # S3-compatible endpoint for an s3:// tier-2 (else AWS_ENDPOINT_URL / AWS config).
     tier2_endpoint_url: str = ""
     durability: str = "pd"
+    # Where the metadata lives: "sqlite:" (the data dir's metadata.sqlite) or a
+    # postgresql:// URL (psycopg 3 / libpq form). Printed only through
+    # ``metadata_description`` (no password).
+    metadata_url: str = dataclasses.field(default=SQLITE_URL, repr=False)
     # VD segments are fsynced at least this often (BP-14 bounded interval).
     vd_sync_interval_s: float = 1.0
     # Storage writer triggers (Pravega's aggregation thresholds).
@@ -102,6 +112,11 @@ class StoreConfig:
     takeover: bool = False
 
     def __post_init__(self) -> None:
+        if not (is_sqlite_url(self.metadata_url) or is_postgresql_url(self.metadata_url)):
+            raise InvalidArgumentError(
+                f"metadata must be 'sqlite:' (the default) or a postgresql:// URL, not "
+                f"{redacted_url(self.metadata_url)!r}"
+            )
         if self.durability not in DURABILITY_LEVELS:
             raise InvalidArgumentError(
                 f"durability must be one of {DURABILITY_LEVELS}, not {self.durability!r}"
@@ -134,6 +149,13 @@ class StoreConfig:
             raise InvalidArgumentError("max_append_bytes must not exceed max_backlog_bytes")
 
     @property
+    def metadata_description(self) -> str:
+        """Where the metadata lives, printable (no password)."""
+        if is_postgresql_url(self.metadata_url):
+            return redacted_url(self.metadata_url)
+        return str(self.data_dir / "metadata.sqlite")
+
+    @property
     def chunk_store_url(self) -> str:
         return self.tier2_url or str(self.data_dir / "chunks")
 
@@ -161,7 +183,8 @@ class StoreConfig:
 _FIELDS = {f.name: f for f in dataclasses.fields(StoreConfig)}
 _OPTION_TABLES = ("tier2_options", "offload_options")
 # environment names that differ from TIERFS_<FIELD>
-_ENV_NAMES = {"tier2_url": "TIERFS_TIER2", "offload_url": "TIERFS_OFFLOAD_TO"}
+_ENV_NAMES = {"tier2_url": "TIERFS_TIER2", "offload_url": "TIERFS_OFFLOAD_TO",
+              "metadata_url": "TIERFS_METADATA"}
 
 
 def _coerce(name: str, raw: Any) -> Any:

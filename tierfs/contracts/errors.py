@@ -359,6 +359,20 @@ class MetadataVersionError(TierFSError):
         self.database = database
 
 
+class WrongTier2Error(TierFSError):
+    """The metadata database describes chunks in another tier-2 than the one this store
+    was given: opening it would mix two stores' objects. Nothing was changed."""
+
+    code = "wrong_tier2"
+
+    def __init__(self, database: str, recorded_tier2: str, given_tier2: str) -> None:
+        super().__init__(
+            f"metadata database {database} belongs to tier-2 {recorded_tier2}, not {given_tier2}; "
+            "give that tier-2 (--tier2), or another database (--metadata)"
+        )
+        self.database = database
+
+
 class DaemonUnavailableError(TierFSError, ConnectionError):
     """No daemon answers at the address tried."""
 

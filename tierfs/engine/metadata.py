@@ -118,6 +118,16 @@ class MetadataStore:
             self._write_store_record(record)
         return record
 
+    def bind_tier2(self, tier2_url: str) -> str:
+        """Record ``tier2_url`` as the one tier-2 this metadata describes, if none is
+        recorded yet; return the recorded one (the caller refuses a different one)."""
+        with self._db.transaction(namespace=True):
+            row = self._db.execute("SELECT value FROM store WHERE key='tier2'").fetchone()
+            if row is not None:
+                return bytes(row[0]).decode()
+            self._db.execute("INSERT INTO store (key, value) VALUES ('tier2', ?)", (tier2_url.encode(),))
+        return tier2_url
+
     # ------------------------------------------------------------ namespace
     def load_root_directory(self) -> DirectoryMeta:
         row = self._db.execute("SELECT value FROM store WHERE key='root_directory'").fetchone()

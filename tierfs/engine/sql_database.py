@@ -28,17 +28,20 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from tierfs.contracts.database_urls import is_postgresql_url, redacted_url
 from tierfs.contracts.errors import (
     ConcurrentModificationError,
     MetadataUnavailableError,
     NoSpaceError,
 )
 from tierfs.engine.space_reserve import SpaceReserve
+
+__all__ = ["Database", "IntegrityViolation", "PostgresDatabase", "SqliteDatabase", "is_postgresql_url",
+           "open_database", "redacted_url"]
 
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
@@ -71,20 +74,6 @@ class Database(Protocol):
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None: ...
     def transaction(self, namespace: bool = False) -> contextlib.AbstractContextManager[None]: ...
     def close(self) -> None: ...
-
-
-def is_postgresql_url(url: str) -> bool:
-    return url.startswith(("postgresql://", "postgres://"))
-
-
-def redacted_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 class SqliteDatabase:

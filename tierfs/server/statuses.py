@@ -48,7 +48,8 @@ STATUS_BY_CODE = {
     "no_space": 507,  # Insufficient Storage: the journal disk is full
     "closed": 503,
     "metadata_unavailable": 503,
-    "metadata_version": 500,  # the PostgreSQL metadata database does not answer
+    "metadata_version": 500,
+    "wrong_tier2": 409,  # the PostgreSQL metadata database does not answer
     "in_use": 503,
     "owned_elsewhere": 423,  # another owner claimed tier-2 (Locked)
     "fenced": 423,  # this store lost tier-2 to a newer owner (Locked)

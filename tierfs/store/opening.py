@@ -21,7 +21,8 @@ import logging
 from collections.abc import Callable
 
 from tierfs.contracts.config import StoreConfig
-from tierfs.contracts.errors import NoSpaceError
+from tierfs.contracts.database_urls import is_postgresql_url, redacted_url
+from tierfs.contracts.errors import NoSpaceError, WrongTier2Error
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore
@@ -59,8 +60,12 @@ def open_data_dir(
     data_dir = config.data_dir
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
     space_reserve = SpaceReserve(data_dir)
-    metadata = MetadataStore.sqlite(data_dir / "metadata.sqlite", space_reserve)
+    metadata = MetadataStore.open(config.metadata_url, data_dir / "metadata.sqlite", space_reserve)
     try:
+        if is_postgresql_url(config.metadata_url):  # one database, one tier-2 (SQLite: one data dir)
+            bound = metadata.bind_tier2(redacted_url(config.chunk_store_url))
+            if bound != redacted_url(config.chunk_store_url):
+                raise WrongTier2Error(config.metadata_description, bound, redacted_url(config.chunk_store_url))
         space_reserve.release_if_free_below(CLAIM_ROOM_BYTES)
         chunk_storage = open_chunk_storage(
             config.chunk_store_url, config.chunk_store_options,

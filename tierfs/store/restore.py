@@ -20,6 +20,7 @@ import dataclasses
 import trio
 
 from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.database_urls import is_postgresql_url
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.contracts.fsck_report import FsckReport
 from tierfs.engine.backup_objects import BackupManifest
@@ -46,6 +47,12 @@ async def restore_store(config: StoreConfig) -> RestoreReport:
     """Rebuild ``config.data_dir`` from the backups in ``config.tier2_url``."""
     if not config.tier2_url:
         raise InvalidArgumentError("restore needs the tier-2 URL to restore from (--tier2 URL)")
+    if is_postgresql_url(config.metadata_url):
+        raise InvalidArgumentError(
+            "restore rebuilds SQLite metadata from tier-2's backups; metadata on PostgreSQL "
+            f"({config.metadata_description}) is not backed up into tier-2: restore it with "
+            "PostgreSQL's own backups, and open the data dir with --takeover"
+        )
     restored: RestoredMetadata = await trio.to_thread.run_sync(
         restore_metadata, config.data_dir, config.chunk_store_url, config.chunk_store_options
     )
@@ -59,5 +66,6 @@ async def open_as_new_owner(config: StoreConfig) -> NewOwner:
     claim and every epoch in the backup, a first backup under it, and fsck of every
     chunk."""
     async with open_store(dataclasses.replace(config, takeover=True)) as store:
-        await store.metadata_backup.cycle()
+        if store.metadata_backup is not None:  # restore_store only restores SQLite
+            await store.metadata_backup.cycle()
         return NewOwner(store.epoch, await store.fsck())

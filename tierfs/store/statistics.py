@@ -61,7 +61,7 @@ def collect_statistics(
     tail_budget: TailBudget,
     cache: BlockCache,
     recovery: RecoveryReport | None,
-    metadata_backup: MetadataBackup,
+    metadata_backup: MetadataBackup | None,
 ) -> StoreStatistics:
     return StoreStatistics(
         epoch=epoch,
@@ -85,8 +85,8 @@ def collect_statistics(
         offload_oldest_waiting_s=scheduler.oldest_waiting_s,
         hot_copies_deleted=offloader.hot_copies_deleted,
         retention_deleted_bytes=scheduler.retention_deleted_bytes,
-        metadata_backups=metadata_backup.backups_taken,
-        metadata_backup_failures=metadata_backup.failures,
+        metadata_backups=0 if metadata_backup is None else metadata_backup.backups_taken,
+        metadata_backup_failures=0 if metadata_backup is None else metadata_backup.failures,
         cache=cache.statistics(),
         recovery=recovery,
     )

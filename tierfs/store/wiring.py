@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.database_urls import is_postgresql_url
 from tierfs.engine.appender import Appender
 from tierfs.engine.block_source import BlockSource
 from tierfs.engine.blockcache import BlockCache
@@ -77,12 +78,13 @@ class Parts:
     policies: PolicyBook
     scheduler: PolicyScheduler
     defragmenter: Defragmenter
-    metadata_backup: MetadataBackup
+    metadata_backup: MetadataBackup | None  # SQLite only: PostgreSQL keeps its own backups
 
     def background_tasks(self) -> tuple[BackgroundTask, ...]:
         """Started in this order after the journal's loop, cancelled at shutdown."""
+        backup = () if self.metadata_backup is None else (self.metadata_backup.run,)
         return (self.writer.run, self.offloader.run, self.scheduler.run, self.orphans.run,
-                self.defragmenter.run, self.fence.run, self.metadata_backup.run)
+                self.defragmenter.run, self.fence.run, *backup)
 
     def chunk_storage_holders(self) -> tuple[Any, ...]:
         """Every part holding the chunk storage (tests swap it on an open store)."""
@@ -124,5 +126,6 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
         policies=policies, scheduler=scheduler,
         defragmenter=Defragmenter(config, epoch, chunk_storage, limiter, catalogue, garbage, writer.wake,
                                   table.segments),
-        metadata_backup=MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner),
+        metadata_backup=(None if is_postgresql_url(config.metadata_url)
+                         else MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner)),
     )
