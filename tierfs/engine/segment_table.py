@@ -4,6 +4,10 @@ record, and the root directory's record.
 Invariants:
 - Keys are canonical names (``names.canonical``): a hit needs no validation.
 - A segment is in ``by_name`` exactly when it is in ``by_id``, under its current name.
+- ``children`` indexes every segment and directory under its parent directory ('' is
+  the root), so listing a directory and renaming a subtree cost what is in it, not
+  what is in the store; directories change only through ``add_directory`` /
+  ``remove_directory`` / ``load_directories`` / ``move``, which keep it.
 - The table changes only after the metadata commit that made the change succeeded;
   callers hold the namespace lock for every change that spans entries.
 - Once closed, every lookup raises ``StoreClosedError``.
@@ -31,6 +35,7 @@ class SegmentTable:
         self.by_name: dict[str, SegmentState] = {}
         self.by_id: dict[int, SegmentState] = {}
         self.directories: dict[str, DirectoryMeta] = {}  # by name ('' not included)
+        self.children: dict[str, set[str]] = {}  # directory ('' root) -> names directly in it
         self.root_directory = DirectoryMeta()  # loaded when the store opens
         # serializes namespace changes (create, mkdir, rmdir, rename, delete, concat)
         self.lock = trio.Lock()
@@ -93,27 +98,63 @@ class SegmentTable:
         else:
             self.directories[name] = record
 
+    def children_of(self, directory: str) -> list[str]:
+        """Names directly inside ``directory`` (segments and directories), sorted."""
+        return sorted(self.children.get(directory, ()))
+
     # ------------------------------------------------------------------ changes
+    def _link(self, name: str) -> None:
+        self.children.setdefault(names.parent_of(name), set()).add(name)
+
+    def _unlink(self, name: str) -> None:
+        parent = names.parent_of(name)
+        siblings = self.children.get(parent)
+        if siblings is not None:
+            siblings.discard(name)
+            if not siblings:
+                del self.children[parent]
+
     def add(self, seg: SegmentState) -> None:
         self.by_name[seg.name] = seg
         self.by_id[seg.segment_id] = seg
+        self._link(seg.name)
 
     def remove(self, seg: SegmentState) -> None:
         seg.deleted = True
         del self.by_name[seg.name]
         del self.by_id[seg.segment_id]
+        self._unlink(seg.name)
+
+    def load_directories(self, records: dict[str, DirectoryMeta]) -> None:
+        for name, record in records.items():
+            self.add_directory(name, record)
+
+    def add_directory(self, name: str, record: DirectoryMeta) -> None:
+        self.directories[name] = record
+        self._link(name)
+
+    def remove_directory(self, name: str) -> None:
+        del self.directories[name]
+        self._unlink(name)
+
+    def _subtree(self, directory: str) -> list[str]:
+        found, pending = [], [directory]
+        while pending:
+            for child in self.children.get(pending.pop(), ()):
+                found.append(child)
+                if child in self.directories:
+                    pending.append(child)
+        return found
 
     def move(self, source: str, target: str) -> None:
         """Rename ``source`` (a segment, or a directory with everything below it)."""
         moves = [(source, target)]
         if source in self.directories:
-            prefix = source + "/"
-            moves += [
-                (name, target + name[len(source):])
-                for name in [*self.by_name, *self.directories]
-                if name.startswith(prefix)
-            ]
+            moves += [(name, target + name[len(source):]) for name in self._subtree(source)]
+        for before, _ in moves:
+            self._unlink(before)
         for before, after in moves:
+            self._link(after)
             if before in self.directories:
                 self.directories[after] = self.directories.pop(before)
             else:

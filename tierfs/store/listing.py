@@ -55,13 +55,12 @@ async def list_directory(table: SegmentTable, name: str) -> list[Info]:
     table.require_directory(directory)
     await trio.lowlevel.checkpoint()
     result: list[Info] = []
-    for entry_name, record in table.directories.items():
-        if names.parent_of(entry_name) == directory:
+    for entry_name in table.children_of(directory):  # sorted, and only this directory's
+        record = table.directories.get(entry_name)
+        if record is not None:
             result.append(DirectoryInfo(entry_name, record.created_ns / 1e9))
-    for entry_name, seg in table.by_name.items():
-        if names.parent_of(entry_name) == directory:
-            result.append(segment_info(seg))
-    result.sort(key=lambda info: info.name)
+        else:
+            result.append(segment_info(table.by_name[entry_name]))
     return result
 
 

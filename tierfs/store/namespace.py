@@ -96,7 +96,7 @@ class Namespace:
                 raise SegmentExistsError(canonical)
             parent = table.check_parent(canonical)
             metadata = self._catalogue.metadata
-            table.directories[canonical] = await self._catalogue.call(metadata.mkdir, canonical, parent)
+            table.add_directory(canonical, await self._catalogue.call(metadata.mkdir, canonical, parent))
 
     async def rmdir(self, name: str) -> None:
         table = self._table
@@ -108,7 +108,7 @@ class Namespace:
                     raise NotADirectoryError_(canonical)
                 raise SegmentNotFoundError(canonical)
             await self._catalogue.call(self._catalogue.metadata.rmdir, canonical)
-            del table.directories[canonical]
+            table.remove_directory(canonical)
 
     async def delete(self, name: str) -> None:
         """Delete a segment; its chunks are garbage-collected in the background."""

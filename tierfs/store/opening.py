@@ -82,7 +82,7 @@ def open_data_dir(
     except NoSpaceError:  # the space reserve was released for this retry
         store_record = metadata.begin_epoch(at_least=claim.epoch)
     epoch = store_record.epoch
-    table.directories = metadata.load_directories()
+    table.load_directories(metadata.load_directories())
     table.root_directory = metadata.load_root_directory()
     for row in metadata.load_segments():
         flushed = row.record.flushed_length
