@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, str] = {
     "s3faults": "benchmarks.s3faults",
     "spark": "benchmarks.spark",
     "instructions": "benchmarks.instructions",
+    "cluster": "benchmarks.cluster",
 }
 
 

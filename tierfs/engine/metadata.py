@@ -163,6 +163,11 @@ class MetadataStore:
             )
         ]
 
+    def find_segment(self, name: str) -> SegmentRow | None:
+        """One segment's row by name (an index lookup), or None."""
+        row = self._db.execute("SELECT id, name, rev, value FROM segments WHERE name=?", (name,)).fetchone()
+        return None if row is None else SegmentRow(row[0], row[1], row[2], records.load(SegmentMeta, row[3]))
+
     def _name_taken(self, name: str) -> bool:
         return (
             self._db.execute("SELECT 1 FROM directories WHERE name=?", (name,)).fetchone()
