@@ -312,7 +312,7 @@ def test_mount_and_fsspec_read_each_others_files(mount: Mount, tfs: TierFileSyst
 def test_every_engine_error_code_has_one_errno() -> None:
     from tierfs.fuse.errors import ERRNO_BY_CODE
 
-    from tierfs.contracts.errors import all_error_classes
+    from tierfs.contracts.error_wire import all_error_classes
 
     assert set(all_error_classes()) <= set(ERRNO_BY_CODE)
     assert ERRNO_BY_CODE["bad_offset"] == ERRNO_BY_CODE["sealed"] == errno.EPERM

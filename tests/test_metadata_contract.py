@@ -16,10 +16,12 @@ import pytest
 from tierfs.contracts.errors import (
     ConcurrentModificationError,
     DirectoryNotEmptyError,
+    FencedError,
     MetadataVersionError,
     SegmentExistsError,
     SegmentNotFoundError,
 )
+from tierfs.engine.epoch_guard import guard_epoch
 from tierfs.engine.metadata import MetadataStore
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.schema_migrations import LATEST_VERSION, schema_version
@@ -230,3 +232,38 @@ def test_racing_daemons_never_both_win_on_postgresql(postgres_url: str, tmp_path
     finally:
         one.close()
         two.close()
+
+
+def test_an_old_owner_commits_nothing_once_a_new_owner_began_its_epoch(open_metadata: Opener) -> None:
+    """The epoch guard: after another owner began a newer epoch, every transaction of
+    the old one is refused with ``fenced`` before it changes anything."""
+    old = open_metadata()
+    old_epoch = old.begin_epoch().epoch
+    guard_epoch(old, old_epoch)
+    row = old.create_segment("kept", "", SegmentMeta())
+    old.commit_flush(row, dataclasses.replace(row.record, flushed_length=4), _chunk(row.segment_id, 0, 4))
+    old.close()  # SQLite: one connection writes at a time; the data-dir lock already keeps two apart
+    new = open_metadata()
+    assert new.begin_epoch().epoch == old_epoch + 1
+    zombie = open_metadata()
+    guard_epoch(zombie, old_epoch)
+    stale = zombie.find_segment("kept")
+    assert stale is not None
+    attempts: list[Callable[[], Any]] = [
+        lambda: zombie.create_segment("zombie", "", SegmentMeta()),
+        lambda: zombie.commit_flush(stale, dataclasses.replace(stale.record, flushed_length=8),
+                                    _chunk(stale.segment_id, 4, 4, "s1/e1-c9")),
+        lambda: zombie.delete_segment(stale),
+        lambda: zombie.set_checkpoint(1 << 30),
+        lambda: zombie.mkdir("d", ""),
+    ]
+    for attempt in attempts:
+        with pytest.raises(FencedError):
+            attempt()
+    assert new.find_segment("zombie") is None
+    kept = new.find_segment("kept")
+    assert kept is not None and kept.record.flushed_length == 4
+    assert [c.length for c in new.load_chunks(kept.segment_id)] == [4]
+    assert new.load_store_record().journal_checkpoint_lsn == 0
+    guard_epoch(new, old_epoch + 1)
+    new.create_segment("by the new owner", "", SegmentMeta())  # the current owner commits

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -75,6 +75,10 @@ class Database(Protocol):
     def transaction(self, namespace: bool = False) -> contextlib.AbstractContextManager[None]: ...
     def close(self) -> None: ...
 
+    # Run first in every transaction once set (``epoch_guard.guard_epoch``): raises to
+    # refuse the transaction before any statement of it changed anything.
+    epoch_guard: Callable[[], None] | None
+
 
 class SqliteDatabase:
     """SQLite in WAL mode with synchronous=FULL: a commit is on disk when it returns."""
@@ -85,6 +89,7 @@ class SqliteDatabase:
         self.path = path
         self.description = str(path)
         self.reserve = reserve
+        self.epoch_guard: Callable[[], None] | None = None
         try:
             self._db = self._connect()
         except sqlite3.OperationalError:  # e.g. no room for the WAL index (-shm) file
@@ -123,6 +128,8 @@ class SqliteDatabase:
         serialized whatever ``namespace`` says."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
+            if self.epoch_guard is not None:
+                self.epoch_guard()
             yield
             self._db.execute("COMMIT")
         except BaseException as e:
@@ -152,6 +159,7 @@ class PostgresDatabase:
         self._connect_timeout_s = connect_timeout_s
         self._conn: Any = None
         self._in_transaction = False
+        self.epoch_guard: Callable[[], None] | None = None
         self._connection()  # fail now, with a clear error, if the server is not there
 
     def _connection(self) -> Any:
@@ -211,6 +219,8 @@ class PostgresDatabase:
         try:
             if namespace:
                 self.execute("SELECT pg_advisory_xact_lock(?)", (_NAMESPACE_LOCK_KEY,))
+            if self.epoch_guard is not None:
+                self.epoch_guard()
             yield
             self.execute("COMMIT")
         except BaseException:

@@ -6,7 +6,7 @@ Discovery: ``TIERFS_URL`` (``unix:///path/tierfs.sock`` or ``http://host:port`` 
 
 Invariants:
 - A non-2xx response becomes the same ``TierFSError`` subclass the daemon raised, with
-  its message and facts (``errors.rebuild_error``): callers cannot tell local from remote.
+  its message and facts (``error_wire.rebuild_error``): callers cannot tell local from remote.
 - A daemon that cannot be reached is ``DaemonUnavailableError``, never a raw httpx error;
   a request that was sent and got no answer is its subclass ``ResponseLostError``
   (it may have taken effect).
@@ -25,14 +25,14 @@ from urllib.parse import quote
 import httpx
 
 from tierfs.contracts.datadir import default_data_dir, socket_path
+from tierfs.contracts.error_wire import rebuild_error
 from tierfs.contracts.errors import (
     DaemonUnavailableError,
     ResponseLostError,
     TierFSError,
-    rebuild_error,
 )
 from tierfs.contracts.info import Info, SegmentInfo, info_from_json
-from tierfs.contracts.operations import Operation
+from tierfs.contracts.operations import FORWARDED_HEADER, Operation
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 5.0
@@ -50,10 +50,14 @@ def discover_url(data_dir: str | os.PathLike[str] | None = None) -> str:
 class TierClient:
     """Blocking client; safe to share between threads (httpx.Client is)."""
 
-    def __init__(self, url: str | None = None, token: str | None = None) -> None:
+    def __init__(self, url: str | None = None, token: str | None = None, *, forwarded: bool = False) -> None:
+        """``forwarded``: a cluster daemon passing a request on to a container's owner
+        (the owner answers ``not_owner`` instead of forwarding it again)."""
         self.url = url or discover_url()
         token = token or os.environ.get("TIERFS_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if forwarded:
+            headers[FORWARDED_HEADER] = "1"
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
         if self.url.startswith("unix://"):
             transport = httpx.HTTPTransport(uds=self.url[len("unix://"):])

@@ -3,8 +3,8 @@ becomes an HTTP status.
 
 Invariants:
 - Every error is JSON ``{"error": {"code", "message", "details"}}``; the code is the
-  error's stable ``code`` and the details are its facts (``errors.error_details``), so
-  a client rebuilds the same class (``errors.rebuild_error``).
+  error's stable ``code`` and the details are its facts (``error_wire.error_details``), so
+  a client rebuilds the same class (``error_wire.rebuild_error``).
 - An unexpected exception answers ``internal`` (500) without its text, and is logged
   with its traceback.
 """
@@ -17,7 +17,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tierfs.contracts.errors import InvalidRangeError, TierFSError, error_details
+from tierfs.contracts.error_wire import error_details
+from tierfs.contracts.errors import InvalidRangeError, TierFSError
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,15 @@ STATUS_BY_CODE = {
     "no_backup": 404,
     "bad_metadata": 400,
     "store_not_empty": 409,
+    "cross_container": 409,  # rename/concat across segment containers (EXDEV on the mount)
+    "container_unavailable": 503,  # no owner for the container yet (failover)
+    "not_owner": 503,  # a forwarded request reached a former owner
 }
 
 
 def error_response(code: str, message: str, details: dict[str, Any] | None = None) -> JSONResponse:
     status = STATUS_BY_CODE.get(code, 500)
-    headers = {"Retry-After": "1"} if code in ("backlog_full", "no_space") else None
+    headers = {"Retry-After": "1"} if code in ("backlog_full", "no_space", "container_unavailable", "not_owner") else None
     body = {"error": {"code": code, "message": message, "details": details or {}}}
     return JSONResponse(body, status_code=status, headers=headers)
 

@@ -24,6 +24,7 @@ from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url, redacted_url
 from tierfs.contracts.errors import NoSpaceError, WrongTier2Error
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
+from tierfs.engine.epoch_guard import guard_epoch
 from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore
 from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, take_ownership
@@ -82,6 +83,7 @@ def open_data_dir(
     except NoSpaceError:  # the space reserve was released for this retry
         store_record = metadata.begin_epoch(at_least=claim.epoch)
     epoch = store_record.epoch
+    guard_epoch(metadata, epoch)  # from now on a newer owner's epoch refuses our commits
     table.load_directories(metadata.load_directories())
     table.root_directory = metadata.load_root_directory()
     for row in metadata.load_segments():
