@@ -58,6 +58,9 @@ ERRNO_BY_CODE: dict[str, int] = {
     "no_backup": errno.ENOENT,
     "bad_metadata": errno.EINVAL,
     "store_not_empty": errno.ENOTEMPTY,
+    "cross_container": errno.EXDEV,  # mv copies across containers, as across file systems
+    "container_unavailable": errno.EAGAIN,  # failover: no owner for the container yet
+    "not_owner": errno.EAGAIN,
 }
 
 P = ParamSpec("P")

@@ -28,14 +28,15 @@ ALLOWED: dict[str, set[str]] = {
     "engine": BASE | {"engine"},
     "offload": BASE | {"engine", "offload"},
     "store": BASE | {"engine", "offload", "store"},
-    "server": BASE | {"store", "server"},
+    "cluster": BASE | {"engine", "store", "remote", "cluster"},
+    "server": BASE | {"store", "cluster", "server"},
     "remote": BASE | {"remote"},
     "spark": BASE | {"remote", "spark"},
     "fsspec_impl": BASE | {"remote", "fsspec_impl"},
-    "fuse": BASE | {"store", "server", "fuse"},
+    "fuse": BASE | {"store", "cluster", "server", "fuse"},
     # the public API: contracts at import time, the façade lazily (tierfs/__init__.py)
     "root": {"contracts", "store"},
-    "cli": BASE | {"remote", "store", "server", "fuse", "cli"},
+    "cli": BASE | {"remote", "store", "cluster", "server", "fuse", "cli"},
     "testing": set(),  # filled below: test support may use every layer
     "bench": set(),
 }

@@ -7,6 +7,7 @@ Layering (imports flow one way; ``tests/test_layering.py`` enforces it):
       <- engine        journal, tail, metadata, chunk storage, cache, reader, writer
       <- offload       long-term store, offload attempts, policy planning
       <- store         the façade: wiring, namespace, concat, retention, fsck
+      <- cluster       containers, leases, the router (store + remote clients of the owners)
       <- server        HTTP API and daemon
     contracts, blocks <- remote <- spark, fsspec_impl     (clients: never the engine)
     store, server <- fuse;  everything <- cli, testing

@@ -110,12 +110,26 @@ class StoreConfig:
     # Claim tier-2 even if another owner holds it (``tierfs takeover``, ``--takeover``):
     # that owner is fenced (engine/fencing.py).
     takeover: bool = False
+    # Cluster mode (docs/ARCHITECTURE.md, "Many hosts"): with a postgresql:// metadata
+    # URL, the namespace is split into this many segment containers (fixed when the
+    # database is first used), each owned by one daemon through a lease; 0 is one store.
+    containers: int = 0
+    # A container's owner renews its lease this often divided by three; a daemon that
+    # stops renewing loses its containers to the others this long after its last renewal.
+    lease_s: float = 10.0
+    # The URL other daemons reach this one at (forwarded writes and tails), e.g.
+    # http://10.0.0.5:7070; default: http:// + the --listen address.
+    cluster_url: str = ""
 
     def __post_init__(self) -> None:
         if not (is_sqlite_url(self.metadata_url) or is_postgresql_url(self.metadata_url)):
             raise InvalidArgumentError(
                 f"metadata must be 'sqlite:' (the default) or a postgresql:// URL, not "
                 f"{redacted_url(self.metadata_url)!r}"
+            )
+        if self.containers < 0 or (self.containers and not is_postgresql_url(self.metadata_url)):
+            raise InvalidArgumentError(
+                f"containers must be 0, or > 0 with a postgresql:// metadata URL, not {self.containers!r}"
             )
         if self.durability not in DURABILITY_LEVELS:
             raise InvalidArgumentError(
@@ -126,7 +140,8 @@ class StoreConfig:
             "max_flush_bytes max_backlog_bytes max_append_bytes journal_file_bytes "
             "tier2_concurrency tier2_retry_initial_s tier2_retry_max_s tier2_read_timeout_s "
             "block_cache_bytes offload_concurrency offload_upload_concurrency "
-            "policy_interval_s defrag_small_chunk_bytes defrag_min_small_chunks owner_check_interval_s"
+            "policy_interval_s defrag_small_chunk_bytes defrag_min_small_chunks owner_check_interval_s "
+            "lease_s"
         ).split()
         for name in positive:
             if not getattr(self, name) > 0:

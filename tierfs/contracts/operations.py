@@ -33,6 +33,10 @@ from tierfs.contracts.policy import parse_assignments
 
 T = TypeVar("T")
 
+# A request one cluster daemon passes on to a container's owner carries this header
+# (``cluster.forwarding``): the owner serves it itself or answers ``not_owner``.
+FORWARDED_HEADER = "X-Tierfs-Forwarded"
+
 
 @dataclasses.dataclass(frozen=True)
 class Codec(Generic[T]):

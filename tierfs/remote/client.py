@@ -50,14 +50,16 @@ def discover_url(data_dir: str | os.PathLike[str] | None = None) -> str:
 class TierClient:
     """Blocking client; safe to share between threads (httpx.Client is)."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, *, forwarded: bool = False) -> None:
-        """``forwarded``: a cluster daemon passing a request on to a container's owner
-        (the owner answers ``not_owner`` instead of forwarding it again)."""
+    def __init__(self, url: str | None = None, token: str | None = None, *,
+                 forwarded_container: int | None = None) -> None:
+        """``forwarded_container``: a cluster daemon passing calls for that container on
+        to its owner (which serves them from that container only, or answers
+        ``not_owner``; never forwards them again)."""
         self.url = url or discover_url()
         token = token or os.environ.get("TIERFS_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        if forwarded:
-            headers[FORWARDED_HEADER] = "1"
+        if forwarded_container is not None:
+            headers[FORWARDED_HEADER] = str(forwarded_container)
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
         if self.url.startswith("unix://"):
             transport = httpx.HTTPTransport(uds=self.url[len("unix://"):])

@@ -15,20 +15,24 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import hypercorn.config
 import hypercorn.trio
 import trio
 
+from tierfs.cluster.opening import open_cluster
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.datadir import TOKEN_NAME, load_or_create_token, socket_path
+from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.server.http_api import BearerTokenAuth, build_app
 from tierfs.store.facade import open_store
+from tierfs.store.served import ServedStore
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +64,7 @@ async def serve(
     task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set, or ``service`` ends)."""
-    async with open_store(config) as store:
+    async with _open_served(config, listen) as store:
         data_dir = config.data_dir
         os.chmod(data_dir, 0o700)
         sock = socket_path(data_dir)
@@ -89,6 +93,24 @@ async def serve(
                 shutdown.set()
         finally:
             sock.unlink(missing_ok=True)
+
+
+@contextlib.asynccontextmanager
+async def _open_served(config: StoreConfig, listen: str | None) -> AsyncIterator[ServedStore]:
+    """The data dir's store, or in cluster mode (``containers``) the whole namespace
+    through the containers this daemon holds and the owners of the others."""
+    if not config.containers:
+        async with open_store(config) as store:
+            yield store
+        return
+    if not listen:
+        raise InvalidArgumentError(
+            "a cluster daemon (containers > 0) needs --listen HOST:PORT: the other daemons "
+            "forward writes and tails of its containers there")
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = load_or_create_token(config.data_dir)
+    async with open_cluster(config, config.cluster_url or f"http://{listen}", token) as cluster:
+        yield cluster
 
 
 async def _serve_one(

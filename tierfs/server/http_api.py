@@ -41,13 +41,15 @@ from starlette.convertors import Convertor, register_url_convertor
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tierfs.cluster.forwarding import forwarded_request
 from tierfs.contracts.errors import TierFSError
+from tierfs.contracts.operations import FORWARDED_HEADER
 from tierfs.server.metrics import MetricsRoute
 from tierfs.server.op_route import OperationRoute
 from tierfs.server.reads import ReadRoutes
 from tierfs.server.segment_routes import SegmentRoutes
 from tierfs.server.statuses import error_response, tierfs_error, unexpected_error
-from tierfs.store.facade import SegmentStore
+from tierfs.store.served import ServedStore
 
 
 class NameConvertor(Convertor[str]):
@@ -66,7 +68,7 @@ class NameConvertor(Convertor[str]):
 register_url_convertor("name", NameConvertor())
 
 
-def build_app(store: SegmentStore) -> Starlette:
+def build_app(store: ServedStore) -> ASGIApp:
     segments, reads = SegmentRoutes(store), ReadRoutes(store)
     routes = [
         Route("/v1/health", segments.health),
@@ -80,10 +82,31 @@ def build_app(store: SegmentStore) -> Starlette:
         Route("/v1/segments/{path:name}", segments.delete, methods=["DELETE"]),
         Route("/v1/op/{op}", OperationRoute(store).post, methods=["POST"]),
     ]
-    return Starlette(
+    return ForwardedMarker(Starlette(
         routes=routes,
         exception_handlers={TierFSError: tierfs_error, Exception: unexpected_error},
-    )
+    ))
+
+
+class ForwardedMarker:
+    """ASGI middleware: a request another cluster daemon forwarded for one container
+    (its header) is marked for the router (``cluster.forwarding``), which serves it from
+    that container's store only and never forwards it again."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+        self._header = FORWARDED_HEADER.lower().encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        container = next((value for key, value in scope["headers"] if key == self._header), None)
+        if scope["type"] == "http" and container is not None and container.isdigit():
+            token = forwarded_request.set(int(container))
+            try:
+                await self._app(scope, receive, send)
+            finally:
+                forwarded_request.reset(token)
+            return
+        await self._app(scope, receive, send)
 
 
 class BearerTokenAuth:

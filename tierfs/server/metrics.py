@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tierfs.store.facade import SegmentStore
+from tierfs.store.served import ServedStore
 
 CONTENT_TYPE = "text/plain; version=0.0.4"
 
@@ -23,7 +23,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4"
 class StoreCollector:
     """A Prometheus collector reading the store's statistics at scrape time."""
 
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: ServedStore) -> None:
         self._store = store
 
     def collect(self) -> Iterator[Any]:
@@ -71,7 +71,7 @@ class StoreCollector:
 
 
 class MetricsRoute:
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: ServedStore) -> None:
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(StoreCollector(store))
 

@@ -26,7 +26,7 @@ from tierfs.contracts.errors import InvalidRangeError, TierFSError
 from tierfs.contracts.info import SegmentInfo
 from tierfs.server.query import flag, query_int, query_seconds
 from tierfs.server.statuses import error_response
-from tierfs.store.facade import SegmentStore
+from tierfs.store.served import ServedStore
 
 READ_PIECE_BYTES = 4 << 20  # one streamed piece of a GET: bounded memory per request
 FOLLOW_MAX_TIMEOUT_S = 300.0
@@ -56,7 +56,7 @@ def parse_range(header: str, length: int) -> tuple[int, int] | None:
 
 
 class ReadRoutes:
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: ServedStore) -> None:
         self._store = store
 
     async def read(self, request: Request) -> Response:

@@ -17,11 +17,11 @@ from starlette.responses import JSONResponse, Response
 from tierfs.contracts.errors import AppendTooLargeError
 from tierfs.contracts.info import info_json
 from tierfs.server.query import flag, query_int
-from tierfs.store.facade import SegmentStore
+from tierfs.store.served import ServedStore
 
 
 class SegmentRoutes:
-    def __init__(self, store: SegmentStore) -> None:
+    def __init__(self, store: ServedStore) -> None:
         self._store = store
 
     async def health(self, request: Request) -> Response:

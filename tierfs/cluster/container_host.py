@@ -1,0 +1,239 @@
+"""``ContainerHost``: the containers this daemon owns, each a store of its own, held
+through leases that it renews, balances and gives back.
+
+Every ``lease_s / 3`` the host heartbeats, renews its leases, and balances: with ``L``
+live daemons (sorted by id) and ``N`` containers, daemon ``i`` should hold
+``N // L + (1 if i < N % L else 0)``; a daemon holding more gives its highest-numbered
+extras back (flushed, closed, released), one holding fewer takes free or expired ones,
+lowest first. A daemon that stops heartbeating (killed, host gone, paused) drops out of
+the live set after ``lease_s`` and its containers are taken as their leases expire.
+
+Invariants:
+- A container's store is open here only while this daemon holds its lease; a lease
+  that could not be renewed at its epoch (taken by another daemon), or not renewed
+  for ``lease_s`` (the database unreachable), removes the store from ``stores`` at
+  once, before it is closed. Its commits are refused by the epoch guard anyway.
+- A container's data dir is replayed only if this daemon held the lease just before
+  (lease epoch ``E - 1`` recorded in ``lease.json``): nobody else wrote the container
+  since. Otherwise its journal may hold acknowledged bytes that never reached tier-2
+  while another owner went on: the directory is moved, whole, to
+  ``<data_dir>/lost+found/cNNN.lease-<epoch>`` with a ``LOST.json`` description, kept
+  and reported, never replayed over newer data.
+- A container given back cleanly (everything flushed) leaves no data dir behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from tierfs.cluster.container_map import container_config, container_label
+from tierfs.cluster.leases import LeaseTable
+from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import TierFSError
+from tierfs.store.facade import SegmentStore, open_store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+LEASE_RECORD = "lease.json"
+RELEASE_FLUSH_TIMEOUT_S = 30.0
+
+
+@dataclasses.dataclass
+class HeldContainer:
+    container: int
+    epoch: int
+    release: trio.Event = dataclasses.field(default_factory=trio.Event)
+    lost: bool = False  # taken by another daemon: close without giving the lease back
+    closed: trio.Event = dataclasses.field(default_factory=trio.Event)
+
+
+class ContainerHost:
+    """The stores of the containers this daemon holds (``stores``), kept by ``run``."""
+
+    def __init__(self, config: StoreConfig, leases: LeaseTable, count: int, daemon_id: str,
+                 url: str, token: str) -> None:
+        self._config = config
+        self._leases = leases
+        self.count = count
+        self.daemon_id = daemon_id
+        self._url = url
+        self._token = token
+        self.stores: dict[int, SegmentStore] = {}
+        self.held: dict[int, HeldContainer] = {}
+        self.lost_found: list[Path] = []
+        self._limiter = trio.CapacityLimiter(1)  # one lease statement at a time
+        self._last_renewal_s = time.monotonic()
+        self.changed = trio.Event()  # set (and replaced) whenever ``stores`` changes
+        self._stopping = trio.Event()
+
+    async def db_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking lease-table call in a worker thread, one at a time."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    def _signal_change(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold containers until ``stop``; then give every one back, flushed, and leave."""
+        async with trio.open_nursery() as nursery:
+            try:
+                await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token)
+                await self._reclaim_own(nursery)
+                await self._balance(nursery)
+                task_status.started()
+                while not self._stopping.is_set():
+                    with trio.move_on_after(self._config.lease_s / 3):
+                        await self._stopping.wait()
+                    if not self._stopping.is_set():
+                        await self._tick(nursery)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._give_back_all()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _tick(self, nursery: trio.Nursery) -> None:
+        try:
+            await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token)
+            held = {c: h.epoch for c, h in self.held.items() if not h.release.is_set()}
+            renewed = await self.db_call(self._leases.renew, self.daemon_id, held, self._config.lease_s)
+            self._last_renewal_s = time.monotonic()
+        except TierFSError as e:
+            log.warning("cannot renew container leases: %s", e)
+            if time.monotonic() - self._last_renewal_s > self._config.lease_s:
+                for container in list(self.held):
+                    self._drop(container, lost=True)  # others may own them by now
+            return
+        for container in set(held) - renewed:
+            log.warning("lost container %s to another daemon", container_label(container))
+            self._drop(container, lost=True)
+        try:
+            await self._balance(nursery)
+        except TierFSError as e:
+            log.warning("cannot balance containers: %s", e)
+
+    async def _reclaim_own(self, nursery: trio.Nursery) -> None:
+        """After a restart: take back at once the containers still leased to this id
+        (their journals replay: nobody else held them since)."""
+        owners = await self.db_call(self._leases.owners)
+        for container, owner in sorted(owners.items()):
+            if owner.daemon_id == self.daemon_id:
+                await self._take(nursery, container)
+
+    async def _balance(self, nursery: trio.Nursery) -> None:
+        live = await self.db_call(self._leases.live_daemons, self._config.lease_s)
+        if self.daemon_id not in live:
+            live = sorted([*live, self.daemon_id])
+        index = live.index(self.daemon_id)
+        target = self.count // len(live) + (1 if index < self.count % len(live) else 0)
+        active = sorted(c for c, h in self.held.items() if not h.release.is_set())
+        for container in active[target:][::-1][: len(active) - target]:
+            log.info("giving container %s back (balance: %d daemons)", container_label(container), len(live))
+            self._drop(container, lost=False)
+        if len(active) < target:
+            for container in await self.db_call(self._leases.free_or_expired):
+                if len([h for h in self.held.values() if not h.release.is_set()]) >= target:
+                    break
+                if container not in self.held:
+                    await self._take(nursery, container)
+
+    async def _take(self, nursery: trio.Nursery, container: int) -> None:
+        epoch = await self.db_call(self._leases.acquire, container, self.daemon_id, self._config.lease_s)
+        if epoch is None:
+            return
+        held = HeldContainer(container, epoch)
+        self.held[container] = held
+        try:
+            store = await nursery.start(self._serve_container, held)
+        except BaseException:
+            self.held.pop(container, None)
+            with contextlib.suppress(TierFSError):
+                await self.db_call(self._leases.release, container, self.daemon_id, epoch)
+            raise
+        if not held.release.is_set():
+            self.stores[container] = store
+            self._signal_change()
+        log.info("holding container %s at lease epoch %d", container_label(container), epoch)
+
+    def _drop(self, container: int, *, lost: bool) -> None:
+        held = self.held.get(container)
+        self.stores.pop(container, None)
+        self._signal_change()
+        if held is not None:
+            held.lost = held.lost or lost
+            held.release.set()
+
+    async def _serve_container(self, held: HeldContainer,
+                               task_status: trio.TaskStatus[SegmentStore] = trio.TASK_STATUS_IGNORED) -> None:
+        config = container_config(self._config, held.container)
+        await trio.to_thread.run_sync(self._prepare_data_dir, config.data_dir, held.container, held.epoch)
+        clean = False
+        try:
+            async with open_store(config) as store:
+                record = config.data_dir / LEASE_RECORD
+                record.write_text(json.dumps({"epoch": held.epoch, "daemon": self.daemon_id}))
+                task_status.started(store)
+                await held.release.wait()
+                if not held.lost:
+                    with trio.move_on_after(RELEASE_FLUSH_TIMEOUT_S):
+                        await store.flush()
+                    clean = store.statistics().unflushed_bytes == 0 and not store.fence.fenced
+        finally:
+            self.held.pop(held.container, None)
+            held.closed.set()
+        if not held.lost:
+            with contextlib.suppress(TierFSError):
+                await self.db_call(self._leases.release, held.container, self.daemon_id, held.epoch)
+            if clean:  # everything is in tier-2 and the metadata: nothing to keep here
+                await trio.to_thread.run_sync(shutil.rmtree, config.data_dir, True)
+        log.info("closed container %s (%s)", container_label(held.container),
+                 "lost" if held.lost else "given back")
+
+    def _prepare_data_dir(self, data_dir: Path, container: int, epoch: int) -> None:
+        """Replay only if this daemon held the lease just before; else keep the old
+        directory in lost+found (see the module's invariants)."""
+        if not data_dir.exists():
+            return
+        try:
+            previous = json.loads((data_dir / LEASE_RECORD).read_text())
+        except (OSError, ValueError):
+            previous = {}
+        if previous.get("epoch") == epoch - 1 and previous.get("daemon") == self.daemon_id:
+            return
+        journal = data_dir / "journal"
+        if not any(p.stat().st_size for p in journal.glob("*.jnl")) if journal.exists() else True:
+            shutil.rmtree(data_dir)
+            return
+        old_epoch = previous.get("epoch", "unknown")
+        target = self._config.data_dir / "lost+found" / f"{container_label(container)}.lease-{old_epoch}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data_dir.rename(target)
+        (target / "LOST.json").write_text(json.dumps({
+            "container": container, "lease_epoch": old_epoch, "taken_back_at_epoch": epoch,
+            "reason": "another daemon owned the container since; this journal may hold acknowledged "
+                      "bytes that never reached tier-2 (kept, not replayed over newer data)",
+        }, indent=2))
+        log.warning("container %s: kept the journal of lease epoch %s in %s (not replayed)",
+                    container_label(container), old_epoch, target)
+        self.lost_found.append(target)
+
+    async def _give_back_all(self) -> None:
+        for container in list(self.held):
+            self._drop(container, lost=False)
+        for held in list(self.held.values()):
+            await held.closed.wait()
+        with contextlib.suppress(TierFSError):
+            await self.db_call(self._leases.leave, self.daemon_id)

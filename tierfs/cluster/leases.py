@@ -1,0 +1,184 @@
+"""Container leases and the daemon registry, in the cluster's PostgreSQL database.
+
+Tables (schema ``public``; each container's metadata has its own schema ``cNNN``):
+``cluster`` (the container count, fixed by the first daemon), ``cluster_daemons``
+(every daemon's id, URL, bearer token and last heartbeat) and ``cluster_containers``
+(each container's owner, lease epoch and expiry).
+
+Invariants:
+- Every time is PostgreSQL's ``now()``, never a host's clock: hosts may disagree on
+  the time, the database decides when a lease expired.
+- A container changes owner only by ``acquire``, which raises its epoch in the same
+  statement and succeeds only if the lease is free, expired, or already this daemon's;
+  so two daemons never both hold one container at one epoch, and an owner that renews
+  finds out it lost the container (its epoch moved on) instead of extending another's.
+- A lease is renewed only at the epoch its holder acquired.
+- Blocking: each call is one or two statements on this object's own connection; callers
+  run them in a worker thread, one at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tierfs.cluster.container_map import container_label
+from tierfs.contracts.database_urls import redacted_url
+from tierfs.contracts.errors import InvalidArgumentError, MetadataUnavailableError
+
+_SETUP_LOCK_KEY = 0x74696572_00000002  # pg_advisory_xact_lock: one set-up at a time
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS cluster (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cluster_daemons (
+    daemon_id TEXT PRIMARY KEY, url TEXT NOT NULL, token TEXT NOT NULL,
+    heartbeat_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS cluster_containers (
+    container INTEGER PRIMARY KEY, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0,
+    expires_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch');
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """A container's current lease holder, as the registry knows it."""
+
+    container: int
+    daemon_id: str
+    url: str
+    token: str
+    epoch: int
+    live: bool  # the lease has not expired
+
+    def __repr__(self) -> str:  # never the token
+        return f"Owner(c{self.container} by {self.daemon_id} at {self.url}, epoch {self.epoch}, live={self.live})"
+
+
+class LeaseTable:
+    """The cluster tables on one connection of their own (autocommit)."""
+
+    def __init__(self, metadata_url: str, connect_timeout_s: float = 10.0) -> None:
+        self.description = redacted_url(metadata_url)
+        self._url = metadata_url
+        self._connect_timeout_s = connect_timeout_s
+        self._conn: Any = None
+        self._connection()  # fail now, with a clear error, if the server is not there
+
+    def _connection(self) -> Any:
+        import psycopg  # only a cluster daemon loads the driver
+
+        if self._conn is None or self._conn.closed:
+            try:
+                self._conn = psycopg.connect(
+                    self._url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s)),
+                    application_name="tierfs-leases",
+                )
+            except psycopg.Error as e:
+                raise MetadataUnavailableError(self.description, _reason(e, self._url)) from None
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        """One autocommit statement; a lost connection is ``MetadataUnavailableError``
+        and the next call reconnects."""
+        import psycopg
+
+        conn = self._connection()
+        try:
+            return conn.execute(sql, params)
+        except psycopg.OperationalError as e:
+            if conn.closed or conn.broken:
+                conn.close()
+                raise MetadataUnavailableError(self.description, _reason(e, self._url)) from None
+            raise
+
+    def set_up(self, containers: int) -> int:
+        """Create the tables and the containers' schemas if missing; the cluster's
+        container count (the first daemon's ``containers``; a different one is refused)."""
+        conn = self._connection()
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SETUP_LOCK_KEY,))
+            if conn.execute("SELECT to_regclass('public.segments')").fetchone()[0] is not None:
+                raise InvalidArgumentError(
+                    f"{self.description} holds the metadata of a single store (containers = 0); "
+                    "a cluster needs a database of its own")
+            conn.execute(_TABLES)
+            row = conn.execute("SELECT value FROM cluster WHERE key = 'containers'").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO cluster VALUES ('containers', %s)", (str(containers),))
+                count = containers
+            else:
+                count = int(row[0])
+                if count != containers:
+                    raise InvalidArgumentError(
+                        f"the cluster in {self.description} has {count} containers, not {containers} "
+                        "(the count is fixed when the cluster is created)")
+            for container in range(count):
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{container_label(container)}"')
+                conn.execute(
+                    "INSERT INTO cluster_containers (container) VALUES (%s) ON CONFLICT DO NOTHING",
+                    (container,))
+        return count
+
+    def heartbeat(self, daemon_id: str, url: str, token: str) -> None:
+        self._execute(
+            "INSERT INTO cluster_daemons VALUES (%s, %s, %s, now()) ON CONFLICT (daemon_id) "
+            "DO UPDATE SET url = excluded.url, token = excluded.token, heartbeat_at = now()",
+            (daemon_id, url, token))
+
+    def leave(self, daemon_id: str) -> None:
+        """Unregister (a clean stop): the others rebalance without waiting for expiry."""
+        self._execute("DELETE FROM cluster_daemons WHERE daemon_id = %s", (daemon_id,))
+
+    def live_daemons(self, lease_s: float) -> list[str]:
+        rows = self._execute(
+            "SELECT daemon_id FROM cluster_daemons WHERE heartbeat_at > now() - make_interval(secs => %s) "
+            "ORDER BY daemon_id", (lease_s,)).fetchall()
+        return [daemon_id for (daemon_id,) in rows]
+
+    def acquire(self, container: int, daemon_id: str, lease_s: float) -> int | None:
+        """Take ``container`` if its lease is free, expired or ours; the new epoch, or None."""
+        row = self._execute(
+            "UPDATE cluster_containers SET owner = %s, epoch = epoch + 1, "
+            "expires_at = now() + make_interval(secs => %s) "
+            "WHERE container = %s AND (owner IS NULL OR owner = %s OR expires_at < now()) RETURNING epoch",
+            (daemon_id, lease_s, container, daemon_id)).fetchone()
+        return None if row is None else int(row[0])
+
+    def renew(self, daemon_id: str, held: dict[int, int], lease_s: float) -> set[int]:
+        """Extend every lease in ``held`` (container -> epoch) still ours at that epoch;
+        the containers renewed (the others were taken)."""
+        if not held:
+            return set()
+        rows = self._execute(
+            "UPDATE cluster_containers SET expires_at = now() + make_interval(secs => %s) "
+            "WHERE owner = %s AND container = ANY(%s) RETURNING container, epoch",
+            (lease_s, daemon_id, list(held))).fetchall()
+        return {int(c) for c, epoch in rows if held.get(int(c)) == int(epoch)}
+
+    def release(self, container: int, daemon_id: str, epoch: int) -> None:
+        self._execute(
+            "UPDATE cluster_containers SET owner = NULL, expires_at = 'epoch' "
+            "WHERE container = %s AND owner = %s AND epoch = %s", (container, daemon_id, epoch))
+
+    def owners(self) -> dict[int, Owner]:
+        """Every container with an owner that is registered (expired leases included)."""
+        rows = self._execute(
+            "SELECT c.container, c.owner, d.url, d.token, c.epoch, c.expires_at > now() "
+            "FROM cluster_containers c JOIN cluster_daemons d ON d.daemon_id = c.owner").fetchall()
+        return {int(c): Owner(int(c), owner, url, token, int(epoch), bool(live))
+                for c, owner, url, token, epoch, live in rows}
+
+    def free_or_expired(self) -> list[int]:
+        rows = self._execute(
+            "SELECT container FROM cluster_containers WHERE owner IS NULL OR expires_at < now() "
+            "ORDER BY container").fetchall()
+        return [int(c) for (c,) in rows]
+
+
+def _reason(e: Exception, url: str) -> str:
+    lines = str(e).replace(url, redacted_url(url)).strip().splitlines()
+    return lines[0] if lines else type(e).__name__

@@ -1,0 +1,50 @@
+"""The errors of cluster mode (segment containers owned through leases).
+
+Each has a stable ``code``; the HTTP status and errno tables map them like every
+other error (``server/statuses.py``, ``fuse/errors.py``).
+"""
+
+from __future__ import annotations
+
+from tierfs.contracts.errors import TierFSError
+
+
+class CrossContainerError(TierFSError, OSError):
+    """A rename or concat between names in different segment containers: each container
+    is one owner's store, so such a change cannot be one metadata transaction. Like
+    rename(2) across file systems (EXDEV), ``mv`` copies instead."""
+
+    code = "cross_container"
+
+    def __init__(self, operation: str, first: str, second: str) -> None:
+        super().__init__(
+            f"cannot {operation} {first!r} and {second!r}: their top-level entries are in different "
+            "segment containers (copy the bytes instead; keep names that are renamed into each "
+            "other under one top-level directory)"
+        )
+        self.operation, self.first, self.second = operation, first, second
+
+
+class ContainerUnavailableError(TierFSError, ConnectionError):
+    """No daemon serves the segment container of a name, within the wait allowed (the
+    owner died and its lease has not yet expired, or no daemon is left)."""
+
+    code = "container_unavailable"
+
+    def __init__(self, name: str, container: int, waited_s: float) -> None:
+        super().__init__(
+            f"no daemon serves container c{container:03d} of {name!r} (waited {waited_s:.1f} s "
+            "for its owner or a new one after its lease expires); retry later"
+        )
+        self.name, self.container, self.waited_s = name, container, waited_s
+
+
+class NotOwnerError(TierFSError, ConnectionError):
+    """A forwarded request reached a daemon that no longer owns the container (the
+    sender's view of the owners was stale); the sender looks the owner up again."""
+
+    code = "not_owner"
+
+    def __init__(self, name: str, container: int) -> None:
+        super().__init__(f"this daemon does not own container c{container:03d} of {name!r}")
+        self.name, self.container = name, container

@@ -1,0 +1,87 @@
+"""Several real cluster daemons on one machine, as several hosts: each with its own data
+dir and TCP port, all on one PostgreSQL database and one tier-2 (test support, also used
+by the cluster benchmark).
+
+Invariant: ``wait_balanced`` returns only once every container has a live owner and
+the owners hold the balanced share each, as the lease table says.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psycopg
+
+from tierfs.remote.client import TierClient
+from tierfs.testing.harness import Daemon, HarnessError, start_daemon
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """``start(i)`` runs daemon ``i`` (data dir ``<root>/host-<i>``) on a fresh port."""
+
+    def __init__(self, root: Path, metadata_url: str, tier2_url: str, *, containers: int = 6,
+                 lease_s: float = 2.0, extra: Sequence[str] = ()) -> None:
+        self.root = root
+        self.metadata_url = metadata_url
+        self.containers = containers
+        self.config = root / "cluster.toml"
+        root.mkdir(parents=True, exist_ok=True)
+        self.config.write_text("\n".join([
+            f'tier2_url = "{tier2_url}"', f'metadata_url = "{metadata_url}"',
+            f"containers = {containers}", f"lease_s = {lease_s}",
+            "flush_interval_s = 0.2", "owner_check_interval_s = 0.2", *extra]) + "\n")
+        self.daemons: dict[int, Daemon] = {}
+        self.ports: dict[int, int] = {}
+
+    def data_dir(self, index: int) -> Path:
+        return self.root / f"host-{index}"
+
+    def start(self, index: int, *, wait: bool = True) -> Daemon:
+        port = self.ports.setdefault(index, free_port())
+        daemon = start_daemon(self.data_dir(index), "--listen", f"127.0.0.1:{port}", config_file=self.config)
+        self.daemons[index] = daemon
+        return daemon
+
+    def client(self, index: int) -> TierClient:
+        return self.daemons[index].client()
+
+    def daemon_id(self, index: int) -> str:
+        return (self.data_dir(index) / "daemon-id").read_text().strip()
+
+    def owners(self) -> dict[int, str | None]:
+        """container -> the daemon id holding a live lease on it (None: nobody)."""
+        with psycopg.connect(self.metadata_url) as conn:
+            rows = conn.execute("SELECT container, CASE WHEN expires_at > now() THEN owner END "
+                                "FROM cluster_containers ORDER BY container").fetchall()
+        return {int(c): owner for c, owner in rows}
+
+    def held_by(self, index: int) -> list[int]:
+        me = self.daemon_id(index)
+        return [c for c, owner in self.owners().items() if owner == me]
+
+    def wait_balanced(self, indexes: Sequence[int], timeout_s: float = 60.0) -> dict[int, str | None]:
+        ids = {self.daemon_id(i) for i in indexes}
+        share = -(-self.containers // len(ids))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            owners = self.owners()
+            counts = {daemon_id: list(owners.values()).count(daemon_id) for daemon_id in ids}
+            if all(owner in ids for owner in owners.values()) and max(counts.values()) <= share:
+                return owners
+            if time.monotonic() > deadline:
+                raise HarnessError(f"containers not balanced over {sorted(ids)} after {timeout_s} s: {owners}")
+            time.sleep(0.1)
+
+    def stop_all(self) -> None:
+        for daemon in self.daemons.values():
+            if daemon.proc.poll() is None:
+                daemon.stop()
