@@ -5,6 +5,10 @@ zombie owner that wakes up after its lease was taken, rebalancing on join and le
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,3 +77,150 @@ def test_every_host_serves_the_whole_namespace_and_forwards_writes(cluster: Clus
     assert report["problems"] == [] and report["segments"] == CONTAINERS, report
     for client in clients:
         client.close()
+
+
+def _wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout_s} s")
+        time.sleep(0.1)
+
+
+def _files_containing(root: Path, data: bytes, under: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and under in str(p) and data in p.read_bytes()]
+
+
+def test_failover_after_kill9_keeps_every_flushed_byte_and_tails_continue(cluster: Cluster) -> None:
+    """kill -9 of an owner: another daemon takes its containers once the lease expires;
+    every byte flushed to tier-2 reads back, appends resume on the new owner, a tail on
+    another host continues without a restart; what the dead owner acknowledged (PD) but
+    never flushed was on its disk only and, when it comes back, is kept in its
+    lost+found, never replayed over the new owner's data."""
+    for index in range(3):
+        cluster.start(index)
+    owners = cluster.wait_balanced([0, 1, 2])
+    victim_id = cluster.daemon_id(2)
+    container = next(c for c, owner in owners.items() if owner == victim_id)
+    top = top_names()[container]
+    name, other = f"{top}/events", f"{top}/unflushed"
+    host0, host1 = cluster.client(0), cluster.client(1)
+    host0.create(name, parents=True)
+    host0.create(other)
+    flushed = b"".join(b"event-%04d\n" % i for i in range(200))
+    host1.append(name, flushed)
+    host0.op("flush")
+    unflushed = b"acknowledged on the victim's disk only\n"
+
+    followed: list[bytes] = []
+
+    def follow() -> None:
+        client = cluster.client(0)
+        try:
+            for piece in client.follow(name, len(flushed), poll_timeout_s=5.0):
+                followed.append(piece)
+                if b"".join(followed).endswith(b"after failover\n"):
+                    return
+        finally:
+            client.close()
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    host1.append(other, unflushed)
+    cluster.daemons[2].kill9()
+    killed_at = time.monotonic()
+    offset = host0.append(name, b"after failover\n")  # waits for the new owner
+    failover_s = time.monotonic() - killed_at
+    assert offset == len(flushed)
+    assert failover_s < 2.0 + 20.0, failover_s
+    new_owner = cluster.owners()[container]
+    assert new_owner in (cluster.daemon_id(0), cluster.daemon_id(1))
+    for client in (host0, host1):
+        assert client.read(name) == flushed + b"after failover\n"
+        assert client.read(other) == b""  # PD survives a process crash on its own disk, not failover
+    follower.join(timeout=30)
+    assert b"".join(followed) == b"after failover\n"
+
+    cluster.start(2)  # the old owner comes back: its journal is kept, not replayed
+    kept = _wait_for(lambda: _files_containing(cluster.data_dir(2), unflushed, "lost+found"),
+                     what="the victim's unflushed bytes in its lost+found")
+    assert kept
+    cluster.wait_balanced([0, 1, 2])
+    host2 = cluster.client(2)
+    assert host2.read(other) == b""
+    assert host2.read(name) == flushed + b"after failover\n"
+    report = host2.op("fsck")
+    assert any("lost+found" in problem["segment"] for problem in report["problems"]), report
+    for client in (host0, host1, host2):
+        client.close()
+
+
+def test_a_zombie_owner_that_wakes_up_after_losing_its_lease_commits_nothing(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    cluster = Cluster(tmp_path, postgres_url, str(tmp_path / "tier2"), containers=CONTAINERS, lease_s=2.0,
+                      flush_interval_s=30.0)
+    try:
+        for index in range(3):
+            cluster.start(index)
+        owners = cluster.wait_balanced([0, 1, 2])
+        zombie_id = cluster.daemon_id(2)
+        container = next(c for c, owner in owners.items() if owner == zombie_id)
+        name = f"{top_names()[container]}/z"
+        host0 = cluster.client(0)
+        host0.create(name, parents=True)
+        before = b"flushed before the pause\n"
+        host0.append(name, before)
+        host0.op("flush", path=name)
+        in_zombie_only = b"acknowledged by the zombie, never committed\n"
+        host0.append(name, in_zombie_only)
+        os.kill(cluster.daemons[2].pid, signal.SIGSTOP)
+        try:
+            assert host0.append(name, b"on the new owner\n") == len(before)  # after the lease expired
+            host0.op("flush", path=name)
+        finally:
+            os.kill(cluster.daemons[2].pid, signal.SIGCONT)
+        # the zombie wakes, finds its lease taken, and is fenced: nothing of its reaches
+        # the metadata; its acknowledged bytes go to its lost+found
+        _wait_for(lambda: _files_containing(cluster.data_dir(2), in_zombie_only, "lost+found"),
+                  what="the zombie's bytes in its lost+found")
+        cluster.wait_balanced([0, 1, 2])
+        host0.op("flush")
+        for index in range(3):
+            client = cluster.client(index)
+            assert client.read(name) == before + b"on the new owner\n"
+            client.close()
+        host0.close()
+    finally:
+        cluster.stop_all()
+
+
+def test_containers_rebalance_when_daemons_join_and_leave(cluster: Cluster) -> None:
+    cluster.start(0)
+    assert len(cluster.wait_balanced([0]).values()) == CONTAINERS
+    host0 = cluster.client(0)
+    written = {}
+    for container, top in top_names().items():
+        name = f"{top}/kept"
+        host0.create(name, parents=True)
+        written[name] = f"written while c{container} was on host 0\n".encode()
+        host0.append(name, written[name])
+    cluster.start(1)
+    cluster.wait_balanced([0, 1])
+    assert len(cluster.held_by(0)) == len(cluster.held_by(1)) == CONTAINERS // 2
+    cluster.start(2)
+    cluster.wait_balanced([0, 1, 2])
+    assert sorted(len(cluster.held_by(i)) for i in range(3)) == [2, 2, 2]
+    left_at = time.monotonic()
+    cluster.daemons[1].stop()  # a clean leave gives its containers back at once
+    cluster.wait_balanced([0, 2], timeout_s=30)
+    assert time.monotonic() - left_at < 30
+    assert sorted(len(cluster.held_by(i)) for i in (0, 2)) == [3, 3]
+    host2 = cluster.client(2)
+    for name, data in written.items():
+        assert host0.read(name) == data and host2.read(name) == data
+    host0.close()
+    host2.close()

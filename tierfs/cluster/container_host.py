@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from tierfs.cluster.container_map import container_config, container_label
+from tierfs.cluster.container_map import container_config, container_data_dir, container_label
 from tierfs.cluster.leases import LeaseTable
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
@@ -90,6 +90,8 @@ class ContainerHost:
         async with trio.open_nursery() as nursery:
             try:
                 await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token)
+                epochs = await self.db_call(self._leases.epochs)
+                await trio.to_thread.run_sync(self._keep_followed_journals, epochs)
                 await self._reclaim_own(nursery)
                 await self._balance(nursery)
                 task_status.started()
@@ -202,15 +204,20 @@ class ContainerHost:
         log.info("closed container %s (%s)", container_label(held.container),
                  "lost" if held.lost else "given back")
 
+    def _keep_followed_journals(self, epochs: dict[int, int]) -> None:
+        """At start: a container data dir whose lease another daemon took since (its
+        epoch moved on) goes to lost+found now, not when the container comes back."""
+        for container, epoch in epochs.items():
+            data_dir = container_data_dir(self._config.data_dir, container)
+            if data_dir.exists() and _lease_record(data_dir).get("epoch") != epoch:
+                self._prepare_data_dir(data_dir, container, epoch + 1)
+
     def _prepare_data_dir(self, data_dir: Path, container: int, epoch: int) -> None:
-        """Replay only if this daemon held the lease just before; else keep the old
-        directory in lost+found (see the module's invariants)."""
+        """Replay only if this daemon held the lease just before ``epoch``; else keep
+        the old directory in lost+found (see the module's invariants)."""
         if not data_dir.exists():
             return
-        try:
-            previous = json.loads((data_dir / LEASE_RECORD).read_text())
-        except (OSError, ValueError):
-            previous = {}
+        previous = _lease_record(data_dir)
         if previous.get("epoch") == epoch - 1 and previous.get("daemon") == self.daemon_id:
             return
         journal = data_dir / "journal"
@@ -237,3 +244,11 @@ class ContainerHost:
             await held.closed.wait()
         with contextlib.suppress(TierFSError):
             await self.db_call(self._leases.leave, self.daemon_id)
+
+
+def _lease_record(data_dir: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((data_dir / LEASE_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}

@@ -172,6 +172,11 @@ class LeaseTable:
         return {int(c): Owner(int(c), owner, url, token, int(epoch), bool(live))
                 for c, owner, url, token, epoch, live in rows}
 
+    def epochs(self) -> dict[int, int]:
+        """Every container's lease epoch (raised at each acquisition)."""
+        rows = self._execute("SELECT container, epoch FROM cluster_containers").fetchall()
+        return {int(c): int(epoch) for c, epoch in rows}
+
     def free_or_expired(self) -> list[int]:
         rows = self._execute(
             "SELECT container FROM cluster_containers WHERE owner IS NULL OR expires_at < now() "

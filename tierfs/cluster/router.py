@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -50,6 +51,7 @@ from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.remote.client import TierClient
+from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 from tierfs.remote.remote_store import RemoteStore
 from tierfs.store.statistics import StoreStatistics
 
@@ -115,7 +117,11 @@ class ClusterStore:
     def _remote(self, owner: Owner) -> RemoteStore:
         key = (owner.url, owner.token, owner.container)
         if key not in self._remotes:
-            self._remotes[key] = RemoteStore(TierClient(owner.url, owner.token, forwarded_container=owner.container))
+            # an owner that does not answer within twice its lease is presumed gone: the
+            # call goes to the next owner (appends: exactly once, see ``append``)
+            self._remotes[key] = RemoteStore(TierClient(
+                owner.url, owner.token, forwarded_container=owner.container,
+                read_timeout_s=2 * self.config.lease_s + 5.0))
         return self._remotes[key]
 
     async def _store_for(self, container: int, name: str, deadline_s: float) -> SegmentStoreAPI:
@@ -143,16 +149,22 @@ class ClusterStore:
     def _wait_s(self) -> float:
         return self.config.lease_s + OPEN_ALLOWANCE_S
 
-    async def _in(self, container: int, name: str, call: Callable[[SegmentStoreAPI], Awaitable[T]]) -> T:
+    async def _in(self, container: int, name: str, call: Callable[[SegmentStoreAPI], Awaitable[T]],
+                  idempotent: bool = False) -> T:
         """``call`` on the store of ``container``; again elsewhere only when the attempt
-        provably did not happen."""
+        provably did not happen, or changes nothing (``idempotent``: reads, tails)."""
         deadline_s = time.monotonic() + self._wait_s
         while True:
             store = await self._store_for(container, name, deadline_s)
             try:
                 return await call(store)
             except ResponseLostError:
-                raise  # it may have happened: never tried twice here
+                if not idempotent:
+                    raise  # it may have happened: never tried twice here
+                if forwarded_request.get() is not None or time.monotonic() > deadline_s:
+                    raise
+                self._owners_at_s = 0.0
+                await trio.sleep(0.1)
             except (DaemonUnavailableError, NotOwnerError, StoreClosedError):
                 if forwarded_request.get() is not None or time.monotonic() > deadline_s:
                     raise
@@ -162,14 +174,18 @@ class ClusterStore:
     async def _at(self, name: str, call: Callable[[SegmentStoreAPI], Awaitable[T]]) -> T:
         return await self._in(container_of(name, self.host.count), name, call)
 
-    async def _everywhere(self, call: Callable[[SegmentStoreAPI], Awaitable[T]]) -> list[T]:
+    async def _read_at(self, name: str, call: Callable[[SegmentStoreAPI], Awaitable[T]]) -> T:
+        """A call that changes nothing: retried on the next owner even after a lost answer."""
+        return await self._in(container_of(name, self.host.count), name, call, idempotent=True)
+
+    async def _everywhere(self, call: Callable[[SegmentStoreAPI], Awaitable[T]], idempotent: bool = True) -> list[T]:
         forwarded = forwarded_request.get()
         if forwarded is not None:  # the sender asks every container in turn: this one
-            return [await self._in(forwarded, "", call)]
+            return [await self._in(forwarded, "", call, idempotent)]
         results: dict[int, T] = {}
 
         async def one(container: int) -> None:
-            results[container] = await self._in(container, "", call)
+            results[container] = await self._in(container, "", call, idempotent)
 
         with single_error():
             async with trio.open_nursery() as nursery:
@@ -188,24 +204,52 @@ class ClusterStore:
         return await self._at(name, lambda s: s.create(name, durability=durability, make_parents=make_parents))
 
     async def append(self, name: str, data: bytes, *, expected_offset: int | None = None) -> int:
-        return await self._at(name, lambda s: s.append(name, data, expected_offset=expected_offset))
+        """Lands once, even when an owner stops answering after the append was sent: the
+        append is then resolved at the offset it may have landed at, on whichever daemon
+        owns the container next (``remote.exactly_once``): found there, it landed; not
+        found, it never will (a fenced owner commits nothing), and it is sent again."""
+        container = container_of(names.canonical(name), self.host.count)
+        deadline_s = time.monotonic() + self._wait_s
+        offset, unsure = expected_offset, False
+        conditional = expected_offset is not None
+        while True:
+            store = await self._store_for(container, name, deadline_s)
+            try:
+                if isinstance(store, RemoteStore):
+                    return await trio.to_thread.run_sync(functools.partial(
+                        append_exactly_once, store.client, name, BytesPayload(data), offset,
+                        conditional=conditional, maybe_landed=unsure, budget_s=0.0))
+                if unsure and offset is not None:
+                    return await _resolve_here(store, name, data, offset, conditional)
+                return await store.append(name, data, expected_offset=expected_offset)
+            except ResponseLostError as lost:
+                if forwarded_request.get() is not None or time.monotonic() > deadline_s:
+                    raise
+                # no offset: a stat or a read-back went unanswered, never a new append
+                if lost.offset is not None:
+                    offset, unsure = lost.offset, True
+            except (DaemonUnavailableError, NotOwnerError, StoreClosedError):
+                if forwarded_request.get() is not None or time.monotonic() > deadline_s:
+                    raise
+            self._owners_at_s = 0.0
+            await trio.sleep(0.1)
 
     async def read(self, name: str, offset: int = 0, length: int | None = None, *,
                    unconfirmed: bool = False) -> bytes:
-        return await self._at(name, lambda s: s.read(name, offset, length, unconfirmed=unconfirmed))
+        return await self._read_at(name, lambda s: s.read(name, offset, length, unconfirmed=unconfirmed))
 
     def open_reader(self, name: str) -> SegmentReaderAPI:
         local = self.host.stores.get(container_of(names.canonical(name), self.host.count))
         return local.open_reader(name) if local is not None else RoutedReader(self, name)
 
     async def stat(self, name: str) -> Info:
-        return await self._at(name, lambda s: s.stat(name))
+        return await self._read_at(name, lambda s: s.stat(name))
 
     async def list(self, name: str = "") -> builtins.list[Info]:
         if names.canonical(name, allow_root=True) == "":
             merged = [info for part in await self._everywhere(lambda s: s.list("")) for info in part]
             return sorted(merged, key=lambda info: info.name)
-        return await self._at(name, lambda s: s.list(name))
+        return await self._read_at(name, lambda s: s.list(name))
 
     async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
         await self._at(name, lambda s: s.mkdir(name, parents=parents, exist_ok=exist_ok))
@@ -238,7 +282,7 @@ class ClusterStore:
             await self._everywhere(lambda s: s.flush(None))
 
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> int:
-        return await self._at(name, lambda s: s.wait_for_data(name, offset, timeout_s))
+        return await self._read_at(name, lambda s: s.wait_for_data(name, offset, timeout_s))
 
     async def concat(self, target: str, sources: str | builtins.list[str], *, writer: str = "",
                      writer_seq: int | None = None) -> SegmentInfo:
@@ -252,15 +296,15 @@ class ClusterStore:
         return await self._at(name, lambda s: s.offload(name, up_to))
 
     async def offload_status(self, name: str) -> dict[str, Any]:
-        return await self._at(name, lambda s: s.offload_status(name))
+        return await self._read_at(name, lambda s: s.offload_status(name))
 
     async def set_policy(self, name: str, assignments: dict[str, int | None]) -> dict[str, Any]:
         if names.canonical(name, allow_root=True) == "":  # the root's policy is every container's
-            return (await self._everywhere(lambda s: s.set_policy("", assignments)))[0]
+            return (await self._everywhere(lambda s: s.set_policy("", assignments), idempotent=False))[0]
         return await self._at(name, lambda s: s.set_policy(name, assignments))
 
     async def get_policy(self, name: str) -> dict[str, Any]:
-        return await self._at(name, lambda s: s.get_policy(name))
+        return await self._read_at(name, lambda s: s.get_policy(name))
 
     async def defrag(self, name: str) -> dict[str, Any]:
         return await self._at(name, lambda s: s.defrag(name))
@@ -275,7 +319,7 @@ class ClusterStore:
                           orphans=[o for r in reports for o in r.orphans])
 
     async def gc(self, *, dry_run: bool = False) -> GcReport:
-        reports = await self._everywhere(lambda s: s.gc(dry_run=dry_run))
+        reports = await self._everywhere(lambda s: s.gc(dry_run=dry_run), idempotent=dry_run)
         first = reports[0]
         return dataclasses.replace(
             first, orphans=[o for r in reports for o in r.orphans],
@@ -288,7 +332,17 @@ class ClusterStore:
             if isinstance(store, RemoteStore):
                 return await trio.to_thread.run_sync(store.client.layout, name)
             return await store.chunk_layout(name)  # type: ignore[attr-defined, no-any-return]
-        return await self._at(name, layout)
+        return await self._read_at(name, layout)
 
     def statistics(self) -> StoreStatistics:
         return summed_statistics([store.statistics() for store in self.host.stores.values()])
+
+
+async def _resolve_here(store: SegmentStoreAPI, name: str, data: bytes, offset: int, conditional: bool) -> int:
+    """An append that may have landed at ``offset`` under an earlier owner, resolved on
+    this daemon, the owner now: there, it landed; else it is appended (again) once."""
+    info = await store.stat(name)
+    if isinstance(info, SegmentInfo) and info.appended_length >= offset + len(data):
+        if await store.read(name, offset, len(data), unconfirmed=True) == data:
+            return offset
+    return await store.append(name, data, expected_offset=offset if conditional else None)

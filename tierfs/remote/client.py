@@ -51,7 +51,7 @@ class TierClient:
     """Blocking client; safe to share between threads (httpx.Client is)."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *,
-                 forwarded_container: int | None = None) -> None:
+                 forwarded_container: int | None = None, read_timeout_s: float = READ_TIMEOUT_S) -> None:
         """``forwarded_container``: a cluster daemon passing calls for that container on
         to its owner (which serves them from that container only, or answers
         ``not_owner``; never forwards them again)."""
@@ -60,7 +60,8 @@ class TierClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if forwarded_container is not None:
             headers[FORWARDED_HEADER] = str(forwarded_container)
-        timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        self.read_timeout_s = read_timeout_s
+        timeout = httpx.Timeout(read_timeout_s, connect=CONNECT_TIMEOUT_S)
         if self.url.startswith("unix://"):
             transport = httpx.HTTPTransport(uds=self.url[len("unix://"):])
             self._http = httpx.Client(
@@ -175,7 +176,7 @@ class TierClient:
         params = {"follow": "1", "offset": str(offset), "timeout": str(timeout_s), "max_bytes": str(max_bytes)}
         response = self._request(
             "GET", f"/v1/segments/{self._path(name)}", params=params,
-            timeout=httpx.Timeout(timeout_s + READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            timeout=httpx.Timeout(timeout_s + self.read_timeout_s, connect=CONNECT_TIMEOUT_S),
         )
         return response.content, int(response.headers["X-Tierfs-Durable-Length"])
 

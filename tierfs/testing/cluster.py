@@ -29,7 +29,7 @@ class Cluster:
     """``start(i)`` runs daemon ``i`` (data dir ``<root>/host-<i>``) on a fresh port."""
 
     def __init__(self, root: Path, metadata_url: str, tier2_url: str, *, containers: int = 6,
-                 lease_s: float = 2.0, extra: Sequence[str] = ()) -> None:
+                 lease_s: float = 2.0, flush_interval_s: float = 0.2, extra: Sequence[str] = ()) -> None:
         self.root = root
         self.metadata_url = metadata_url
         self.containers = containers
@@ -38,7 +38,7 @@ class Cluster:
         self.config.write_text("\n".join([
             f'tier2_url = "{tier2_url}"', f'metadata_url = "{metadata_url}"',
             f"containers = {containers}", f"lease_s = {lease_s}",
-            "flush_interval_s = 0.2", "owner_check_interval_s = 0.2", *extra]) + "\n")
+            f"flush_interval_s = {flush_interval_s}", "owner_check_interval_s = 0.2", *extra]) + "\n")
         self.daemons: dict[int, Daemon] = {}
         self.ports: dict[int, int] = {}
 
