@@ -35,7 +35,7 @@ from tierfs.cli.streaming import append_command
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
-from tierfs.contracts.errors import IsADirectoryError_, StoreInUseError, TierFSError
+from tierfs.contracts.errors import DaemonUnavailableError, IsADirectoryError_, StoreInUseError, TierFSError
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
 
@@ -319,6 +319,10 @@ async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> i
             return await handler(args, RemoteStore(client))
         finally:
             client.close()
+    if config.containers:  # a cluster's containers are opened by their owners only
+        raise DaemonUnavailableError(
+            f"no tierfs daemon serves {config.data_dir}: in cluster mode (containers = {config.containers}) "
+            "commands go through a daemon (tierfs serve --listen HOST:PORT)")
     from tierfs.store.facade import open_store
 
     async with open_store(config) as store:

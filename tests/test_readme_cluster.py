@@ -1,0 +1,47 @@
+"""The README's cluster trial ("Running on several hosts"), run as written: a throw-away
+PostgreSQL, two cluster daemons, a write through one and a read through the other."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _trial_block() -> str:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Running on several hosts"):]
+    section = section[section.index("as a trial"):]
+    match = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert match, "no sh block after 'as a trial' in README's 'Running on several hosts'"
+    return match.group(1)
+
+
+def test_the_readme_cluster_trial_runs_as_written(postgres_server: object, tmp_path: Path) -> None:
+    del postgres_server  # the suite's server proves PostgreSQL is installed; the trial starts its own
+    shutil.rmtree("/tmp/tierfs-trial", ignore_errors=True)
+    Path("/tmp/tierfs-pg.url").unlink(missing_ok=True)
+    script = 'trap \'kill $(jobs -p) 2>/dev/null; wait\' EXIT\nset -e\n' + _trial_block()
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    try:  # files, not pipes: PostgreSQL's server processes would hold a pipe open
+        with out.open("w") as stdout, err.open("w") as stderr:
+            trial = subprocess.Popen(["bash", "-c", script], stdout=stdout, stderr=stderr, env=env,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                code = trial.wait(timeout=240)
+            finally:  # whatever happened, nothing of the trial outlives the test
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(trial.pid, signal.SIGTERM)
+    finally:
+        shutil.rmtree("/tmp/tierfs-trial", ignore_errors=True)
+        Path("/tmp/tierfs-pg.url").unlink(missing_ok=True)
+    assert code == 0, err.read_text()[-3000:]
+    assert out.read_text().endswith("written through host a"), out.read_text()[-500:]
