@@ -224,3 +224,18 @@ def test_containers_rebalance_when_daemons_join_and_leave(cluster: Cluster) -> N
         assert host0.read(name) == data and host2.read(name) == data
     host0.close()
     host2.close()
+
+
+def test_a_cluster_database_is_never_opened_as_a_single_store(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.start(0)
+    cluster.wait_balanced([0])
+    from tierfs.testing.harness import Daemon
+
+    single = Daemon(tmp_path / "single", ["serve"], env={"TIERFS_METADATA": cluster.metadata_url,
+                                                          "TIERFS_TIER2": str(tmp_path / "tier2")})
+    code, stderr = single.wait()
+    assert code != 0 and "is a cluster's database" in stderr, stderr
+    import psycopg
+
+    with psycopg.connect(cluster.metadata_url) as conn:  # nothing was created in the cluster's schema
+        assert conn.execute("SELECT to_regclass('public.segments')").fetchone()[0] is None

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path

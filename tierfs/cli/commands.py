@@ -35,7 +35,12 @@ from tierfs.cli.streaming import append_command
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
-from tierfs.contracts.errors import DaemonUnavailableError, IsADirectoryError_, StoreInUseError, TierFSError
+from tierfs.contracts.errors import (
+    DaemonUnavailableError,
+    IsADirectoryError_,
+    StoreInUseError,
+    TierFSError,
+)
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
 

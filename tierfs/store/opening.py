@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url, redacted_url
-from tierfs.contracts.errors import NoSpaceError, WrongTier2Error
+from tierfs.contracts.errors import InvalidArgumentError, NoSpaceError, WrongTier2Error
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.epoch_guard import guard_epoch
 from tierfs.engine.journal import Journal
@@ -32,6 +32,7 @@ from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.space_reserve import CLAIM_ROOM_BYTES, SpaceReserve
+from tierfs.engine.sql_database import POSTGRESQL, open_database
 from tierfs.engine.tail import TailBudget
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,16 @@ def open_data_dir(
     data_dir = config.data_dir
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
     space_reserve = SpaceReserve(data_dir)
-    metadata = MetadataStore.open(config.metadata_url, data_dir / "metadata.sqlite", space_reserve)
+    db = open_database(config.metadata_url, data_dir / "metadata.sqlite", space_reserve)
+    try:
+        if db.dialect == POSTGRESQL and db.execute("SELECT to_regclass('cluster')").fetchone()[0] is not None:
+            raise InvalidArgumentError(  # before any table is created in the cluster's database
+                f"{config.metadata_description} is a cluster's database: its daemons serve it "
+                "(set containers as they do, and start tierfs serve --listen HOST:PORT)")
+        metadata = MetadataStore(db)
+    except BaseException:
+        db.close()
+        raise
     try:
         if is_postgresql_url(config.metadata_url):  # one database, one tier-2 (SQLite: one data dir)
             bound = metadata.bind_tier2(redacted_url(config.chunk_store_url))
