@@ -32,7 +32,7 @@ from tierfs.fuse.operations import ATTR_TIMEOUT_S, TierOperations
 
 from tierfs.contracts.config import StoreConfig
 from tierfs.server.daemon import serve
-from tierfs.store.facade import SegmentStore
+from tierfs.store.served import MountedStore
 
 log = logging.getLogger("tierfs.fuse")
 
@@ -73,7 +73,7 @@ async def run_mount(
     mountpoint: Path,
     direct_io: bool,
     attr_timeout_s: float,
-    store: SegmentStore,
+    store: MountedStore,
     stopping: trio.Event,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:

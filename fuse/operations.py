@@ -43,7 +43,7 @@ from tierfs.contracts.errors import (
     SegmentSealedError,
 )
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
-from tierfs.store.facade import SegmentStore
+from tierfs.store.served import MountedStore
 
 ATTR_TIMEOUT_S = 1.0  # the kernel also hears of growth at once (see invalidation.py)
 ENTRY_TIMEOUT_S = 1.0  # names changed through the API become visible within this
@@ -72,7 +72,7 @@ class TierOperations(pyfuse3.Operations):
     enable_acl = False
 
     def __init__(
-        self, store: SegmentStore, *, direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S
+        self, store: MountedStore, *, direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S
     ) -> None:
         super().__init__()
         self.store = store

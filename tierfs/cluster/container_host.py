@@ -76,6 +76,8 @@ class ContainerHost:
         self._last_renewal_s = time.monotonic()
         self.changed = trio.Event()  # set (and replaced) whenever ``stores`` changes
         self._stopping = trio.Event()
+        # told the name of a segment of any held container whose durable length grew
+        self.growth_listeners: list[Callable[[str], None]] = []
 
     async def db_call(self, fn: Callable[..., T], *args: Any) -> T:
         """A blocking lease-table call in a worker thread, one at a time."""
@@ -170,6 +172,10 @@ class ContainerHost:
             self._signal_change()
         log.info("holding container %s at lease epoch %d", container_label(container), epoch)
 
+    def _relay_growth(self, name: str) -> None:
+        for listener in self.growth_listeners:
+            listener(name)
+
     def _drop(self, container: int, *, lost: bool) -> None:
         held = self.held.get(container)
         self.stores.pop(container, None)
@@ -187,6 +193,7 @@ class ContainerHost:
             async with open_store(config) as store:
                 record = config.data_dir / LEASE_RECORD
                 record.write_text(json.dumps({"epoch": held.epoch, "daemon": self.daemon_id}))
+                store.growth_listeners.append(self._relay_growth)
                 task_status.started(store)
                 await held.release.wait()
                 if not held.lost:

@@ -97,7 +97,7 @@ class ClusterStore:
         self._owners_at_s = 0.0
         self._remotes: dict[tuple[str, str, int], RemoteStore] = {}
         self.fence = ClusterFence(host)
-        self.growth_listeners: list[Callable[[str, int], None]] = []
+        self.growth_listeners = host.growth_listeners  # growth of the containers held here
 
     @property
     def epoch(self) -> int:

@@ -1,11 +1,13 @@
 """``ServedStore``: what the daemon's HTTP API asks of the store it serves, beyond the
-public API: the single-host ``SegmentStore`` and a cluster daemon's router
-(``cluster.router.ClusterStore``) both offer it, so the server is written once.
+public API, and ``MountedStore``, what the FUSE mount asks: the single-host
+``SegmentStore`` and a cluster daemon's router (``cluster.router.ClusterStore``) both
+offer them, so the server and the mount are written once.
 """
 
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from tierfs.contracts.api import SegmentStoreAPI
@@ -36,3 +38,10 @@ class ServedStore(SegmentStoreAPI, Protocol):
     async def chunk_layout(self, name: str) -> builtins.list[dict[str, Any]]:
         """Chunks of a segment: name, URL, segment offset range, CRCs (direct reads)."""
         ...
+
+
+class MountedStore(ServedStore, Protocol):
+    """What the FUSE mount needs on top: growth listeners (called with a segment's name
+    when its durable length grows; they tell the kernel)."""
+
+    growth_listeners: list[Callable[[str], None]]

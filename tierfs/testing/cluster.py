@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 
 from tierfs.remote.client import TierClient
-from tierfs.testing.harness import Daemon, HarnessError, start_daemon
+from tierfs.testing.harness import Daemon, HarnessError, Mount, start_daemon
 
 
 def free_port() -> int:
@@ -39,7 +39,7 @@ class Cluster:
             f'tier2_url = "{tier2_url}"', f'metadata_url = "{metadata_url}"',
             f"containers = {containers}", f"lease_s = {lease_s}",
             f"flush_interval_s = {flush_interval_s}", "owner_check_interval_s = 0.2", *extra]) + "\n")
-        self.daemons: dict[int, Daemon] = {}
+        self.daemons: dict[int, Daemon | Mount] = {}
         self.ports: dict[int, int] = {}
 
     def data_dir(self, index: int) -> Path:
@@ -50,6 +50,13 @@ class Cluster:
         daemon = start_daemon(self.data_dir(index), "--listen", f"127.0.0.1:{port}", config_file=self.config)
         self.daemons[index] = daemon
         return daemon
+
+    def mount(self, index: int, mountpoint: Path) -> Mount:
+        """Daemon ``index`` serving a FUSE mount of the whole namespace at ``mountpoint``."""
+        port = self.ports.setdefault(index, free_port())
+        mounted = Mount(self.data_dir(index), mountpoint, "--listen", f"127.0.0.1:{port}", config_file=self.config)
+        self.daemons[index] = mounted
+        return mounted
 
     def client(self, index: int) -> TierClient:
         return self.daemons[index].client()
@@ -83,5 +90,7 @@ class Cluster:
 
     def stop_all(self) -> None:
         for daemon in self.daemons.values():
-            if daemon.proc.poll() is None:
+            if isinstance(daemon, Mount):
+                daemon.unmount()
+            elif daemon.proc.poll() is None:
                 daemon.stop()
