@@ -79,6 +79,29 @@ def test_every_host_serves_the_whole_namespace_and_forwards_writes(cluster: Clus
         client.close()
 
 
+def test_flushed_bytes_are_read_from_tier2_on_the_host_that_reads(cluster: Cluster) -> None:
+    """A non-owner reads a flushed segment's chunks itself (CRC-checked): the owner hands
+    out the layout and serves only the unflushed tail, without a single tier-2 GET."""
+    for index in range(2):
+        cluster.start(index)
+    owners = cluster.wait_balanced([0, 1])
+    owner_index = 0
+    container = next(c for c, owner in owners.items() if owner == cluster.daemon_id(owner_index))
+    name = f"{top_names()[container]}/big"
+    reader = cluster.client(1)
+    reader.create(name, parents=True)
+    flushed = os.urandom(6 << 20)
+    reader.append(name, flushed)
+    reader.op("flush", path=name)
+    tail = b"not yet in tier-2\n"
+    reader.append(name, tail)
+    gets_before = cluster.daemons[owner_index].metrics()["tierfs_tier2_gets_total"]
+    assert reader.read(name) == flushed + tail
+    assert reader.read(name, 1 << 20, (1 << 20) + (2 << 20)) == flushed[1 << 20: 3 << 20]
+    assert cluster.daemons[owner_index].metrics()["tierfs_tier2_gets_total"] == gets_before
+    reader.close()
+
+
 def _wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while True:

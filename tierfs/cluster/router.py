@@ -13,6 +13,9 @@ Invariants:
   or a new owner is opening it) calls wait, up to ``lease_s`` plus the opening time,
   then fail with ``container_unavailable``; nothing is attempted twice unless the
   first attempt provably did not happen (no connection, ``not_owner``, ``closed``).
+- Flushed bytes of another daemon's container are read from tier-2 on this host (the
+  owner gives the chunk layout, every block is CRC-checked); only the unflushed tail,
+  a chunk this host cannot read, and short reads go through the owner.
 - A rename or concat across containers is refused (``cross_container``, EXDEV) before
   anything changes.
 """
@@ -51,11 +54,15 @@ from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.remote.client import TierClient
+from tierfs.remote.direct_read import DirectChunkReader, read_directly
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 from tierfs.remote.remote_store import RemoteStore
 from tierfs.store.statistics import StoreStatistics
 
 T = TypeVar("T")
+# a read of another daemon's container at least this long takes its flushed bytes from
+# tier-2 here (layout from the owner, then ranged GETs); shorter ones are one round trip
+DIRECT_READ_MIN_BYTES = 256 << 10
 OWNERS_TTL_S = 1.0
 OPEN_ALLOWANCE_S = 20.0  # a new owner's opening (claim, metadata, replay) on top of the lease
 
@@ -97,6 +104,8 @@ class ClusterStore:
         self._owners_at_s = 0.0
         self._remotes: dict[tuple[str, str, int], RemoteStore] = {}
         self.fence = ClusterFence(host)
+        # flushed bytes of other daemons' containers, read from tier-2 here
+        self._direct = DirectChunkReader(config.chunk_store_options)
         self.growth_listeners = host.growth_listeners  # growth of the containers held here
 
     @property
@@ -236,7 +245,12 @@ class ClusterStore:
 
     async def read(self, name: str, offset: int = 0, length: int | None = None, *,
                    unconfirmed: bool = False) -> bytes:
-        return await self._read_at(name, lambda s: s.read(name, offset, length, unconfirmed=unconfirmed))
+        async def read_from(store: SegmentStoreAPI) -> bytes:
+            if isinstance(store, RemoteStore) and (length is None or length >= DIRECT_READ_MIN_BYTES):
+                return await trio.to_thread.run_sync(
+                    functools.partial(read_directly, self._direct, store.client, name, offset, length, unconfirmed))
+            return await store.read(name, offset, length, unconfirmed=unconfirmed)
+        return await self._read_at(name, read_from)
 
     def open_reader(self, name: str) -> SegmentReaderAPI:
         local = self.host.stores.get(container_of(names.canonical(name), self.host.count))

@@ -33,7 +33,10 @@ import cachetools
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 from tierfs.blocks.filesystems import open_filesystem
 from tierfs.blocks.verify import BlockAddress, verified_block
-from tierfs.contracts.errors import ChunkUnavailable
+from tierfs.contracts.arguments import check_read_window
+from tierfs.contracts.errors import ChunkUnavailable, OffsetOutOfRangeError
+from tierfs.contracts.info import SegmentInfo
+from tierfs.remote.client import TierClient
 
 DEFAULT_REMOTE_CACHE_BYTES = 64 << 20
 
@@ -173,3 +176,29 @@ class DirectChunkReader:
             with self._lock:
                 self.bytes_read += sum(spans[i][1] - spans[i][0] for i in missing)
         return [block for block in cached if block is not None]
+
+
+def read_directly(direct: DirectChunkReader, client: TierClient, name: str, offset: int, length: int | None,
+                  unconfirmed: bool) -> bytes:
+    """Blocking: segment bytes as the daemon's ``read`` gives them (same limits and
+    errors), the flushed part read from the chunks here, the rest through the daemon."""
+    check_read_window(offset, length)
+    info = client.stat(name)
+    if not isinstance(info, SegmentInfo):  # the daemon gives the directory's error
+        return client.read(name, offset, None if length is None else offset + length, unconfirmed)
+    limit = info.appended_length if unconfirmed else info.length
+    if offset > limit:
+        raise OffsetOutOfRangeError(name, offset, limit)
+    end = limit if length is None else min(limit, offset + length)
+    layout = SegmentLayout.from_json(client.layout(name))
+    position, pieces = offset, []
+    direct_end = min(end, layout.flushed_end)
+    if position < direct_end:
+        try:
+            pieces.append(direct.read(layout, position, direct_end))
+            position = direct_end
+        except ChunkUnavailable:  # moved, merged or truncated meanwhile: the daemon knows
+            pass
+    if position < end:
+        pieces.append(client.read(name, position, end, unconfirmed))
+    return b"".join(pieces)
