@@ -10,7 +10,7 @@ Directories are namespaces, files are segments. Semantics (append-only):
 - ``fsync``/``fdatasync`` make every byte written so far durable, also on a VD segment;
 - ``st_size`` is the durable length: readers never see bytes a crash could take away;
 - extended attributes ``user.tierfs.*`` report the segment's lengths and state;
-  ``user.tierfs.durability`` can be set to ``pd``/``vd`` on an empty segment.
+  ``user.tierfs.durability`` can be set to ``pd``/``vd``/``tier2`` on an empty segment.
 
 Invariants:
 - Every handler is wrapped by ``errors.fuse_errors``: it raises only ``FUSEError``.

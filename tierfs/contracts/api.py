@@ -36,7 +36,7 @@ class SegmentStoreAPI(Protocol):
     async def create(
         self, name: str, *, durability: str | None = None, make_parents: bool = False
     ) -> SegmentInfo:
-        """Create an empty segment ('pd' or 'vd'; default: the store's)."""
+        """Create an empty segment ('pd', 'vd' or 'tier2'; default: the store's)."""
         ...
 
     async def append(self, name: str, data: bytes, *, expected_offset: int | None = None) -> int:

@@ -27,7 +27,9 @@ from tierfs.contracts.errors import InvalidArgumentError
 
 KiB = 1 << 10
 MiB = 1 << 20
-DURABILITY_LEVELS = ("pd", "vd")
+# vd: acknowledged after write(2) (fsync within vd_sync_interval_s); pd: after fdatasync;
+# tier2: after the bytes are in tier-2 and committed to the metadata (survives the host)
+DURABILITY_LEVELS = ("pd", "vd", "tier2")
 
 
 

@@ -219,7 +219,7 @@ FLUSH = Operation("flush", "flush", (_OPTIONAL_PATH,), NOTHING, "wait until tier
                   unbounded=True)
 SET_DURABILITY = Operation(
     "set_durability", "set_durability", (_PATH, Param("durability", TEXT, "")), SEGMENT_INFO,
-    "choose pd or vd for an empty segment",
+    "choose pd, vd or tier2 for an empty segment",
 )
 FSCK = Operation("fsck", "fsck", (), FSCK_REPORT, "verify every chunk and the metadata invariants",
                  unbounded=True)

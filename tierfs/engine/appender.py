@@ -112,6 +112,8 @@ class Appender:
         self._awaiting_durable.append((end_lsn, seg, offset + size))
         if seg.is_pd:
             await journal.wait_durable(end_lsn)
+            if seg.waits_for_tier2:
+                await writer.wait_flushed(seg, offset + size)
             return offset
         journal.write_queued()
         if self._tail_budget.over:

@@ -47,7 +47,8 @@ class SegmentState:
     grew_event: trio.Event = dataclasses.field(default_factory=trio.Event)
 
     # Flags read on every append, cached from the record whenever the row is replaced.
-    is_pd: bool = True
+    is_pd: bool = True  # journal-synced before the acknowledgement (pd and tier2)
+    waits_for_tier2: bool = False  # acknowledged once flushed and committed (tier2)
     _sealed_record: bool = False
 
     def __post_init__(self) -> None:
@@ -60,7 +61,8 @@ class SegmentState:
     @row.setter
     def row(self, row: SegmentRow) -> None:
         self._row = row
-        self.is_pd = row.record.durability == "pd"
+        self.is_pd = row.record.durability in ("pd", "tier2")
+        self.waits_for_tier2 = row.record.durability == "tier2"
         self._sealed_record = row.record.sealed
 
     @property

@@ -44,6 +44,7 @@ from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import (
     BacklogFullError,
     ConcurrentModificationError,
+    SegmentNotFoundError,
     Tier2Error,
     TierFSError,
 )
@@ -148,6 +149,22 @@ class StorageWriter:
                 if seg.last_flush_error and seg.flushed_length < target:
                     raise Tier2Error(f"flush of {seg.name!r} failed: {seg.last_flush_error}")
 
+    async def wait_flushed(self, seg: SegmentState, end: int) -> None:
+        """``tier2`` durability: return once tier-2 and the metadata hold ``seg``'s bytes
+        below ``end``. Group commit: every waiter asks for the next flush of the segment;
+        appends that arrive while one runs are written together by the one after it. A
+        failing tier-2 keeps its backoff (the waiter waits through it); a deleted
+        segment or a fenced store fails the wait."""
+        while seg.flushed_length < end:
+            if seg.deleted:
+                raise SegmentNotFoundError(seg.name)
+            self._fence.ensure_owner()
+            seg.flush_requested = True
+            self.dirty.add(seg)
+            self.wake()
+            with trio.move_on_after(self._fence.check_interval_s):  # fenced meanwhile?
+                await seg.flushed_event.wait()
+
     async def sync_and_flush(self, segs: list[SegmentState]) -> None:
         """Make every byte appended so far durable, then wait until tier-2 holds the
         bytes of ``segs``."""
@@ -225,6 +242,8 @@ class StorageWriter:
             log.warning("journal truncation failed, will retry after the next flush: %s", e)
         finally:
             seg.notify_flushed()
+            if seg.flush_requested:  # asked for during this flush (tier2 appends): next round now
+                self.wake()
 
     async def flush_once(self, seg: SegmentState) -> None:
         config = self._config

@@ -8,7 +8,7 @@ Routes (all under the daemon's Unix socket, or TCP with a bearer token):
     GET    /v1/stat/{path}                    segment or directory info (JSON)
     GET    /v1/ls/{path}                      entries of a directory (JSON list)
     GET    /v1/layout/{path}                  chunk layout for direct readers
-    PUT    /v1/segments/{path}                create (?durability=pd|vd&parents=1)
+    PUT    /v1/segments/{path}                create (?durability=pd|vd|tier2&parents=1)
     POST   /v1/segments/{path}                append the body (?expected_offset=N) -> {"offset"}
     GET    /v1/segments/{path}                read; standard Range header; ?unconfirmed=1;
                                               ?follow=1&offset=N&timeout=S long-polls

@@ -182,7 +182,7 @@ class SegmentStore:
         self, name: str, *, durability: str | None = None, make_parents: bool = False
     ) -> SegmentInfo:
         """Create an empty segment. Its parent directory must exist unless
-        ``make_parents``; ``durability`` is 'pd' or 'vd' (default: the store's)."""
+        ``make_parents``; ``durability`` is 'pd', 'vd' or 'tier2' (default: the store's)."""
         return await self._parts.namespace.create(name, durability=durability, make_parents=make_parents)
 
     async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
@@ -282,7 +282,7 @@ class SegmentStore:
         return listing.segment_info(seg)
 
     async def set_durability(self, name: str, durability: str) -> SegmentInfo:
-        """Choose PD or VD for a segment that holds no bytes yet."""
+        """Choose PD, VD or tier2 for a segment that holds no bytes yet."""
         seg = self.table.segment(name)
         if durability not in DURABILITY_LEVELS:
             raise InvalidArgumentError(f"durability must be one of {DURABILITY_LEVELS}")

@@ -53,7 +53,7 @@ class Namespace:
         self, name: str, *, durability: str | None = None, make_parents: bool = False
     ) -> SegmentInfo:
         """Create an empty segment. Its parent directory must exist unless
-        ``make_parents``; ``durability`` is 'pd' or 'vd' (default: the store's)."""
+        ``make_parents``; ``durability`` is 'pd', 'vd' or 'tier2' (default: the store's)."""
         table = self._table
         table.check_open()
         canonical = names.canonical(name)
