@@ -6,6 +6,7 @@ zombie owner that wakes up after its lease was taken, rebalancing on join and le
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -262,3 +263,88 @@ def test_a_cluster_database_is_never_opened_as_a_single_store(cluster: Cluster, 
 
     with psycopg.connect(cluster.metadata_url) as conn:  # nothing was created in the cluster's schema
         assert conn.execute("SELECT to_regclass('public.segments')").fetchone()[0] is None
+
+
+class _Writer(threading.Thread):
+    """Appends numbered records to one segment through one host until stopped; keeps
+    when each acknowledgement came."""
+
+    def __init__(self, cluster: Cluster, host: int, name: str) -> None:
+        super().__init__(daemon=True)
+        self.client = cluster.client(host)
+        self.name = name
+        self.acked: list[tuple[int, float]] = []  # (record number, monotonic time of the ack)
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def record(self, number: int) -> bytes:
+        return b"%s-%06d\n" % (self.name.encode(), number)
+
+    def run(self) -> None:
+        number = 0
+        try:
+            while not self.stopping.is_set():
+                self.client.append(self.name, self.record(number))
+                self.acked.append((number, time.monotonic()))
+                number += 1
+        except BaseException as e:  # reported by the test
+            self.error = e
+        finally:
+            self.client.close()
+
+    def numbers_in(self, data: bytes) -> list[int]:
+        prefix = self.name.encode() + b"-"
+        lines = data.split(b"\n")
+        assert lines[-1] == b"", f"{self.name}: a torn record at the end"
+        numbers = []
+        for line in lines[:-1]:
+            assert line.startswith(prefix) and len(line) == len(prefix) + 6, line
+            numbers.append(int(line[len(prefix):]))
+        return numbers
+
+
+def test_kill9_of_an_owner_and_the_loss_of_its_disk_during_pd_vd_and_tier2_appends(cluster: Cluster) -> None:
+    """Each acknowledged byte after failover, per the stated semantics: tier2 keeps every
+    acknowledged record; PD and VD keep every record flushed before the failure and may
+    lose only records acknowledged since; no level ever duplicates or reorders one."""
+    for index in range(3):
+        cluster.start(index)
+    owners = cluster.wait_balanced([0, 1, 2])
+    container = next(c for c, owner in owners.items() if owner == cluster.daemon_id(2))
+    top = top_names()[container]
+    setup = cluster.client(0)
+    writers = []
+    for level in ("pd", "vd", "tier2"):
+        name = f"{top}/{level}"
+        setup.create(name, parents=True, durability=level)
+        writers.append(_Writer(cluster, len(writers) % 2, name))  # through hosts 0 and 1
+    for writer in writers:
+        writer.start()
+    _wait_for(lambda: all(len(w.acked) >= 20 for w in writers), what="appends before the flush")
+    marks = {w.name: len(w.acked) for w in writers}  # acknowledged before this flush: in tier-2 after it
+    setup.op("flush")
+    _wait_for(lambda: all(len(w.acked) >= marks[w.name] + 20 for w in writers), what="appends after the flush")
+    cluster.daemons[2].kill9()
+    killed_at = time.monotonic()
+    shutil.rmtree(cluster.data_dir(2))  # the host is gone with its disk
+    _wait_for(lambda: all(w.acked and w.acked[-1][1] > killed_at + 0.5 for w in writers), timeout_s=60,
+              what="appends acknowledged by the new owner")
+    for writer in writers:
+        writer.stopping.set()
+    for writer in writers:
+        writer.join(timeout=60)
+        assert writer.error is None, writer.error
+    setup.op("flush")
+    reader = cluster.client(1)
+    for writer in writers:
+        present = writer.numbers_in(reader.read(writer.name))
+        assert present == sorted(set(present)), f"{writer.name}: duplicated or reordered records"
+        acked = [number for number, _ in writer.acked]
+        after_failover = [number for number, at in writer.acked if at > killed_at + 0.5]
+        if writer.name.endswith("tier2"):
+            assert set(acked) <= set(present), f"tier2 lost {sorted(set(acked) - set(present))[:5]}"
+        else:
+            assert set(acked[: marks[writer.name]]) <= set(present), f"{writer.name} lost flushed records"
+        assert set(after_failover) <= set(present)
+    reader.close()
+    setup.close()
