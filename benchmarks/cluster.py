@@ -20,6 +20,9 @@ SQLite, and what namespace operations cost as the store grows.
    the 10-entry directory (must not grow with the store) and of the big directory (per
    entry). Ratios large/small show what grows with the store.
 
+3. and 4.: append throughput with 1, 2 and 3 cluster daemons, failover time
+   (``benchmarks/cluster_daemons.py``).
+
 A missed expectation is reported, not an error: the exit code is 0.
 """
 
@@ -40,7 +43,8 @@ import trio
 
 from benchmarks.common import EXIT_OK, Latency, add_scratch_arguments, make_scratch_directory
 
-HELP = "metadata latency on PostgreSQL vs SQLite, and ls/stat as the namespace grows"
+HELP = ("metadata latency on PostgreSQL vs SQLite, ls/stat as the namespace grows, append throughput "
+        "with 1-3 cluster daemons, failover time")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--small", type=int, default=10_000, help="segments in the small store")
     parser.add_argument("--large", type=int, default=1_000_000, help="segments in the large store")
     parser.add_argument("--large-dir", type=int, default=100_000, help="segments in the large store's big directory")
+    parser.add_argument("--writers", type=int, default=2, help="appending client processes per daemon")
+    parser.add_argument("--seconds", type=float, default=5.0, help="append throughput: seconds per configuration")
+    parser.add_argument("--failovers", type=int, default=20, help="failover runs")
+    parser.add_argument("--lease", type=float, default=10.0, help="lease_s of the failover runs")
 
 
 # ---------------------------------------------------------------- 1. metadata latency
@@ -174,10 +182,16 @@ def namespace_scaling(directory: Path, small: int, large: int, large_dir: int) -
 
 # ---------------------------------------------------------------- report
 def run(args: argparse.Namespace) -> int:
+    from benchmarks import cluster_daemons
+    from tierfs.testing.postgres import PostgresServer
+
     directory = make_scratch_directory(args.dir)
     try:
         latency = metadata_latency(directory, args.rounds)
         scaling = namespace_scaling(directory, args.small, args.large, args.large_dir)
+        with PostgresServer() as server:  # appends never touch the metadata; leases do
+            throughput = cluster_daemons.append_throughput(directory, server, args.writers, args.seconds)
+            failovers = cluster_daemons.failover_times(directory, server, args.failovers, args.lease)
     finally:
         import shutil
         shutil.rmtree(directory, ignore_errors=True)
@@ -200,4 +214,6 @@ def run(args: argparse.Namespace) -> int:
           f"ls of 10 {large['ls_small'].p50_us / small['ls_small'].p50_us:.2f}x, "
           f"ls per entry {(large['ls_big_s'] / large['ls_big_entries']) / (small['ls_big_s'] / small['ls_big_entries']):.2f}x, "
           f"open {large['open_s'] / small['open_s']:.0f}x", file=out)
+    for line in cluster_daemons.report(throughput, failovers, args.lease, args.writers, args.seconds):
+        print(line, file=out)
     return EXIT_OK

@@ -3,21 +3,34 @@ durable PostgreSQL next to SQLite, and two filled stores."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_the_cluster_benchmark_runs(tmp_path: Path) -> None:
+def test_the_cluster_benchmark_runs() -> None:
+    # a short scratch path: the daemons' Unix sockets live below it (108 bytes at most)
+    tmp_path = Path(tempfile.mkdtemp(prefix="cb-", dir="/tmp"))
+    try:
+        _run_in(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _run_in(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "cluster", "--rounds", "5", "--small", "200", "--large", "1000",
-         "--large-dir", "300", "--dir", str(tmp_path)],
+         "--large-dir", "300", "--writers", "1", "--seconds", "0.5", "--failovers", "1", "--lease", "1",
+         "--dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     for line in ("flush commit", "bound: smallest commit", "small: 200 segments", "large: 1,000 segments",
-                 "ls of 300", "large/small (5x segments)"):
+                 "ls of 300", "large/small (5x segments)", "3 daemons", "the single-host daemon",
+                 "failover (kill -9", "1 runs, lease 1 s"):
         assert line in done.stdout, done.stdout
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
