@@ -1,6 +1,7 @@
-"""The example pipeline (what ``./dev.sh demo`` runs) works end to end: producers through
-fsspec and the mount, the streaming per-minute job, offload to S3 and the batch job over
-the offloaded history; it checks its own figures and exits 1 on any difference."""
+"""The example pipelines work end to end and check their own figures (exit 1 on any
+difference): ``./dev.sh demo``'s (producers through fsspec and the mount, the streaming
+per-minute job, offload to S3, the batch job over the offloaded history) and the cluster
+one (three daemons, a Spark standalone cluster, a failover)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,24 @@ def test_the_example_pipeline_runs_and_checks_out(tmp_path: Path) -> None:
     assert "the daemon fetched 0 blocks" in done.stdout  # executors read S3 themselves
     if Path("/dev/fuse").exists():
         assert "mounted at" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (./dev.sh test installs one)")
+def test_the_cluster_pipeline_runs_on_a_spark_standalone_cluster(postgres_server: object) -> None:
+    """Three tierfs daemons on PostgreSQL + moto S3, a Spark master and two workers as
+    processes: the job's answer is right, executors read the chunks from S3 themselves,
+    and it is right again after one daemon is killed."""
+    del postgres_server  # proves PostgreSQL is installed; the example starts its own
+    work = Path(tempfile.mkdtemp(prefix="cp-", dir="/tmp"))  # short: Unix sockets live below it
+    try:
+        done = subprocess.run([sys.executable, str(REPO / "examples" / "cluster_pipeline.py"), str(work / "w")],
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "cluster pipeline OK" in done.stdout
+    assert "the daemons fetched 0 blocks from tier-2" in done.stdout
+    assert "per kind after failover" in done.stdout
 
 
 def test_a_failing_pipeline_stops_what_it_started(tmp_path: Path) -> None:
