@@ -37,11 +37,13 @@ def test_the_readme_cluster_trial_runs_as_written(postgres_server: object, tmp_p
                                      stdin=subprocess.DEVNULL, start_new_session=True)
             try:
                 code = trial.wait(timeout=240)
+            except subprocess.TimeoutExpired:
+                code = -1
             finally:  # whatever happened, nothing of the trial outlives the test
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(trial.pid, signal.SIGTERM)
     finally:
         shutil.rmtree("/tmp/tierfs-trial", ignore_errors=True)
         Path("/tmp/tierfs-pg.url").unlink(missing_ok=True)
-    assert code == 0, err.read_text()[-3000:]
+    assert code == 0, f"exit {code} (-1: still running after 240 s): " + err.read_text()[-3000:]
     assert out.read_text().endswith("written through host a"), out.read_text()[-500:]
