@@ -4,6 +4,7 @@ on one follows appends made on the other, and `mv` between containers copies (EX
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -67,3 +68,32 @@ def test_two_mounts_show_one_namespace(two_mounts: tuple[Path, Path]) -> None:
     while (b / tops[0] / "log").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not (b / tops[0] / "log").exists()
+
+
+def test_growth_on_another_host_reaches_the_mount_at_once(postgres_url: str, tmp_path: Path) -> None:
+    """With a 60 s attribute timeout, only the growth channel (PostgreSQL NOTIFY from the
+    owner) can tell mount b's kernel that a file appended through mount a grew."""
+    cluster = Cluster(tmp_path / "cluster", postgres_url, str(tmp_path / "tier2"), containers=CONTAINERS)
+    try:
+        a = cluster.mount(0, tmp_path / "mnt-a", "--attr-timeout", "60").mountpoint
+        b = cluster.mount(1, tmp_path / "mnt-b", "--attr-timeout", "60").mountpoint
+        owners = cluster.wait_balanced([0, 1])
+        top = next(f"g{i}" for i in range(100)
+                   if owners[container_of(f"g{i}", CONTAINERS)] == cluster.daemon_id(0))  # owned by a's daemon
+        (a / top).mkdir()
+        _run("sh", "-c", f"echo first >> {a / top / 'log'}")
+        fd = os.open(b / top / "log", os.O_RDONLY)  # fstat, as tail -f: no name lookup refreshes it
+        try:
+            assert os.fstat(fd).st_size == 6  # b's kernel now caches the size for 60 s
+            for round_number in range(3):
+                _run("sh", "-c", f"echo more >> {a / top / 'log'}")
+                expected = 6 + 5 * (round_number + 1)
+                deadline = time.monotonic() + 5
+                while os.fstat(fd).st_size != expected and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert os.fstat(fd).st_size == expected
+        finally:
+            os.close(fd)
+        assert (b / top / "log").read_text() == "first\n" + "more\n" * 3
+    finally:
+        cluster.stop_all()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import shutil
@@ -36,10 +37,16 @@ from typing import Any, TypeVar
 
 import trio
 
-from tierfs.cluster.container_map import container_config, container_data_dir, container_label
+from tierfs.cluster.container_map import (
+    container_config,
+    container_data_dir,
+    container_label,
+    container_of,
+)
 from tierfs.cluster.leases import LeaseTable
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
+from tierfs.engine.growth_channel import GrowthAnnouncer
 from tierfs.store.facade import SegmentStore, open_store
 
 log = logging.getLogger(__name__)
@@ -76,8 +83,10 @@ class ContainerHost:
         self._last_renewal_s = time.monotonic()
         self.changed = trio.Event()  # set (and replaced) whenever ``stores`` changes
         self._stopping = trio.Event()
-        # told the name of a segment of any held container whose durable length grew
+        # told the name of a segment whose durable length grew: in a held container, or
+        # (through the growth channel) in another daemon's
         self.growth_listeners: list[Callable[[str], None]] = []
+        self.announcer: GrowthAnnouncer | None = None
 
     async def db_call(self, fn: Callable[..., T], *args: Any) -> T:
         """A blocking lease-table call in a worker thread, one at a time."""
@@ -172,9 +181,25 @@ class ContainerHost:
             self._signal_change()
         log.info("holding container %s at lease epoch %d", container_label(container), epoch)
 
-    def _relay_growth(self, name: str) -> None:
+    def _relay_growth(self, store: SegmentStore, name: str) -> None:
         for listener in self.growth_listeners:
             listener(name)
+        seg = store.table.by_name.get(name)
+        if seg is not None and self.announcer is not None:  # other hosts' mounts hear of it
+            self.announcer.announce(seg.segment_id, name, seg.durable_length)
+
+    def heard_growth(self, segment_id: int, name: str, durable_length: int) -> None:
+        """Another daemon announced growth (``growth_channel``): this host's listeners
+        (the mount's kernel notifier) hear of segments of containers held elsewhere."""
+        if container_of(name, self.count) not in self.stores:
+            for listener in self.growth_listeners:
+                listener(name)
+
+    def resync_growth(self) -> None:
+        """The growth channel reconnected: announcements made meanwhile are lost, and
+        the mount's cached sizes of other hosts' segments catch up when its attribute
+        timeout expires (the only bound without the channel)."""
+        log.info("growth channel reconnected; sizes from other hosts refresh within the mount's attribute timeout")
 
     def _drop(self, container: int, *, lost: bool) -> None:
         held = self.held.get(container)
@@ -193,7 +218,7 @@ class ContainerHost:
             async with open_store(config) as store:
                 record = config.data_dir / LEASE_RECORD
                 record.write_text(json.dumps({"epoch": held.epoch, "daemon": self.daemon_id}))
-                store.growth_listeners.append(self._relay_growth)
+                store.growth_listeners.append(functools.partial(self._relay_growth, store))
                 task_status.started(store)
                 await held.release.wait()
                 if not held.lost:

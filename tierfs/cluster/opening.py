@@ -8,6 +8,8 @@ Invariants:
   the container count is the cluster's, fixed at creation.
 - Leaving the block gives every container back (flushed) and unregisters the daemon,
   so the others take them over at once instead of after the lease.
+- Growth crosses hosts on the database's growth channel: held containers announce it,
+  every daemon listens (``engine/growth_channel.py``); a hint for the mount, never data.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tierfs.cluster.container_host import ContainerHost
 from tierfs.cluster.leases import LeaseTable
 from tierfs.cluster.router import ClusterStore
 from tierfs.contracts.config import StoreConfig
+from tierfs.engine.growth_channel import GrowthAnnouncer, GrowthListener
 from tierfs.engine.ownership import DataDirLock
 
 DAEMON_ID_NAME = "daemon-id"
@@ -51,13 +54,26 @@ async def open_cluster(config: StoreConfig, url: str, token: str) -> AsyncIterat
             count = await trio.to_thread.run_sync(leases.set_up, config.containers)
             host = ContainerHost(config, leases, count, daemon_id_of(config.data_dir), url, token)
             store = ClusterStore(config, host, leases)
+            host.announcer = GrowthAnnouncer(config.metadata_url)
+            listener = GrowthListener(config.metadata_url, host.heard_growth, host.resync_growth)
+            channel = trio.CancelScope()
+
+            async def growth_channel(announcer: GrowthAnnouncer) -> None:
+                with channel:
+                    async with trio.open_nursery() as both:
+                        both.start_soon(announcer.run)
+                        both.start_soon(listener.run)
+
             try:
                 async with trio.open_nursery() as nursery:
+                    nursery.start_soon(growth_channel, host.announcer)
                     await nursery.start(host.run)
                     try:
                         yield store
                     finally:
-                        host.stop()
+                        host.stop()  # host.run gives every container back, then returns
+                        listener.stop()
+                        channel.cancel()
             finally:
                 store.close()
         finally:

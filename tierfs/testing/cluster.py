@@ -51,10 +51,12 @@ class Cluster:
         self.daemons[index] = daemon
         return daemon
 
-    def mount(self, index: int, mountpoint: Path) -> Mount:
-        """Daemon ``index`` serving a FUSE mount of the whole namespace at ``mountpoint``."""
+    def mount(self, index: int, mountpoint: Path, *args: str) -> Mount:
+        """Daemon ``index`` serving a FUSE mount of the whole namespace at ``mountpoint``
+        (``args``: more ``tierfs mount`` options)."""
         port = self.ports.setdefault(index, free_port())
-        mounted = Mount(self.data_dir(index), mountpoint, "--listen", f"127.0.0.1:{port}", config_file=self.config)
+        mounted = Mount(self.data_dir(index), mountpoint, "--listen", f"127.0.0.1:{port}", *args,
+                        config_file=self.config)
         self.daemons[index] = mounted
         return mounted
 
