@@ -20,8 +20,8 @@ SQLite, and what namespace operations cost as the store grows.
    the 10-entry directory (must not grow with the store) and of the big directory (per
    entry). Ratios large/small show what grows with the store.
 
-3. and 4.: append throughput with 1, 2 and 3 cluster daemons, failover time
-   (``benchmarks/cluster_daemons.py``).
+3. to 5.: append throughput with 1, 2 and 3 cluster daemons, failover time, tail latency
+   across hosts (``benchmarks/cluster_daemons.py``).
 
 A missed expectation is reported, not an error: the exit code is 0.
 """
@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="append throughput: seconds per configuration")
     parser.add_argument("--failovers", type=int, default=20, help="failover runs")
     parser.add_argument("--lease", type=float, default=10.0, help="lease_s of the failover runs")
+    parser.add_argument("--tail-lines", type=int, default=500, help="lines followed across hosts")
 
 
 # ---------------------------------------------------------------- 1. metadata latency
@@ -192,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         with PostgresServer() as server:  # appends never touch the metadata; leases do
             throughput = cluster_daemons.append_throughput(directory, server, args.writers, args.seconds)
             failovers = cluster_daemons.failover_times(directory, server, args.failovers, args.lease)
+            tails = cluster_daemons.tail_latencies(directory, server, args.tail_lines)
     finally:
         import shutil
         shutil.rmtree(directory, ignore_errors=True)
@@ -214,6 +216,6 @@ def run(args: argparse.Namespace) -> int:
           f"ls of 10 {large['ls_small'].p50_us / small['ls_small'].p50_us:.2f}x, "
           f"ls per entry {(large['ls_big_s'] / large['ls_big_entries']) / (small['ls_big_s'] / small['ls_big_entries']):.2f}x, "
           f"open {large['open_s'] / small['open_s']:.0f}x", file=out)
-    for line in cluster_daemons.report(throughput, failovers, args.lease, args.writers, args.seconds):
+    for line in cluster_daemons.report(throughput, failovers, args.lease, args.writers, args.seconds, tails):
         print(line, file=out)
     return EXIT_OK

@@ -8,19 +8,23 @@ daemons on one PostgreSQL and one local tier-2, on this machine.
    Bound on this machine: every daemon and every client process shares its 2 cores, so
    aggregate throughput cannot grow with daemons here; on separate hosts each daemon
    brings its own disk and cores.
+5. **Tail latency across hosts**: lines appended every 10 ms through the owner, followed
+   (long polls) at once on the owner (the ceiling) and on another daemon (which forwards
+   the poll to the owner); the delay from each append to its arrival, p50/p99.
 4. **Failover time** (``--failovers`` runs, default 20): two daemons; a client on the
    survivor appends once to a segment owned by the other, the owner is killed (-9), and
    the time until the survivor's next append to that segment is accepted (by the new
    owner) is measured. Bound: the lease expires ``lease_s`` after the last renewal
-   (renewals every ``lease_s / 3``), the taker looks every ``lease_s / 3``, then opens
-   the container (tier-2 claim, metadata, empty journal): ``lease_s +- lease_s / 3`` plus
-   the opening.
+   (renewals every tick: ``lease_s / 3``, at most 1 s), the taker looks every tick, then
+   opens the container (tier-2 claim, metadata, empty journal): ``lease_s - tick`` to
+   ``lease_s + tick`` plus the opening.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -142,8 +146,56 @@ def failover_times(directory: Path, server: PostgresServer, runs: int, lease_s: 
     return times
 
 
+def tail_latencies(directory: Path, server: PostgresServer, lines: int) -> dict[str, list[float]]:
+    """Seconds from each append (through the owner) to its arrival at a follower on the
+    owner itself (the ceiling) and at one on another daemon, side by side."""
+    url = server.create_database()
+    cluster = Cluster(directory / "tl", url, str(directory / "tt"), containers=CONTAINERS, lease_s=10.0)
+    try:
+        cluster.start(0)
+        cluster.start(1)
+        owners = cluster.wait_balanced([0, 1])
+        container = next(c for c, owner in owners.items() if owner == cluster.daemon_id(0))
+        name = f"{_top_for(container)}/tail"
+        writer = cluster.client(0)
+        writer.create(name, parents=True)
+        arrivals: dict[str, list[float]] = {"on the owner": [], "on another daemon": []}
+
+        def follow(label: str, host: int) -> None:
+            client = cluster.client(host)
+            seen, buffer = 0, b""
+            try:
+                for piece in client.follow(name, 0, poll_timeout_s=5.0):
+                    now = time.monotonic()
+                    buffer += piece
+                    *complete, buffer = buffer.split(b"\n")
+                    for line in complete:
+                        arrivals[label].append(now - float(line))
+                    seen += len(complete)
+                    if seen >= lines:
+                        return
+            finally:
+                client.close()
+
+        followers = [threading.Thread(target=follow, args=(label, host), daemon=True)
+                     for label, host in (("on the owner", 0), ("on another daemon", 1))]
+        for thread in followers:
+            thread.start()
+        time.sleep(0.5)  # both are waiting
+        for _ in range(lines):
+            writer.append(name, b"%.6f\n" % time.monotonic())
+            time.sleep(0.01)
+        for thread in followers:
+            thread.join(timeout=60)
+        writer.close()
+        return arrivals
+    finally:
+        cluster.stop_all()
+        server.drop_database(url.rsplit("/", 1)[1])
+
+
 def report(throughput: dict[str, float], failovers: list[float], lease_s: float, writers: int,
-           seconds: float) -> list[str]:
+           seconds: float, tails: dict[str, list[float]]) -> list[str]:
     lines = [f"1 KiB PD appends, {writers} writer processes per daemon, {seconds:g} s (appends/s)"]
     ceiling = throughput["single host"]
     for label, rate in throughput.items():
@@ -152,6 +204,12 @@ def report(throughput: dict[str, float], failovers: list[float], lease_s: float,
     lines.append(f"failover (kill -9 -> first append accepted by the new owner), {len(ordered)} runs, "
                  f"lease {lease_s:g} s: p50 {percentile(ordered, 0.5):.2f} s, p99 {percentile(ordered, 0.99):.2f} s, "
                  f"max {ordered[-1]:.2f} s")
-    lines.append(f"  bound: lease expiry {lease_s * 2 / 3:.2f}..{lease_s * 4 / 3:.2f} s after the kill, "
+    tick = min(lease_s / 3, 1.0)
+    lines.append(f"  bound: lease expiry and its discovery {lease_s - tick:.2f}..{lease_s + tick:.2f} s after the kill, "
                  "plus opening the container")
+    owner = sorted(tails["on the owner"])
+    other = sorted(tails["on another daemon"])
+    lines.append(f"tail -f latency, append through the owner -> line at a follower, {len(other)} lines (ms): "
+                 f"on another daemon p50 {percentile(other, 0.5) * 1e3:.1f} p99 {percentile(other, 0.99) * 1e3:.1f}, "
+                 f"on the owner (ceiling) p50 {percentile(owner, 0.5) * 1e3:.1f} p99 {percentile(owner, 0.99) * 1e3:.1f}")
     return lines

@@ -78,6 +78,19 @@ def test_every_host_serves_the_whole_namespace_and_forwards_writes(cluster: Clus
     assert report["problems"] == [] and report["segments"] == CONTAINERS, report
     for client in clients:
         client.close()
+    # fsspec users on two hosts (tierfs:// URLs with each daemon's URL and token)
+    import fsspec
+
+    from tierfs.contracts.datadir import load_or_create_token
+
+    filesystems = [fsspec.filesystem("tierfs", url=f"http://127.0.0.1:{cluster.ports[i]}",
+                                     token=load_or_create_token(cluster.data_dir(i)), skip_instance_cache=True)
+                   for i in (0, 2)]
+    with filesystems[0].open(f"tierfs://{second}/via-fsspec", "ab") as f:
+        f.write(b"appended through fsspec on host 0\n")
+    assert filesystems[1].cat(f"tierfs://{second}/via-fsspec") == b"appended through fsspec on host 0\n"
+    assert sorted(p.rsplit("/", 1)[-1] for p in filesystems[1].ls(f"tierfs://{second}", detail=False)) == [
+        "log", "via-fsspec"]
 
 
 def test_flushed_bytes_are_read_from_tier2_on_the_host_that_reads(cluster: Cluster) -> None:

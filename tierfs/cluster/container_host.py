@@ -1,7 +1,8 @@
 """``ContainerHost``: the containers this daemon owns, each a store of its own, held
 through leases that it renews, balances and gives back.
 
-Every ``lease_s / 3`` the host heartbeats, renews its leases, and balances: with ``L``
+Every tick (``lease_s / 3``, at most 1 s) the host heartbeats, renews its leases, takes
+every container whose lease expired (nobody serves it), and balances: with ``L``
 live daemons (sorted by id) and ``N`` containers, daemon ``i`` should hold
 ``N // L + (1 if i < N % L else 0)``; a daemon holding more gives its highest-numbered
 extras back (flushed, closed, released), one holding fewer takes free or expired ones,
@@ -56,6 +57,13 @@ LEASE_RECORD = "lease.json"
 RELEASE_FLUSH_TIMEOUT_S = 30.0
 
 
+def tick_s(lease_s: float) -> float:
+    """How often leases are renewed and expired ones looked for: three renewals per
+    lease at least, and at least every second, so a failover waits little beyond the
+    lease itself."""
+    return min(lease_s / 3, 1.0)
+
+
 @dataclasses.dataclass
 class HeldContainer:
     container: int
@@ -107,7 +115,7 @@ class ContainerHost:
                 await self._balance(nursery)
                 task_status.started()
                 while not self._stopping.is_set():
-                    with trio.move_on_after(self._config.lease_s / 3):
+                    with trio.move_on_after(tick_s(self._config.lease_s)):
                         await self._stopping.wait()
                     if not self._stopping.is_set():
                         await self._tick(nursery)
@@ -152,10 +160,18 @@ class ContainerHost:
             live = sorted([*live, self.daemon_id])
         index = live.index(self.daemon_id)
         target = self.count // len(live) + (1 if index < self.count % len(live) else 0)
+        # availability first: an expired lease means nobody serves that container, so
+        # any daemon takes it whatever its share; the share is restored later
+        rescued = False
+        for container in await self.db_call(self._leases.expired):
+            if container not in self.held:
+                await self._take(nursery, container)
+                rescued = True
         active = sorted(c for c, h in self.held.items() if not h.release.is_set())
-        for container in active[target:][::-1][: len(active) - target]:
-            log.info("giving container %s back (balance: %d daemons)", container_label(container), len(live))
-            self._drop(container, lost=False)
+        if not rescued:
+            for container in active[target:]:
+                log.info("giving container %s back (balance: %d daemons)", container_label(container), len(live))
+                self._drop(container, lost=False)
         if len(active) < target:
             for container in await self.db_call(self._leases.free_or_expired):
                 if len([h for h in self.held.values() if not h.release.is_set()]) >= target:

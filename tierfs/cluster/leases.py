@@ -177,6 +177,13 @@ class LeaseTable:
         rows = self._execute("SELECT container, epoch FROM cluster_containers").fetchall()
         return {int(c): int(epoch) for c, epoch in rows}
 
+    def expired(self) -> list[int]:
+        """Containers whose owner stopped renewing (not given back: nobody serves them)."""
+        rows = self._execute(
+            "SELECT container FROM cluster_containers WHERE owner IS NOT NULL AND expires_at < now() "
+            "ORDER BY container").fetchall()
+        return [int(c) for (c,) in rows]
+
     def free_or_expired(self) -> list[int]:
         rows = self._execute(
             "SELECT container FROM cluster_containers WHERE owner IS NULL OR expires_at < now() "
