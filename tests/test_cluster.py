@@ -316,10 +316,26 @@ class _Writer(threading.Thread):
         return numbers
 
 
-def test_kill9_of_an_owner_and_the_loss_of_its_disk_during_pd_vd_and_tier2_appends(cluster: Cluster) -> None:
+@pytest.fixture(params=["local tier-2", "S3 tier-2 (moto)"])
+def tier2_cluster(request: pytest.FixtureRequest, postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """Three-daemon clusters on a local directory and on moto's S3 server."""
+    if request.param == "local tier-2":
+        cluster = Cluster(tmp_path, postgres_url, str(tmp_path / "tier2"), containers=CONTAINERS)
+    else:
+        url, options = request.getfixturevalue("s3_bucket")
+        cluster = Cluster(tmp_path, postgres_url, str(url), containers=CONTAINERS,
+                          extra=[f'tier2_endpoint_url = "{options["endpoint_url"]}"'])
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+def test_kill9_of_an_owner_and_the_loss_of_its_disk_during_pd_vd_and_tier2_appends(tier2_cluster: Cluster) -> None:
     """Each acknowledged byte after failover, per the stated semantics: tier2 keeps every
     acknowledged record; PD and VD keep every record flushed before the failure and may
     lose only records acknowledged since; no level ever duplicates or reorders one."""
+    cluster = tier2_cluster
     for index in range(3):
         cluster.start(index)
     owners = cluster.wait_balanced([0, 1, 2])
