@@ -207,8 +207,9 @@ class TierFileSystem(AbstractFileSystem):
             info = self.client.stat(name)
             if exclusive or not isinstance(info, SegmentInfo) or info.appended_length > 0:
                 raise FileExistsError(
-                    f"tierfs://{name} exists; segments are append-only and never overwritten "
-                    "(open with 'ab' to append)"
+                    f"tierfs://{name} exists; segments are append-only and never overwritten. To "
+                    "append, open it with 'ab' on tierfs:// itself: caching layers (simplecache::, "
+                    "filecache::) upload a whole file when it closes, which would overwrite it"
                 ) from None
 
     def _open(

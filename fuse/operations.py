@@ -369,6 +369,8 @@ class TierOperations(pyfuse3.Operations):
         if level not in DURABILITY_LEVELS:
             raise pyfuse3.FUSEError(errno.EINVAL)
         info = await self._segment_info(inode)
+        if info.appended_length:  # fixed once bytes were acknowledged under it: not allowed, not invalid
+            raise pyfuse3.FUSEError(errno.EPERM)
         await self.store.set_durability(info.name, level)
 
     @fuse_errors

@@ -55,6 +55,11 @@ def test_append_only_rules(tfs: TierFileSystem) -> None:
         tfs.open("rules/a", "wb")
     with pytest.raises(FileExistsError):
         tfs.open("rules/a", "xb")
+    cached = fsspec.filesystem("simplecache", fs=tfs)
+    with pytest.raises(FileExistsError) as refused:  # 'ab' through a cache uploads the whole file
+        with cached.open("rules/a", "ab") as f:
+            f.write(b"more")
+    assert "caching layers (simplecache::, filecache::) upload a whole file" in str(refused.value)
     with pytest.raises(PermissionError):
         tfs.touch("rules/a")
     assert tfs.cat_file("rules/a") == b"data"
