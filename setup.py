@@ -11,12 +11,14 @@ setup(
     packages=[
         "tierfs", "tierfs.contracts", "tierfs.blocks", "tierfs.engine", "tierfs.offload",
         "tierfs.store", "tierfs.server", "tierfs.remote", "tierfs.spark", "tierfs.cli", "tierfs.testing",
-        "tierfs.fuse", "tierfs.fsspec_impl",
+        "tierfs.fuse", "tierfs.fsspec_impl", "tierfs.spark.autoregister", "pyspark_tierfs",
     ],
     package_dir={
         "tierfs": "tierfs",
         "tierfs.fuse": "fuse",
         "tierfs.fsspec_impl": "fsspec_impl",
+        # PySpark >= 4.0 registers DefaultSource of installed pyspark_* packages itself
+        "pyspark_tierfs": "tierfs/spark/autoregister",
     },
     install_requires=[
         "trio>=0.25",
