@@ -12,6 +12,10 @@ Semantics (append-only):
   when an answer is lost and it is sent again (``remote.exactly_once``).
 - ``wb`` / ``xb``: a new segment; over an existing non-empty segment both are an error
   (``FileExistsError``): segments are never overwritten. ``pipe_file`` likewise.
+- Segments this instance creates (``ab``/``wb``/``xb`` of a new name, ``pipe_file``,
+  ``cp_file``, ``touch``) get the storage option ``durability`` (``pd``, ``vd`` or
+  ``tier2``; default: the daemon's ``durability``). On a ``tier2`` segment every
+  ``flush()`` returns once its bytes are in tier-2 and committed.
 - Sizes come from the daemon on every call: the listings cache is off, so a growing
   segment's size is never stale.
 - Flushed bytes are read straight from the chunk objects (``tierfs.remote.direct_read``: the
@@ -37,8 +41,10 @@ from typing import Any
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
+from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.errors import (
     ChunkUnavailable,
+    InvalidArgumentError,
     ResponseLostError,
     SegmentExistsError,
     SegmentNotFoundError,
@@ -69,13 +75,19 @@ class TierFileSystem(AbstractFileSystem):
         token: str | None = None,
         direct_reads: bool = True,
         chunk_storage_options: dict[str, Any] | None = None,
+        durability: str | None = None,
         **storage_options: Any,
     ) -> None:
+        if durability is not None and durability not in DURABILITY_LEVELS:
+            raise InvalidArgumentError(
+                f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}"
+            )
         storage_options.setdefault("use_listings_cache", False)
         super().__init__(
             url=url, data_dir=data_dir, token=token, direct_reads=direct_reads,
-            chunk_storage_options=chunk_storage_options, **storage_options,
+            chunk_storage_options=chunk_storage_options, durability=durability, **storage_options,
         )
+        self.durability = durability  # of the segments this instance creates (None: the daemon's)
         self.client = TierClient(url or discover_url(data_dir), token)
         self.direct = DirectChunkReader(chunk_storage_options) if direct_reads else None
         self.bytes_fetched_daemon = 0  # bytes this instance read through the daemon
@@ -202,7 +214,7 @@ class TierFileSystem(AbstractFileSystem):
 
     def _create_for_write(self, name: str, exclusive: bool) -> None:
         try:
-            self.client.create(name, parents=True)
+            self.client.create(name, self.durability, parents=True)
         except SegmentExistsError:
             info = self.client.stat(name)
             if exclusive or not isinstance(info, SegmentInfo) or info.appended_length > 0:
@@ -226,7 +238,7 @@ class TierFileSystem(AbstractFileSystem):
             self._create_for_write(name, exclusive=mode == "xb")
         elif mode == "ab":
             try:
-                self.client.create(name, parents=True)
+                self.client.create(name, self.durability, parents=True)
             except SegmentExistsError:
                 pass
         elif mode != "rb":
@@ -301,7 +313,7 @@ class TierFileSystem(AbstractFileSystem):
         try:
             info = self.client.stat(name)
         except SegmentNotFoundError:
-            self.client.create(name, parents=True)
+            self.client.create(name, self.durability, parents=True)
             return
         if truncate and isinstance(info, SegmentInfo) and info.appended_length:
             raise PermissionError(f"tierfs://{name} is append-only: it cannot be truncated")

@@ -1,17 +1,13 @@
-"""BP-14 durability levels: PD acks after fdatasync, VD after write(2); LAC; and tier2,
-acknowledged once the bytes are in tier-2 and committed (group-committed)."""
+"""BP-14 durability levels: PD acks after fdatasync, VD after write(2); LAC (tier2:
+tests/test_tier2_durability.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import trio
 
 from tierfs.contracts.errors import InvalidArgumentError
-from tierfs.store.facade import SegmentStore, open_store
-from tierfs.testing.harness import small_config
-from tierfs.testing.storages import FlakyStorage
+from tierfs.store.facade import SegmentStore
 
 
 async def test_pd_append_is_durable_when_acknowledged(store: SegmentStore) -> None:
@@ -56,54 +52,3 @@ async def test_set_durability_only_while_empty(store: SegmentStore) -> None:
     with pytest.raises(InvalidArgumentError):
         await store.create("e", durability="weak")
 
-
-async def test_a_tier2_append_is_acknowledged_once_in_tier2_and_committed(store: SegmentStore) -> None:
-    await store.create("t2", durability="tier2")
-    offset = await store.append("t2", b"survives the host")
-    info = await store.stat("t2")
-    assert offset == 0 and info.flushed_length == info.length == 17
-    chunks = await store.chunk_layout("t2")
-    assert [(c["start"], c["end"]) for c in chunks] == [(0, 17)]
-    assert store.chunk_storage.read(chunks[0]["name"], 0, 17) == b"survives the host"
-
-
-async def test_tier2_appends_are_group_committed(store: SegmentStore) -> None:
-    await store.create("t2", durability="tier2")
-    flushes_before = store.statistics().flushes
-    offsets: list[int] = []
-
-    async def one(i: int) -> None:
-        offsets.append(await store.append("t2", b"record %03d\n" % i))
-
-    async with trio.open_nursery() as nursery:
-        for i in range(200):
-            nursery.start_soon(one, i)
-    info = await store.stat("t2")
-    assert info.flushed_length == info.length == 200 * 11
-    assert sorted(offsets) == [i * 11 for i in range(200)]
-    flushes = store.statistics().flushes - flushes_before
-    assert flushes <= 200 // 4, flushes  # one chunk write + commit serves many appends
-
-
-async def test_a_tier2_append_waits_through_a_tier2_outage(tmp_path: Path) -> None:
-    config = small_config(tmp_path / "d", tier2_retry_initial_s=0.01, tier2_retry_max_s=0.05)
-    async with open_store(config) as store:
-        flaky = FlakyStorage(store.chunk_storage)
-        store.chunk_storage = flaky
-        await store.create("t2", durability="tier2")
-        acknowledged = trio.Event()
-
-        async def append() -> None:
-            await store.append("t2", b"waits for tier-2")
-            acknowledged.set()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(append)
-            with trio.fail_after(30):
-                while flaky.attempts < 3:  # the writer retries with its backoff
-                    await trio.sleep(0.01)
-            assert not acknowledged.is_set()  # never before the bytes are in tier-2
-            assert (await store.stat("t2")).flushed_length == 0
-            flaky.failing = False
-            await acknowledged.wait()
-        assert (await store.stat("t2")).flushed_length == 16

@@ -149,13 +149,17 @@ def _print_stat(info: Info, as_json: bool) -> None:
         print(f"{key:16} {value}")
 
 
+# ``ls -l``: the letter after the sealed flag names the durability level
+DURABILITY_FLAGS = {"pd": "p", "vd": "v", "tier2": "t"}
+
+
 def _ls_line(info: Info, long: bool) -> str:
     base = info.name.rpartition("/")[2] or "/"
     if isinstance(info, DirectoryInfo):
         return f"d {'-':>12} {'':3} {'':2} {base}/" if long else base + "/"
     if not long:
         return base
-    flags = ("s" if info.sealed else "-") + ("v" if info.durability == "vd" else "p")
+    flags = ("s" if info.sealed else "-") + DURABILITY_FLAGS.get(info.durability, "?")
     return f"- {info.length:>12} {flags:3} {info.chunk_count:>2} {base}"
 
 

@@ -6,6 +6,9 @@ Stages of the loop, in order (after Pravega's StorageWriter):
             ``flush_interval_s``, or a flush was requested (seal, sync-to-tier-2,
             shutdown); one flush task per segment at a time;
 3. read   - up to ``max_flush_bytes`` of durable bytes from the tail (memory/journal);
+            a ``tier2`` segment's flush ends where an append ends and an append that
+            does not fit a chunk's room starts a new chunk, so the loss of the host
+            never leaves an append cut (unless it alone exceeds a flush or a chunk);
 4. write  - confirm this store still owns tier-2 (``OwnerFence.confirm``: one claim
             check), then append to the segment's last chunk if the backend can append,
             the chunk was created by this epoch and is below ``max_chunk_bytes``;
@@ -252,7 +255,7 @@ class StorageWriter:
         chunks = await self._catalogue.chunks_of(seg)
         last = chunks[-1] if chunks else None
         storage = self.chunk_storage
-        if (
+        grow = (
             storage.supports_append
             and last is not None
             and last.epoch == self._epoch
@@ -260,7 +263,13 @@ class StorageWriter:
             and last.offload_attempt_uuid == ""  # never grow a chunk an offload copies
             and last.start_offset + last.length == start
             and last.length < config.max_chunk_bytes
-        ):
+        )
+        whole = seg.waits_for_tier2  # a lost host must find whole appends: never cut one
+        if grow and whole and last is not None:
+            room_end = last.start_offset + config.max_chunk_bytes
+            if room_end < end and seg.tail.whole_appends_end(start, room_end) is None:
+                grow = False  # the next append does not fit the chunk's room: a new chunk
+        if grow and last is not None:
             name = last.name
             chunk_offset = last.length
             end = min(end, last.start_offset + config.max_chunk_bytes)
@@ -272,6 +281,8 @@ class StorageWriter:
             chunk_offset = 0
             end = min(end, start + config.max_chunk_bytes)
             crcs = BlockCrcs()
+        if whole:  # cut only an append larger than max_flush_bytes or a chunk
+            end = seg.tail.whole_appends_end(start, end) or end
         data = await self._tail.tail_bytes(seg, start, end)
         crcs.extend(data)
         await self._fence.confirm()

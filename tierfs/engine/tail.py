@@ -84,6 +84,15 @@ class Tail:
             index += 1
         return result
 
+    def whole_appends_end(self, start: int, end: int) -> int | None:
+        """The last end of an append in (``start``, ``end``] (``end`` itself when it is
+        one); None when the append at ``start`` runs past ``end``."""
+        entries = self._entries
+        index = bisect.bisect_right(entries, end - 1, lo=self._head, key=lambda e: e.offset) - 1
+        if index >= self._head and entries[index].end > end:
+            return entries[index].offset if entries[index].offset > start else None
+        return end
+
     def oldest_append_s(self) -> float | None:
         entry = self.first()
         return entry.appended_s if entry else None

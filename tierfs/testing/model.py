@@ -9,7 +9,7 @@ raise for the same bad call, having changed nothing (invariant 5).
 What a crash may take away is modelled exactly as promised:
 
 - ``ModelSegment.must_survive_bytes`` is the length no crash may cut: every
-  acknowledged PD append, every byte made durable by ``sync``/``flush``/``concat``,
+  acknowledged PD or tier2 append, every byte made durable by ``sync``/``flush``/``concat``,
   and every byte a reader was shown (no reader sees a byte a crash can take away).
 - A VD append survives once the sync interval (and the fsync) has passed since its
   acknowledgement (``sync_interval_passed``: the agreed shape's "VD survives a process
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 
-DURABILITY_LEVELS = ("pd", "vd")
+from tierfs.contracts.config import DURABILITY_LEVELS
 
 
 class Expected(Exception):
@@ -205,10 +205,10 @@ class ReferenceModel:
         if data:
             seg.data += data
             seg.append_ends.append(len(seg.data))
-            if seg.durability == "pd":
-                seg.confirm(len(seg.data))
-            else:
+            if seg.durability == "vd":
                 seg.vd_acks.append((now_s, len(seg.data)))
+            else:  # pd and tier2: acknowledged once fsynced (tier2: and in tier-2)
+                seg.confirm(len(seg.data))
         return offset
 
     def sync_interval_passed(self, acked_before_s: float) -> None:

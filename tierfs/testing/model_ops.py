@@ -141,6 +141,11 @@ class ModelRun:
             self.stats.bytes_appended += len(data)
             if got != offset:
                 raise self.fail(f"append returned offset {got}, the model {offset}")
+            if data and self.model.segment(name).durability == "tier2":  # in tier-2 when acknowledged
+                info = await store.stat(name)
+                if not isinstance(info, SegmentInfo) or info.flushed_length < offset + len(data):
+                    raise self.fail(f"tier2 append {offset}+{len(data)} acknowledged before "
+                                    f"tier-2 held it: {info!r}")
 
     async def op_read(self, store: SegmentStoreAPI) -> None:
         name = self.name(SEGMENTS)
@@ -200,7 +205,7 @@ class ModelRun:
 
     async def op_create(self, store: SegmentStoreAPI) -> None:
         name = self.name(SEGMENTS)
-        durability = self.rng.choice(["pd", "vd", "pd", "vd", "xd"])
+        durability = self.rng.choice(["pd", "vd", "tier2", "pd", "vd", "xd"])
         parents = self.rng.random() < 0.5
         await self.both(f"create {name!r} {durability} parents={parents}",
                         lambda: self.model.create(name, durability=durability, make_parents=parents),
@@ -215,7 +220,7 @@ class ModelRun:
         await self.both(f"unseal {name!r}", lambda: self.model.set_sealed(name, False), store.unseal(name))
 
     async def op_set_durability(self, store: SegmentStoreAPI) -> None:
-        name, level = self.name(SEGMENTS), self.rng.choice(["pd", "vd", "xd"])
+        name, level = self.name(SEGMENTS), self.rng.choice(["pd", "vd", "tier2", "xd"])
         await self.both(f"set_durability {name!r} {level}", lambda: self.model.set_durability(name, level),
                         store.set_durability(name, level))
 
