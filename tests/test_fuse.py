@@ -294,6 +294,21 @@ def test_setfattr_chooses_vd_and_fsync_makes_it_durable(mount: Mount) -> None:
         os.close(fd)
 
 
+def test_setfattr_chooses_tier2_and_write_returns_once_in_tier2(mount: Mount) -> None:
+    path = mount.path("tier2.log")
+    path.touch()
+    run("setfattr", "-n", "user.tierfs.durability", "-v", "tier2", str(path))
+    assert run("getfattr", "-n", "user.tierfs.durability", "--only-values", str(path)).stdout == "tier2"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"in tier-2 when write returns\n")
+        client = mount.client()
+        assert client.stat("tier2.log").flushed_length == 29  # without fsync
+        client.close()
+    finally:
+        os.close(fd)
+
+
 # ---------------------------------------------------------------- front ends agree
 def test_mount_and_fsspec_read_each_others_files(mount: Mount, tfs: TierFileSystem, tmp_path: Path) -> None:
     data = os.urandom(3 * MiB + 17)
