@@ -38,6 +38,7 @@ async def populated(store: SegmentStore) -> SegmentStore:
     await store.append("dir/seg", b"0123456789")
     await store.create("sealed")
     await store.seal("sealed")
+    await store.mkdir("other")
     return store
 
 
@@ -56,17 +57,18 @@ OPERATIONS = {
     "rename-to": lambda s, n: s.rename("dir/seg", n),
     "sync": lambda s, n: s.sync(n),
     "set_durability": lambda s, n: s.set_durability(n, "vd"),
+    "set_attributes": lambda s, n: s.set_attributes(n, mtime_ns=1),
     "chunk_layout": lambda s, n: s.chunk_layout(n),
     "defrag": lambda s, n: s.defrag(n),
 }
 
 
-# '' names the root directory, which stat and list accept.
+# '' names the root directory, which stat, list and set_attributes accept.
 NAME_CASES = [
     (operation, name)
     for operation in sorted(OPERATIONS)
     for name in BAD_NAMES
-    if not (name == "" and operation in ("stat", "list"))
+    if not (name == "" and operation in ("stat", "list", "set_attributes"))
 ]
 
 
@@ -107,7 +109,13 @@ CASES = [
     ("delete a directory", lambda s: s.delete("dir"), IsADirectoryError_),
     ("seal missing", lambda s: s.seal("nope"), SegmentNotFoundError),
     ("rename missing", lambda s: s.rename("nope", "x"), SegmentNotFoundError),
-    ("rename onto existing", lambda s: s.rename("sealed", "dir/seg"), SegmentExistsError),
+    ("rename onto a sealed segment", lambda s: s.rename("dir/seg", "sealed"), SegmentSealedError),
+    ("rename a segment onto a directory", lambda s: s.rename("sealed", "dir"), IsADirectoryError_),
+    ("rename a directory onto a segment", lambda s: s.rename("dir", "sealed"), NotADirectoryError_),
+    ("rename onto a non-empty directory", lambda s: s.rename("other", "dir"), DirectoryNotEmptyError),
+    ("set_attributes bad mode", lambda s: s.set_attributes("dir/seg", mode=0o100644), InvalidArgumentError),
+    ("set_attributes negative time", lambda s: s.set_attributes("dir/seg", mtime_ns=-1), InvalidArgumentError),
+    ("set_attributes bool uid", lambda s: s.set_attributes("dir/seg", uid=True), InvalidArgumentError),
     ("rename into missing dir", lambda s: s.rename("sealed", "nodir/x"), SegmentNotFoundError),
     ("rename onto itself", lambda s: s.rename("dir", "dir"), InvalidArgumentError),
     ("rename dir inside itself", lambda s: s.rename("dir", "dir/sub"), InvalidArgumentError),

@@ -37,6 +37,7 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "sync": (("s",), {}),
     "flush": ((None,), {}),
     "set_durability": (("s", "vd"), {}),
+    "set_attributes": (("s",), {"mode": 0o600, "uid": 7, "gid": None, "atime_ns": 1, "mtime_ns": 2}),
     "fsck": ((), {}),
     "gc": ((), {"dry_run": True}),
     "offload": (("s", 1 << 20), {}),

@@ -306,6 +306,13 @@ class ClusterStore:
     async def set_durability(self, name: str, durability: str) -> SegmentInfo:
         return await self._at(name, lambda s: s.set_durability(name, durability))
 
+    async def set_attributes(
+        self, name: str, *, mode: int | None = None, uid: int | None = None, gid: int | None = None,
+        atime_ns: int | None = None, mtime_ns: int | None = None,
+    ) -> Info:
+        return await self._at(name, lambda s: s.set_attributes(
+            name, mode=mode, uid=uid, gid=gid, atime_ns=atime_ns, mtime_ns=mtime_ns))
+
     async def offload(self, name: str, up_to: int | None = None) -> dict[str, Any]:
         return await self._at(name, lambda s: s.offload(name, up_to))
 

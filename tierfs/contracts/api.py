@@ -91,6 +91,13 @@ class SegmentStoreAPI(Protocol):
 
     async def set_durability(self, name: str, durability: str) -> SegmentInfo: ...
 
+    async def set_attributes(
+        self, name: str, *, mode: int | None = None, uid: int | None = None, gid: int | None = None,
+        atime_ns: int | None = None, mtime_ns: int | None = None,
+    ) -> Info:
+        """Set permission bits, owner and times (metadata only; None leaves a value)."""
+        ...
+
     async def offload(self, name: str, up_to: int | None = None) -> dict[str, Any]:
         """Start offloading sealed chunks; the job's status at once."""
         ...

@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 from tierfs.contracts.errors import InvalidArgumentError, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, fsck_report_from_json, fsck_report_json
 from tierfs.contracts.gc_report import GcReport, gc_report_from_json, gc_report_json
-from tierfs.contracts.info import SegmentInfo, info_from_json, info_json
+from tierfs.contracts.info import Info, SegmentInfo, info_from_json, info_json
 from tierfs.contracts.policy import parse_assignments
 
 T = TypeVar("T")
@@ -143,6 +143,12 @@ def _writer(value: Any) -> str:
     return value
 
 
+def _optional_int(value: Any) -> int | None:
+    if not (value is None or type(value) is int):  # a bool is not a number here
+        raise InvalidArgumentError(f"an integer or null was expected, not {value!r}")
+    return value
+
+
 def _writer_seq(value: Any) -> int | None:
     if not (value is None or type(value) is int):  # bool is not a sequence number
         raise InvalidArgumentError(_WRITER_MESSAGE)
@@ -181,11 +187,13 @@ SOURCES: Codec[list[str]] = Codec(
 )
 WRITER: Codec[str] = Codec("string", _same, _writer)
 WRITER_SEQ: Codec[int | None] = Codec("int or null", _same, _writer_seq)
+OPTIONAL_INT: Codec[int | None] = Codec("int or null", _same, _optional_int)
 POLICY_SETTINGS: Codec[dict[str, int | None]] = Codec(
     "list of 'key=value' strings ('none' unsets)", _setting_strings, _policy_settings
 )
 
 # ---------------------------------------------------------------- result types
+INFO: Codec[Info] = Codec("segment or directory info", info_json, info_from_json)
 NOTHING: Codec[None] = Codec('{"ok": true}', lambda _: {"ok": True}, lambda _: None)
 SEGMENT_INFO: Codec[SegmentInfo] = Codec("segment info", info_json, _segment_info)
 DURABLE_LENGTH: Codec[int] = Codec(
@@ -220,6 +228,12 @@ FLUSH = Operation("flush", "flush", (_OPTIONAL_PATH,), NOTHING, "wait until tier
 SET_DURABILITY = Operation(
     "set_durability", "set_durability", (_PATH, Param("durability", TEXT, "")), SEGMENT_INFO,
     "choose pd, vd or tier2 for an empty segment",
+)
+SET_ATTRIBUTES = Operation(
+    "set_attributes", "set_attributes",
+    (_PATH, *(Param(key, OPTIONAL_INT, None, keywords=(key,))
+              for key in ("mode", "uid", "gid", "atime_ns", "mtime_ns"))),
+    INFO, "set permission bits, owner and times of a segment or directory (metadata only)",
 )
 FSCK = Operation("fsck", "fsck", (), FSCK_REPORT, "verify every chunk and the metadata invariants",
                  unbounded=True)
@@ -259,7 +273,7 @@ DEFRAG = Operation(
 OPERATIONS: dict[str, Operation[Any]] = {
     op.name: op
     for op in (
-        MKDIR, RMDIR, MV, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, FSCK, GC,
+        MKDIR, RMDIR, MV, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, SET_ATTRIBUTES, FSCK, GC,
         OFFLOAD, OFFLOAD_STATUS, POLICY_SET, POLICY_GET, CONCAT, DEFRAG,
     )
 }

@@ -99,11 +99,12 @@ class Appender:
             await trio.lowlevel.checkpoint()
             return offset
         writer.check_backlog(size)
-        frame_lsn, end_lsn = journal.add_append(seg.segment_id, offset, payload)
+        wall_ns = time.time_ns()  # the segment's mtime once durable (kept in the frame)
+        frame_lsn, end_lsn = journal.add_append(seg.segment_id, offset, payload, wall_ns)
         seg.appended_length = offset + size
         now_s = self._monotonic_s()
         seg.last_append_s = now_s
-        entry = TailEntry(offset, size, frame_lsn, 0, end_lsn, now_s, payload)
+        entry = TailEntry(offset, size, frame_lsn, 0, end_lsn, now_s, payload, wall_ns)
         seg.tail.add(entry)
         self._tail_budget.hold(entry)
         writer.appended(seg, size)

@@ -51,8 +51,9 @@ class ChunkCatalogue:
         seg.row = SegmentRow(seg.segment_id, seg.name, revision, record)
 
     async def update_record(self, seg: SegmentState, **fields: Any) -> None:
-        """Commit a new segment record with ``fields`` changed (and a new modified time)."""
-        record = dataclasses.replace(seg.record, **fields, modified_ns=now_ns())
+        """Commit a new segment record with ``fields`` changed and a new ctime (a
+        metadata change: mtime moves only with appends or an explicit set)."""
+        record = dataclasses.replace(seg.record, **{"changed_ns": now_ns(), **fields})
         self.install(seg, await self.call(self.metadata.update_segment, seg.row, record), record)
 
     async def commit_flush(self, seg: SegmentState, record: SegmentMeta, chunk: Chunk) -> None:

@@ -273,7 +273,7 @@ class Defragmenter:
                 await self._garbage.queue([name])
                 return None
             record = dataclasses.replace(
-                seg.record, chunk_count=seg.record.chunk_count - len(run) + 1, modified_ns=now_ns()
+                seg.record, chunk_count=seg.record.chunk_count - len(run) + 1
             )
             try:
                 await self._catalogue.replace_chunks(seg, record, run, merged, now_ns() + int(lag_s * 1e9))

@@ -36,11 +36,11 @@ from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError,
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.journal_format import (
-    APPEND_HEADER,
     FRAME_HEADER,
     FRAME_OVERHEAD,
     SEQ,
     TailEntryLike,
+    append_header_size,
     encode_append_header,
     file_name,
     list_files,
@@ -194,7 +194,7 @@ class Journal:
         self.request_sync()  # the round closes the old file: a deleted file's space is
         return True  # given back only once no descriptor holds it
 
-    def add_append(self, segment_id: int, offset: int, data: bytes) -> tuple[int, int]:
+    def add_append(self, segment_id: int, offset: int, data: bytes, wall_ns: int = 0) -> tuple[int, int]:
         """Queue an append frame; return (LSN of the frame, LSN just past it).
 
         Raises ``NoSpaceError`` (nothing queued) when the disk cannot hold the frame."""
@@ -207,7 +207,7 @@ class Journal:
         )
         if end_in_file > self._space.reserved_end_bytes:  # once per MiB: the call is rare
             self._space.ensure(self._fd, end_in_file)
-        header = encode_append_header(self._next_seq, segment_id, offset, data)
+        header = encode_append_header(self._next_seq, segment_id, offset, data, wall_ns)
         self._next_seq += 1
         frame_lsn = self.written_lsn + self._queued_bytes
         self._queued.append(header)
@@ -411,7 +411,7 @@ class Journal:
                     raise DataCorruptionError(
                         f"journal frame at LSN {entry.frame_lsn} failed its CRC32C check"
                     )
-                results.append(bytes(payload[APPEND_HEADER.size + entry.frame_skip :]))
+                results.append(bytes(payload[append_header_size(payload[0]) + entry.frame_skip :]))
             index = run_end
         return results
 

@@ -4,7 +4,11 @@ scan that recovery runs over them.
 Frame layout (little endian)::
 
     payload_len:u32 | crc32c:u32 | seq:u64 | payload
-    payload = kind:u8 (1 = append) | segment_id:u64 | offset:u64 | data
+    payload = kind:u8 (2 = append) | segment_id:u64 | offset:u64 | wall_ns:u64 | data
+
+``wall_ns`` is the append's wall-clock time (the segment's mtime once the bytes are
+durable, also after a restart). Frames of kind 1 (written before tierfs stored it)
+have no ``wall_ns`` and still replay (with ``wall_ns`` 0: unknown).
 
 The CRC covers the 8 sequence bytes and the payload. Every byte position in the journal
 has a global *LSN* (log sequence number = bytes written since the store was created);
@@ -30,24 +34,33 @@ from tierfs.blocks.checksums import crc32c
 
 FRAME_HEADER = struct.Struct("<IIQ")  # payload_len, crc32c, seq
 SEQ = struct.Struct("<Q")
-APPEND_HEADER = struct.Struct("<BQQ")  # kind, segment_id, offset
-KIND_APPEND = 1
+APPEND_V1_HEADER = struct.Struct("<BQQ")  # kind 1: kind, segment_id, offset
+APPEND_HEADER = struct.Struct("<BQQQ")  # kind, segment_id, offset, wall_ns
+KIND_APPEND_V1 = 1
+KIND_APPEND = 2
 FRAME_OVERHEAD = FRAME_HEADER.size + APPEND_HEADER.size
 FILE_SUFFIX = ".jnl"
 
 
-_SEQ_AND_APPEND_HEADER = struct.Struct("<QBQQ")  # what the CRC covers before the data
-_FULL_HEADER = struct.Struct("<IIQBQQ")  # FRAME_HEADER + APPEND_HEADER in one pack
+_SEQ_AND_APPEND_HEADER = struct.Struct("<QBQQQ")  # what the CRC covers before the data
+_FULL_HEADER = struct.Struct("<IIQBQQQ")  # FRAME_HEADER + APPEND_HEADER in one pack
 
 
-def encode_append_header(seq: int, segment_id: int, offset: int, data: bytes) -> bytes:
+def append_header_size(kind: int) -> int:
+    """Bytes of the append header (before the data) in a frame of ``kind``."""
+    return APPEND_V1_HEADER.size if kind == KIND_APPEND_V1 else APPEND_HEADER.size
+
+
+def encode_append_header(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: int = 0) -> bytes:
     """The header of an append frame (its CRC covers ``data``); the data follows it."""
-    crc = crc32c(data, crc32c(_SEQ_AND_APPEND_HEADER.pack(seq, KIND_APPEND, segment_id, offset)))
-    return _FULL_HEADER.pack(APPEND_HEADER.size + len(data), crc, seq, KIND_APPEND, segment_id, offset)
+    crc = crc32c(data, crc32c(_SEQ_AND_APPEND_HEADER.pack(seq, KIND_APPEND, segment_id, offset, wall_ns)))
+    return _FULL_HEADER.pack(
+        APPEND_HEADER.size + len(data), crc, seq, KIND_APPEND, segment_id, offset, wall_ns
+    )
 
 
-def encode_append(seq: int, segment_id: int, offset: int, data: bytes) -> bytes:
-    return encode_append_header(seq, segment_id, offset, data) + data
+def encode_append(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: int = 0) -> bytes:
+    return encode_append_header(seq, segment_id, offset, data, wall_ns) + data
 
 
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
@@ -96,6 +109,8 @@ class ReplayedAppend:
     segment_id: int
     offset: int
     data: bytes
+    end_lsn: int = 0  # LSN just past the frame
+    wall_ns: int = 0  # the append's wall-clock time (0: a kind-1 frame, unknown)
 
 
 @dataclasses.dataclass
@@ -128,7 +143,7 @@ def scan(
             if header_end > len(data):
                 break
             payload_len, crc, seq = FRAME_HEADER.unpack_from(data, position)
-            if payload_len < APPEND_HEADER.size or payload_len > max_payload_bytes:
+            if payload_len < APPEND_V1_HEADER.size or payload_len > max_payload_bytes:
                 break
             payload_end = header_end + payload_len
             if payload_end > len(data):
@@ -138,17 +153,24 @@ def scan(
                 break
             if expected_seq is not None and seq != expected_seq:
                 break
-            kind, segment_id, offset = APPEND_HEADER.unpack_from(payload)
-            if kind != KIND_APPEND:
+            kind = payload[0]
+            if kind == KIND_APPEND and payload_len >= APPEND_HEADER.size:
+                _, segment_id, offset, wall_ns = APPEND_HEADER.unpack_from(payload)
+            elif kind == KIND_APPEND_V1:
+                _, segment_id, offset = APPEND_V1_HEADER.unpack_from(payload)
+                wall_ns = 0
+            else:
                 break
             expected_seq = seq + 1
-            data_start = header_end + APPEND_HEADER.size
+            data_start = header_end + append_header_size(kind)
             yield ReplayedAppend(
                 seq=seq,
                 frame_lsn=start_lsn + position,
                 segment_id=segment_id,
                 offset=offset,
                 data=bytes(data[data_start:payload_end]),
+                end_lsn=start_lsn + payload_end,
+                wall_ns=wall_ns,
             )
             position = payload_end
         result.end_lsn = start_lsn + position

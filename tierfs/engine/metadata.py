@@ -136,13 +136,19 @@ class MetadataStore:
     def update_directory(self, name: str, record: DirectoryMeta) -> None:
         """Replace a directory's record ('' is the root)."""
         with self._db.transaction():
+            self._write_directories({name: record})
+
+    def _write_directories(self, updates: dict[str, DirectoryMeta] | None) -> None:
+        """Replace directory records inside the caller's transaction: the parents whose
+        times a namespace change moves commit with the change."""
+        for name, record in (updates or {}).items():
             if name == "":
                 self._db.execute(
                     "INSERT INTO store (key, value) VALUES ('root_directory', ?) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (records.dump(record),),
                 )
-                return
+                continue
             cursor = self._db.execute(
                 "UPDATE directories SET value=? WHERE name=?", (records.dump(record), name)
             )
@@ -182,8 +188,9 @@ class MetadataStore:
         ).fetchone() is None:
             raise SegmentNotFoundError(parent)
 
-    def mkdir(self, name: str, parent: str) -> DirectoryMeta:
-        record = DirectoryMeta(created_ns=now_ns())
+    def mkdir(self, name: str, parent: str, touched: dict[str, DirectoryMeta] | None = None) -> DirectoryMeta:
+        stamp = now_ns()
+        record = DirectoryMeta(created_ns=stamp, modified_ns=stamp, changed_ns=stamp)
         with self._db.transaction(namespace=True):
             self._require_parent(parent)
             if self._name_taken(name):
@@ -192,21 +199,28 @@ class MetadataStore:
                 "INSERT INTO directories (name, value) VALUES (?, ?)",
                 (name, records.dump(record)),
             )
+            self._write_directories(touched)
         return record
 
-    def rmdir(self, name: str) -> None:
-        pattern = escape_like(name) + "/%"
+    def rmdir(self, name: str, touched: dict[str, DirectoryMeta] | None = None) -> None:
         with self._db.transaction(namespace=True):
-            for table in ("directories", "segments"):
-                if self._db.execute(
-                    f"SELECT 1 FROM {table} WHERE name LIKE ? ESCAPE '\\' LIMIT 1", (pattern,)
-                ).fetchone():
-                    raise DirectoryNotEmptyError(name)
-            cursor = self._db.execute("DELETE FROM directories WHERE name=?", (name,))
-            if cursor.rowcount != 1:
-                raise SegmentNotFoundError(name)
+            self._remove_empty_directory(name)
+            self._write_directories(touched)
 
-    def create_segment(self, name: str, parent: str, record: SegmentMeta) -> SegmentRow:
+    def _remove_empty_directory(self, name: str) -> None:
+        pattern = escape_like(name) + "/%"
+        for table in ("directories", "segments"):
+            if self._db.execute(
+                f"SELECT 1 FROM {table} WHERE name LIKE ? ESCAPE '\\' LIMIT 1", (pattern,)
+            ).fetchone():
+                raise DirectoryNotEmptyError(name)
+        cursor = self._db.execute("DELETE FROM directories WHERE name=?", (name,))
+        if cursor.rowcount != 1:
+            raise SegmentNotFoundError(name)
+
+    def create_segment(
+        self, name: str, parent: str, record: SegmentMeta, touched: dict[str, DirectoryMeta] | None = None
+    ) -> SegmentRow:
         """Insert a segment; the row's record is ``record`` with its new segment id."""
         with self._db.transaction(namespace=True):
             self._require_parent(parent)
@@ -220,6 +234,7 @@ class MetadataStore:
             self._db.execute(
                 "UPDATE segments SET value=? WHERE id=?", (records.dump(record), segment_id)
             )
+            self._write_directories(touched)
         return SegmentRow(segment_id, name, 1, record)
 
     def update_segment(self, row: SegmentRow, record: SegmentMeta) -> int:
@@ -239,10 +254,29 @@ class MetadataStore:
             )
         return row.rev + 1
 
-    def rename(self, old: str, new: str, new_parent: str, is_directory: bool) -> None:
-        """Rename a segment, or a directory with everything below it, in one transaction."""
+    def rename(
+        self,
+        old: str,
+        new: str,
+        new_parent: str,
+        is_directory: bool,
+        replaced: SegmentRow | None = None,
+        replaces_directory: bool = False,
+        touched: dict[str, DirectoryMeta] | None = None,
+    ) -> list[str]:
+        """Rename a segment, or a directory with everything below it, in one transaction.
+
+        ``new`` must be free, or hold exactly what the caller saw: the segment
+        ``replaced`` (at its revision; deleted in the same transaction, its chunks
+        queued for collection: returned) or, with ``replaces_directory``, an empty
+        directory (removed)."""
+        garbage: list[str] = []
         with self._db.transaction(namespace=True):
             self._require_parent(new_parent)
+            if replaced is not None:
+                garbage = self._delete_segment(replaced)
+            elif replaces_directory:
+                self._remove_empty_directory(new)
             if self._name_taken(new):
                 raise SegmentExistsError(new)
             table = "directories" if is_directory else "segments"
@@ -257,19 +291,25 @@ class MetadataStore:
                         f"WHERE name LIKE ? ESCAPE '\\'",
                         (new, len(old) + 1, pattern),
                     )
+            self._write_directories(touched)
+        return garbage
 
-    def delete_segment(self, row: SegmentRow) -> list[str]:
+    def delete_segment(self, row: SegmentRow, touched: dict[str, DirectoryMeta] | None = None) -> list[str]:
         """Delete a segment and its chunk records; queue its chunks for collection."""
-        stamp = now_ns()
         with self._db.transaction():
-            names = [n for c in self._chunks(row.segment_id) for n in garbage_names(c)]
-            cursor = self._db.execute(
-                "DELETE FROM segments WHERE id=? AND rev=?", (row.segment_id, row.rev)
-            )
-            if cursor.rowcount != 1:
-                raise ConcurrentModificationError(f"segment {row.name!r} changed meanwhile")
-            self._db.execute("DELETE FROM chunks WHERE segment_id=?", (row.segment_id,))
-            self._insert_garbage(names, stamp)
+            names = self._delete_segment(row)
+            self._write_directories(touched)
+        return names
+
+    def _delete_segment(self, row: SegmentRow) -> list[str]:
+        names = [n for c in self._chunks(row.segment_id) for n in garbage_names(c)]
+        cursor = self._db.execute(
+            "DELETE FROM segments WHERE id=? AND rev=?", (row.segment_id, row.rev)
+        )
+        if cursor.rowcount != 1:
+            raise ConcurrentModificationError(f"segment {row.name!r} changed meanwhile")
+        self._db.execute("DELETE FROM chunks WHERE segment_id=?", (row.segment_id,))
+        self._insert_garbage(names, now_ns())
         return names
 
     # ------------------------------------------------------------ chunks

@@ -47,6 +47,13 @@ class DirectoryMeta:
     offload_hot_bytes: int = 0
     retention_s: int = 0
     retention_bytes: int = 0
+    modified_ns: int = 0
+    changed_ns: int = 0
+    accessed_ns: int = 0
+    mode: int = 0
+    owner_set: bool = False
+    uid: int = 0
+    gid: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,6 +76,13 @@ class SegmentMeta:
     start_offset: int = 0
     txn_writer_ids: tuple[str, ...] = ()
     txn_writer_seqs: tuple[int, ...] = ()
+    changed_ns: int = 0
+    accessed_ns: int = 0
+    mtime_set_length: int = 0  # appends up to this length are older than modified_ns
+    mode: int = 0
+    owner_set: bool = False
+    uid: int = 0
+    gid: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

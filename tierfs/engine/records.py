@@ -29,7 +29,9 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
-RECORD_VERSION = 1
+# 2: POSIX attributes on segment and directory records (a tierfs that knows version 1
+# only would drop them when it rewrote a record, so it refuses version 2 records)
+RECORD_VERSION = 2
 
 _T = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {
@@ -59,6 +61,14 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("offload_hot_bytes", "uint64", False),
         ("retention_s", "uint64", False),
         ("retention_bytes", "uint64", False),
+        # POSIX attributes (store/attributes.py): 0 times mean "as created"
+        ("modified_ns", "uint64", False),  # last change of the entries, or the last set
+        ("changed_ns", "uint64", False),
+        ("accessed_ns", "uint64", False),
+        ("mode", "uint32", False),  # permission bits; 0: the default (0755)
+        ("owner_set", "bool", False),  # uid/gid below were set (else: the daemon's)
+        ("uid", "uint32", False),
+        ("gid", "uint32", False),
     ],
     "SegmentRecord": [
         ("version", "uint32", False),
@@ -77,6 +87,16 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         # attributes): parallel lists, writer id -> highest committed writer_seq
         ("txn_writer_ids", "string", True),
         ("txn_writer_seqs", "uint64", True),
+        # POSIX attributes (store/attributes.py). modified_ns above is the time of the
+        # last append a flush committed, or the last explicit set; an explicit set also
+        # records the appended length it covers, so appends up to it never move mtime
+        ("changed_ns", "uint64", False),
+        ("accessed_ns", "uint64", False),
+        ("mtime_set_length", "uint64", False),
+        ("mode", "uint32", False),  # permission bits; 0: the default (0644)
+        ("owner_set", "bool", False),  # uid/gid below were set (else: the daemon's)
+        ("uid", "uint32", False),
+        ("gid", "uint32", False),
     ],
     "ChunkRecord": [
         ("version", "uint32", False),

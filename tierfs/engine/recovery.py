@@ -26,7 +26,6 @@ from pathlib import Path
 from tierfs.contracts.errors import JournalCorruptionError
 from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.journal_format import (
-    FRAME_OVERHEAD,
     ScanResult,
     list_files,
     scan,
@@ -96,8 +95,9 @@ def recover_journal(
             length=len(data),
             frame_lsn=frame.frame_lsn,
             frame_skip=cut,
-            end_lsn=frame.frame_lsn + FRAME_OVERHEAD + len(frame.data),
+            end_lsn=frame.end_lsn,
             appended_s=now_s,
+            wall_ns=frame.wall_ns,
             data=data,
         )
         seg.tail.add(entry)

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import time
 
 import trio
 
-from tierfs.engine.clock import monotonic_s
 from tierfs.engine.metadata import SegmentRow
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.tail import Tail
@@ -94,12 +92,18 @@ class SegmentState:
     def durability(self) -> str:
         return self.row.record.durability
 
-    def last_append_wall_s(self) -> float:
-        """Wall-clock time of the last append (monotonic on the hot path, converted here
-        through its age: the two clocks are never compared directly)."""
-        if self.last_append_s is None:
-            return 0.0
-        return time.time() - (monotonic_s() - self.last_append_s)
+    def times_ns(self) -> tuple[int, int]:
+        """(mtime, ctime) in wall-clock ns. mtime: the time of the last append within the
+        durable length, unless a flush committed it (then the record holds it) or an
+        explicit set covers it (``mtime_set_length``); read, never recomputed from a
+        clock, so every stat of an unchanged segment answers the same."""
+        record = self.row.record
+        durable = self.durable_length
+        if durable > record.flushed_length and durable > record.mtime_set_length:
+            append_ns = self.tail.wall_ns_at(durable)
+            if append_ns:
+                return append_ns, max(record.changed_ns, append_ns)
+        return record.modified_ns, record.changed_ns or record.modified_ns
 
     def set_chunks(self, chunks: list[Chunk]) -> None:
         self.chunks = chunks

@@ -316,7 +316,7 @@ class StorageWriter:
                 raise ConcurrentModificationError(
                     f"chunk {name} of {seg.name!r} changed during a flush; retrying"
                 )
-            record = dataclasses.replace(seg.record, flushed_length=end, modified_ns=now_ns())
+            record = dataclasses.replace(flushed_times(seg, end), flushed_length=end)
             if new_seq is not None:
                 record = dataclasses.replace(
                     record, next_chunk_seq=new_seq + 1, chunk_count=record.chunk_count + 1
@@ -347,3 +347,13 @@ class StorageWriter:
             await trio.to_thread.run_sync(path.unlink, True)
         self.journal_files_deleted += len(files)
 
+
+def flushed_times(seg: SegmentState, end: int) -> SegmentMeta:
+    """The record with its times as they are once bytes up to ``end`` are flushed:
+    mtime (and ctime) move to the time of the append holding byte ``end - 1``, unless
+    an explicit set covers it (``mtime_set_length``); the flush itself never moves them."""
+    record = seg.record
+    if end <= record.mtime_set_length:
+        return record
+    append_ns = seg.tail.wall_ns_at(end) or now_ns()  # 0: replayed from an old journal
+    return dataclasses.replace(record, modified_ns=append_ns, changed_ns=max(record.changed_ns, append_ns))

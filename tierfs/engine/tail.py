@@ -29,6 +29,7 @@ class TailEntry:
     end_lsn: int  # journal LSN just past the frame
     appended_s: float  # clock.monotonic_s() of the append
     data: bytes | None  # None once evicted to the journal
+    wall_ns: int = 0  # wall-clock time of the append (0: unknown, an old journal frame)
 
     @property
     def end(self) -> int:
@@ -92,6 +93,15 @@ class Tail:
         if index >= self._head and entries[index].end > end:
             return entries[index].offset if entries[index].offset > start else None
         return end
+
+    def wall_ns_at(self, end: int) -> int:
+        """Wall-clock time of the append holding byte ``end - 1`` (0: not in the tail
+        or unknown): the mtime of a segment whose durable length is ``end``."""
+        entries = self._entries
+        index = bisect.bisect_right(entries, end - 1, lo=self._head, key=lambda e: e.offset) - 1
+        if index < self._head or entries[index].end < end:
+            return 0
+        return entries[index].wall_ns
 
     def oldest_append_s(self) -> float | None:
         entry = self.first()

@@ -116,6 +116,14 @@ class RemoteStore:
     async def set_durability(self, name: str, durability: str) -> SegmentInfo:
         return await self.op(ops.SET_DURABILITY, name, durability)
 
+    async def set_attributes(
+        self, name: str, *, mode: int | None = None, uid: int | None = None, gid: int | None = None,
+        atime_ns: int | None = None, mtime_ns: int | None = None,
+    ) -> Info:
+        return await self.op(
+            ops.SET_ATTRIBUTES, name, mode=mode, uid=uid, gid=gid, atime_ns=atime_ns, mtime_ns=mtime_ns
+        )
+
     async def concat(
         self, target: str, sources: str | builtins.list[str], *, writer: str = "", writer_seq: int | None = None
     ) -> SegmentInfo:

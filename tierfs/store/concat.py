@@ -163,7 +163,9 @@ class Concatenator:
             dst.record,
             flushed_length=base,
             chunk_count=dst.record.chunk_count + len(moved),
-            modified_ns=now_ns(),
+            modified_ns=(stamp := now_ns()),
+            changed_ns=stamp,
+            mtime_set_length=0,
         )
         if writer and writer_seq is not None:
             record = with_writer_mark(record, writer, writer_seq)

@@ -32,6 +32,7 @@ from typing import Any
 
 import trio
 
+from tierfs.contracts import names
 from tierfs.contracts.config import DURABILITY_LEVELS, StoreConfig
 from tierfs.contracts.errors import (
     InvalidArgumentError,
@@ -58,6 +59,11 @@ from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.tail import TailBudget
 from tierfs.offload.longterm import LongTermStore
 from tierfs.store import listing
+from tierfs.store.attributes import (
+    AttributeChange,
+    set_directory_attributes,
+    set_segment_attributes,
+)
 from tierfs.store.fsck import fsck
 from tierfs.store.opening import OpenedDataDir, open_data_dir
 from tierfs.store.statistics import StoreStatistics, collect_statistics
@@ -293,6 +299,32 @@ class SegmentStore:
                 )
             await self.catalogue.update_record(seg, durability=durability)
         return listing.segment_info(seg)
+
+    async def set_attributes(
+        self,
+        name: str,
+        *,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        atime_ns: int | None = None,
+        mtime_ns: int | None = None,
+    ) -> Info:
+        """Set permission bits, owner and times of a segment or directory ('' is the
+        root); None leaves a value as it is. Metadata only (``store.attributes``): a
+        mode without write bits seals a segment, the owner's write bit unseals it."""
+        self.table.check_open()
+        change = AttributeChange(mode=mode, uid=uid, gid=gid, atime_ns=atime_ns, mtime_ns=mtime_ns)
+        canonical = names.canonical(name, allow_root=True)
+        if self.table.is_directory(canonical):
+            await set_directory_attributes(self.catalogue, self.table, canonical, change)
+        else:
+            seg = self.table.segment(canonical)
+            was_sealed = seg.record.sealed
+            await set_segment_attributes(self.catalogue, seg, change)
+            if seg.record.sealed and not was_sealed:
+                self.writer.request_flush(seg)
+        return await listing.stat(self.table, canonical)
 
     # ------------------------------------------------------------------ offload, policies
     async def offload(self, name: str, up_to: int | None = None) -> dict[str, Any]:

@@ -13,38 +13,21 @@ from typing import Any
 import trio
 
 from tierfs.contracts import names
-from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
+from tierfs.store.attributes import directory_info, segment_info
 
-
-def segment_info(seg: SegmentState) -> SegmentInfo:
-    record = seg.record
-    return SegmentInfo(
-        name=seg.name,
-        segment_id=seg.segment_id,
-        length=seg.durable_length,
-        durable_length=seg.durable_length,
-        appended_length=seg.appended_length,
-        flushed_length=seg.flushed_length,
-        sealed=seg.sealed,
-        durability=seg.durability,
-        chunk_count=record.chunk_count,
-        created=record.created_ns / 1e9,
-        modified=max(record.modified_ns / 1e9, seg.last_append_wall_s()),
-        start_offset=seg.start_offset,
-    )
+__all__ = ["chunk_layout", "list_directory", "segment_info", "stat", "walk_segments"]
 
 
 async def stat(table: SegmentTable, name: str) -> Info:
     table.check_open()
     canonical = names.canonical(name, allow_root=True)
     await trio.lowlevel.checkpoint()
-    if canonical == "":
-        return DirectoryInfo(name="", created=0.0)
-    if canonical in table.directories:
-        return DirectoryInfo(canonical, table.directories[canonical].created_ns / 1e9)
+    if canonical == "" or canonical in table.directories:
+        return directory_info(canonical, table.directory_record(canonical))
     return segment_info(table.segment(canonical))
 
 
@@ -58,7 +41,7 @@ async def list_directory(table: SegmentTable, name: str) -> list[Info]:
     for entry_name in table.children_of(directory):  # sorted, and only this directory's
         record = table.directories.get(entry_name)
         if record is not None:
-            result.append(DirectoryInfo(entry_name, record.created_ns / 1e9))
+            result.append(directory_info(entry_name, record))
         else:
             result.append(segment_info(table.by_name[entry_name]))
     return result

@@ -5,7 +5,12 @@ Invariants:
   in-memory table changes; a failed commit leaves memory unchanged.
 - Every argument is validated (names made canonical) before any change.
 - Rename moves names only: no byte of any segment is copied, and chunk object names
-  never derive from segment names.
+  never derive from segment names. Renaming onto an existing name replaces it in the
+  same transaction (POSIX rename): an unsealed segment by a segment, an empty
+  directory by a directory; a sealed segment is never replaced (``sealed``), a
+  directory never by a segment or the reverse.
+- Every change moves the mtime/ctime of the directories whose entries it changes, in
+  the same transaction (``attributes.touched``).
 - A deleted segment's unflushed bytes leave the backlog and its tail's memory at once;
   its objects are garbage-collected in the background.
 """
@@ -15,21 +20,24 @@ from __future__ import annotations
 from tierfs.contracts import names
 from tierfs.contracts.config import DURABILITY_LEVELS, StoreConfig
 from tierfs.contracts.errors import (
+    DirectoryNotEmptyError,
     InvalidArgumentError,
+    IsADirectoryError_,
     NotADirectoryError_,
     SegmentExistsError,
     SegmentNotFoundError,
+    SegmentSealedError,
 )
 from tierfs.contracts.info import SegmentInfo
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.garbage import GarbageCollector
 from tierfs.engine.metadata import now_ns
-from tierfs.engine.record_types import SegmentMeta
+from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.storage_writer import StorageWriter
 from tierfs.engine.tail import TailBudget
-from tierfs.store.listing import segment_info
+from tierfs.store.attributes import segment_info, touched
 
 
 class Namespace:
@@ -70,13 +78,15 @@ class Namespace:
             parent = table.check_parent(canonical)
             stamp = now_ns()
             record = SegmentMeta(
-                durability=level, created_ns=stamp, modified_ns=stamp, next_chunk_seq=1
+                durability=level, created_ns=stamp, modified_ns=stamp, changed_ns=stamp, next_chunk_seq=1
             )
             metadata = self._catalogue.metadata
-            row = await self._catalogue.call(metadata.create_segment, canonical, parent, record)
+            parents = self._touched([parent], stamp)
+            row = await self._catalogue.call(metadata.create_segment, canonical, parent, record, parents)
             seg = SegmentState(row, appended_length=0, durable_length=0)
             seg.set_chunks([])
             table.add(seg)
+            self._install(parents)
         return segment_info(seg)
 
     async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
@@ -96,7 +106,9 @@ class Namespace:
                 raise SegmentExistsError(canonical)
             parent = table.check_parent(canonical)
             metadata = self._catalogue.metadata
-            table.add_directory(canonical, await self._catalogue.call(metadata.mkdir, canonical, parent))
+            directories = self._touched([parent], now_ns())
+            table.add_directory(canonical, await self._catalogue.call(metadata.mkdir, canonical, parent, directories))
+            self._install(directories)
 
     async def rmdir(self, name: str) -> None:
         table = self._table
@@ -107,8 +119,10 @@ class Namespace:
                 if canonical in table.by_name:
                     raise NotADirectoryError_(canonical)
                 raise SegmentNotFoundError(canonical)
-            await self._catalogue.call(self._catalogue.metadata.rmdir, canonical)
+            parents = self._touched([names.parent_of(canonical)], now_ns())
+            await self._catalogue.call(self._catalogue.metadata.rmdir, canonical, parents)
             table.remove_directory(canonical)
+            self._install(parents)
 
     async def delete(self, name: str) -> None:
         """Delete a segment; its chunks are garbage-collected in the background."""
@@ -117,14 +131,30 @@ class Namespace:
         async with table.lock, seg.meta_lock:
             if seg.deleted:
                 raise SegmentNotFoundError(seg.name)
-            chunk_names = await self._catalogue.call(self._catalogue.metadata.delete_segment, seg.row)
-            table.remove(seg)
-            self._writer.forget(seg)
-            seg.tail.clear(self._tail_budget)
-            seg.notify_grew()
-            seg.notify_flushed()
+            parents = self._touched([names.parent_of(seg.name)], now_ns())
+            chunk_names = await self._catalogue.call(self._catalogue.metadata.delete_segment, seg.row, parents)
+            self._forget(seg)
+            self._install(parents)
         if chunk_names:
             self._garbage.collect_soon()
+
+    def _forget(self, seg: SegmentState) -> None:
+        """A deleted (or replaced) segment leaves memory, the backlog and its readers."""
+        self._table.remove(seg)
+        self._writer.forget(seg)
+        seg.tail.clear(self._tail_budget)
+        seg.notify_grew()
+        seg.notify_flushed()
+
+    def _touched(self, directories: list[str], stamp_ns: int) -> dict[str, DirectoryMeta]:
+        """New records of ``directories`` whose entries change at ``stamp_ns``."""
+        table = self._table
+        return {d: touched(table.directory_record(d), stamp_ns) for d in directories}
+
+    def _install(self, records: dict[str, DirectoryMeta]) -> None:
+        for name, record in records.items():
+            if self._table.is_directory(name) and (name == "" or name in self._table.directories):
+                self._table.set_directory_record(name, record)
 
     async def rename(self, old: str, new: str) -> None:
         """Rename a segment or a directory (with everything below it); metadata only."""
@@ -140,9 +170,47 @@ class Namespace:
             is_directory = source in table.directories
             if not is_directory and source not in table.by_name:
                 raise SegmentNotFoundError(source)
-            if table.taken(target):
-                raise SegmentExistsError(target)
+            replaced = self._replaced_by_rename(target, is_directory)
             parent = table.check_parent(target)
+            parents = self._touched(sorted({names.parent_of(source), parent}), now_ns())
             metadata = self._catalogue.metadata
-            await self._catalogue.call(metadata.rename, source, target, parent, is_directory)
+            if replaced is None:
+                await self._catalogue.call(
+                    metadata.rename, source, target, parent, is_directory, None,
+                    target in table.directories, parents,
+                )
+                if target in table.directories:
+                    table.remove_directory(target)
+                garbage: list[str] = []
+            else:
+                async with replaced.meta_lock:
+                    if replaced.deleted or replaced.sealed:
+                        raise SegmentSealedError(target) if replaced.sealed else SegmentNotFoundError(target)
+                    garbage = await self._catalogue.call(
+                        metadata.rename, source, target, parent, is_directory, replaced.row, False, parents
+                    )
+                    self._forget(replaced)
             table.move(source, target)
+            self._install(parents)
+        if garbage:
+            self._garbage.collect_soon()
+
+    def _replaced_by_rename(self, target: str, is_directory: bool) -> SegmentState | None:
+        """What a rename onto ``target`` replaces: None if it is free or an empty
+        directory (a directory moving onto it), the segment otherwise; refuses the
+        rest before anything changes."""
+        table = self._table
+        if target in table.directories:
+            if not is_directory:
+                raise IsADirectoryError_(target)
+            if table.children_of(target):
+                raise DirectoryNotEmptyError(target)
+            return None
+        seg = table.get(target)
+        if seg is None:
+            return None
+        if is_directory:
+            raise NotADirectoryError_(target)
+        if seg.sealed:
+            raise SegmentSealedError(target)  # a sealed segment's name is never replaced
+        return seg

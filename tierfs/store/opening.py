@@ -95,7 +95,10 @@ def open_data_dir(
     epoch = store_record.epoch
     guard_epoch(metadata, epoch)  # from now on a newer owner's epoch refuses our commits
     table.load_directories(metadata.load_directories())
-    table.root_directory = metadata.load_root_directory()
+    root = metadata.load_root_directory()
+    # the root has no record of its own until a policy or an attribute is set on it:
+    # it was created with the store
+    table.root_directory = root if root.created_ns else dataclasses.replace(root, created_ns=store_record.created_ns)
     for row in metadata.load_segments():
         flushed = row.record.flushed_length
         table.add(SegmentState(row, appended_length=flushed, durable_length=flushed))

@@ -123,7 +123,7 @@ class PolicyBook:
                 seg.record,
                 start_offset=last.start_offset + last.length,
                 chunk_count=max(0, seg.record.chunk_count - len(chunks)),
-                modified_ns=now_ns(),
+                changed_ns=now_ns(),
             )
             await self._catalogue.truncate_head(seg, record, chunks)
         log.info("retention: deleted %d chunks of %r, it now starts at %d",

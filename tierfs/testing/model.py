@@ -155,8 +155,18 @@ class ReferenceModel:
             raise Expected("invalid_argument")
         if not self._taken(source):
             raise Expected("not_found")
-        if self._taken(target):
-            raise Expected("exists")
+        if target in self.directories:  # POSIX rename: an empty directory by a directory
+            if source not in self.directories:
+                raise Expected("is_a_directory")
+            if self._entries_below(target):
+                raise Expected("not_empty")
+            self.directories.remove(target)
+        elif target in self.segments:  # an unsealed segment by a segment
+            if source in self.directories:
+                raise Expected("not_a_directory")
+            if self.segments[target].sealed:
+                raise Expected("sealed")
+            del self.segments[target]
         self._require_directory(parent_of(target))
         for before in [source, *self._entries_below(source)]:
             after = target + before[len(source):]
