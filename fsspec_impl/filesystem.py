@@ -16,6 +16,10 @@ Semantics (append-only):
   ``cp_file``, ``touch``) get the storage option ``durability`` (``pd``, ``vd`` or
   ``tier2``; default: the daemon's ``durability``). On a ``tier2`` segment every
   ``flush()`` returns once its bytes are in tier-2 and committed.
+- ``touch`` of an existing entry sets its atime/mtime to now, as ``touch`` on the
+  mount does (never truncating); ``info()['mtime']`` (and ``ukey``) is the time of the
+  last acknowledged append or explicit set, the same value every front end shows.
+- ``mv`` onto an existing name replaces it (POSIX rename), never a sealed segment.
 - Sizes come from the daemon on every call: the listings cache is off, so a growing
   segment's size is never stale.
 - Flushed bytes are read straight from the chunk objects (``tierfs.remote.direct_read``: the
@@ -41,6 +45,7 @@ from typing import Any
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
+from tierfs.contracts import operations as ops
 from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.errors import (
     ChunkUnavailable,
@@ -120,7 +125,8 @@ class TierFileSystem(AbstractFileSystem):
     @staticmethod
     def _entry(info: Info) -> dict[str, Any]:
         if isinstance(info, DirectoryInfo):
-            return {"name": info.name, "size": 0, "type": "directory", "created": info.created}
+            return {"name": info.name, "size": 0, "type": "directory", "created": info.created,
+                    "mtime": info.modified, "mode": info.mode, "uid": info.uid, "gid": info.gid}
         assert isinstance(info, SegmentInfo)
         return {
             "name": info.name,
@@ -135,6 +141,9 @@ class TierFileSystem(AbstractFileSystem):
             "segment_id": info.segment_id,
             "created": info.created,
             "mtime": info.modified,
+            "mode": info.mode,
+            "uid": info.uid,
+            "gid": info.gid,
         }
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
@@ -315,8 +324,10 @@ class TierFileSystem(AbstractFileSystem):
         except SegmentNotFoundError:
             self.client.create(name, self.durability, parents=True)
             return
-        if truncate and isinstance(info, SegmentInfo) and info.appended_length:
-            raise PermissionError(f"tierfs://{name} is append-only: it cannot be truncated")
+        # as the mount's touch: the times move, no byte changes (segments are never
+        # truncated, so truncate=True of an existing segment is this too)
+        stamp_ns = time.time_ns()
+        self.client.call(ops.SET_ATTRIBUTES, info.name, atime_ns=stamp_ns, mtime_ns=stamp_ns)
 
     def ukey(self, path: str) -> str:
         info = self.info(path)

@@ -7,6 +7,9 @@ Directories are namespaces, files are segments. Semantics (append-only):
 - O_TRUNC / truncate of a non-empty segment fails with EPERM; truncate to the current
   length is a no-op;
 - ``chmod a-w`` seals, ``chmod u+w`` unseals; writes to a sealed segment fail with EPERM;
+  permission bits, owner and times (``chmod``, ``chown``, ``touch -d``, ``utimensat``)
+  are stored (``store.set_attributes``; the kernel checks who may change them);
+- ``rename`` onto an existing name replaces it atomically, never a sealed segment (EPERM);
 - ``fsync``/``fdatasync`` make every byte written so far durable, also on a VD segment;
 - ``st_size`` is the durable length: readers never see bytes a crash could take away;
 - extended attributes ``user.tierfs.*`` report the segment's lengths and state;
@@ -51,7 +54,8 @@ BLOCK_SIZE_BYTES = 1 << 20  # st_blksize: tools size their I/O by it
 XATTR_PREFIX = "user.tierfs."
 XATTR_NAMES = ("durable_length", "flushed_length", "offloaded_length", "chunk_count",
                "sealed", "durability")
-WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+DEFAULT_FILE_MODE = 0o644  # what the store reports when nothing was set
+DEFAULT_DIRECTORY_MODE = 0o755
 
 
 @dataclasses.dataclass
@@ -59,6 +63,9 @@ class OpenFile:
     inode: int
     always_append: bool  # opened with O_APPEND: every write goes to the end
     reader: SegmentReaderAPI | None = None
+    # created with no write bit (git objects: 0444): the creator still writes through
+    # this handle, the mode (and so the seal) is applied when it closes
+    mode_on_close: int | None = None
 
 
 def join(parent: str, name: bytes) -> str:
@@ -82,7 +89,7 @@ class TierOperations(pyfuse3.Operations):
         self._files: dict[int, OpenFile] = {}
         self._directories: dict[int, list[tuple[str, Info]]] = {}
         self._next_handle = 1
-        self._uid = os.getuid()
+        self._uid = os.getuid()  # the daemon's: owner of entries nobody chowned
         self._gid = os.getgid()
 
     # ---------------------------------------------------------------- attributes
@@ -92,25 +99,23 @@ class TierOperations(pyfuse3.Operations):
         attr.generation = 0
         attr.entry_timeout = ENTRY_TIMEOUT_S
         attr.attr_timeout = self.attr_timeout_s
-        attr.st_uid = self._uid
-        attr.st_gid = self._gid
+        attr.st_uid = info.uid
+        attr.st_gid = info.gid
         attr.st_rdev = 0
         attr.st_blksize = BLOCK_SIZE_BYTES
         if isinstance(info, SegmentInfo):
-            attr.st_mode = stat.S_IFREG | (0o444 if info.sealed else 0o644)
+            attr.st_mode = stat.S_IFREG | info.mode
             attr.st_nlink = 1
             attr.st_size = info.length
             attr.st_blocks = (info.length + 511) // 512
-            created_ns, modified_ns = int(info.created * 1e9), int(info.modified * 1e9)
         else:
-            attr.st_mode = stat.S_IFDIR | 0o755
+            attr.st_mode = stat.S_IFDIR | info.mode
             attr.st_nlink = 2
             attr.st_size = 0
             attr.st_blocks = 0
-            created_ns = modified_ns = int(info.created * 1e9)
-        attr.st_atime_ns = modified_ns
-        attr.st_mtime_ns = modified_ns
-        attr.st_ctime_ns = max(created_ns, modified_ns)
+        attr.st_atime_ns = info.atime_ns
+        attr.st_mtime_ns = info.mtime_ns
+        attr.st_ctime_ns = info.ctime_ns
         return attr
 
     async def _entry(self, name: str) -> pyfuse3.EntryAttributes:
@@ -146,21 +151,18 @@ class TierOperations(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         name = self.inodes.name_of(inode)
         info = await self.store.stat(name)
-        if fields.update_uid and attr.st_uid != self._uid or fields.update_gid and attr.st_gid != self._gid:
-            raise pyfuse3.FUSEError(errno.EPERM)
-        if isinstance(info, DirectoryInfo):
-            if fields.update_size or fields.update_mode and stat.S_IMODE(attr.st_mode) != 0o755:
-                raise pyfuse3.FUSEError(errno.EPERM)
-            return self.attributes(inode, info)
-        if fields.update_size and attr.st_size != info.appended_length:
+        if fields.update_size and (isinstance(info, DirectoryInfo) or attr.st_size != info.appended_length):
             raise pyfuse3.FUSEError(errno.EPERM)  # append-only: no truncation, no holes
-        if fields.update_mode:
-            writable = bool(stat.S_IMODE(attr.st_mode) & WRITE_BITS)
-            if not writable and not info.sealed:
-                info = await self.store.seal(name)
-            elif attr.st_mode & stat.S_IWUSR and info.sealed:
-                info = await self.store.unseal(name)
-        # times are not stored: touch and cp -p succeed and change nothing
+        # metadata only; the kernel checked who may change what (default_permissions)
+        change = {
+            "mode": stat.S_IMODE(attr.st_mode) if fields.update_mode else None,
+            "uid": attr.st_uid if fields.update_uid else None,
+            "gid": attr.st_gid if fields.update_gid else None,
+            "atime_ns": attr.st_atime_ns if fields.update_atime else None,
+            "mtime_ns": attr.st_mtime_ns if fields.update_mtime else None,
+        }
+        if any(value is not None for value in change.values()):
+            info = await self.store.set_attributes(name, **change)
         return self.attributes(inode, info)
 
     # ---------------------------------------------------------------- namespace
@@ -168,7 +170,15 @@ class TierOperations(pyfuse3.Operations):
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         path = join(self.inodes.name_of(parent_inode), name)
         await self.store.mkdir(path)
+        await self._keep_creator(path, mode, DEFAULT_DIRECTORY_MODE, ctx)
         return await self._entry(path)
+
+    async def _keep_creator(self, path: str, mode: int, default_mode: int, ctx: pyfuse3.RequestContext) -> None:
+        """A new entry gets the caller's mode (the kernel applied the umask) and owner;
+        one more commit only when they differ from what the store reports anyway."""
+        bits = stat.S_IMODE(mode)
+        if bits != default_mode or ctx.uid != self._uid or ctx.gid != self._gid:
+            await self.store.set_attributes(path, mode=bits, uid=ctx.uid, gid=ctx.gid)
 
     @fuse_errors
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -195,7 +205,7 @@ class TierOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EINVAL)  # would need two renames at once
         old = join(self.inodes.name_of(parent_inode_old), name_old)
         new = join(self.inodes.name_of(parent_inode_new), name_new)
-        await self.store.rename(old, new)  # an existing target is EEXIST: never replaced
+        await self.store.rename(old, new)  # replaces an existing target (POSIX); never a sealed one
         self.inodes.renamed(old, new)
 
     @fuse_errors
@@ -263,8 +273,12 @@ class TierOperations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         path = join(self.inodes.name_of(parent_inode), name)
+        mode_on_close = None
         try:
             await self.store.create(path)
+            if not stat.S_IMODE(mode) & 0o222:
+                mode_on_close, mode = stat.S_IMODE(mode), mode | stat.S_IWUSR
+            await self._keep_creator(path, mode, DEFAULT_FILE_MODE, ctx)
         except SegmentExistsError:
             if flags & os.O_EXCL:
                 raise
@@ -274,7 +288,9 @@ class TierOperations(pyfuse3.Operations):
             if flags & os.O_TRUNC and info.appended_length > 0:
                 raise pyfuse3.FUSEError(errno.EPERM) from None
         attr = await self._entry(path)
-        return self._open_handle(attr.st_ino, flags), attr
+        file_info = self._open_handle(attr.st_ino, flags)
+        self._files[file_info.fh].mode_on_close = mode_on_close
+        return file_info, attr
 
     @fuse_errors
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -306,7 +322,12 @@ class TierOperations(pyfuse3.Operations):
     @fuse_errors
     async def release(self, fh: int) -> None:
         handle = self._files.pop(fh, None)
-        if handle is not None:
+        if handle is None:
+            return
+        try:
+            if handle.mode_on_close is not None:
+                await self.store.set_attributes(self.inodes.name_of(handle.inode), mode=handle.mode_on_close)
+        finally:
             self.inodes.closed(handle.inode)
 
     @fuse_errors
