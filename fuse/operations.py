@@ -4,8 +4,10 @@ Directories are namespaces, files are segments. Semantics (append-only):
 - a write at offset == the segment's appended length appends; O_APPEND writes always
   append; a write anywhere else fails with EPERM and changes nothing, unless it carries
   exactly the bytes already there (a retried write: a no-op, ``rewrites``);
-- O_TRUNC / truncate of a non-empty segment fails with EPERM; truncate to the current
-  length is a no-op;
+- O_TRUNC / truncate of a non-empty segment fails with EPERM, unless its directory's
+  policy has ``rewrite_replaces=1``: then truncating it to 0 replaces the name with a
+  new empty segment (``rewrites.WholeFileRewrites``); truncate to the current length
+  is a no-op;
 - ``chmod a-w`` seals, ``chmod u+w`` unseals; writes to a sealed segment fail with EPERM;
   permission bits, owner and times (``chmod``, ``chown``, ``touch -d``, ``utimensat``)
   are stored (``store.set_attributes``; the kernel checks who may change them);
@@ -34,6 +36,7 @@ import trio
 from tierfs.fuse.errors import fuse_errors
 from tierfs.fuse.inodes import ROOT_INODE, InodeTable
 from tierfs.fuse.rewrites import already_written
+from tierfs.fuse.whole_file_rewrites import WholeFileRewrites
 
 from tierfs.contracts.api import SegmentReaderAPI
 from tierfs.contracts.config import DURABILITY_LEVELS
@@ -86,6 +89,7 @@ class TierOperations(pyfuse3.Operations):
         self.direct_io = direct_io
         self.attr_timeout_s = attr_timeout_s
         self.inodes = InodeTable()
+        self.rewrites = WholeFileRewrites(store)
         self._files: dict[int, OpenFile] = {}
         self._directories: dict[int, list[tuple[str, Info]]] = {}
         self._next_handle = 1
@@ -152,7 +156,9 @@ class TierOperations(pyfuse3.Operations):
         name = self.inodes.name_of(inode)
         info = await self.store.stat(name)
         if fields.update_size and (isinstance(info, DirectoryInfo) or attr.st_size != info.appended_length):
-            raise pyfuse3.FUSEError(errno.EPERM)  # append-only: no truncation, no holes
+            if isinstance(info, DirectoryInfo) or attr.st_size != 0:
+                raise pyfuse3.FUSEError(errno.EPERM)  # append-only: no truncation, no holes
+            info = await self.rewrites.replace_with_empty(info, "truncate to 0")
         # metadata only; the kernel checked who may change what (default_permissions)
         change = {
             "mode": stat.S_IMODE(attr.st_mode) if fields.update_mode else None,
@@ -265,7 +271,7 @@ class TierOperations(pyfuse3.Operations):
             if info.sealed:
                 raise SegmentSealedError(info.name)
             if flags & os.O_TRUNC and info.appended_length > 0:
-                raise pyfuse3.FUSEError(errno.EPERM)  # append-only: never truncated
+                await self.rewrites.replace_with_empty(info, "open with O_TRUNC")
         return self._open_handle(inode, flags)
 
     @fuse_errors
@@ -286,7 +292,7 @@ class TierOperations(pyfuse3.Operations):
             if not isinstance(info, SegmentInfo):
                 raise IsADirectoryError_(path) from None
             if flags & os.O_TRUNC and info.appended_length > 0:
-                raise pyfuse3.FUSEError(errno.EPERM) from None
+                await self.rewrites.replace_with_empty(info, "create with O_TRUNC")
         attr = await self._entry(path)
         file_info = self._open_handle(attr.st_ino, flags)
         self._files[file_info.fh].mode_on_close = mode_on_close

@@ -8,7 +8,13 @@ Keys (all whole numbers, seconds or bytes, as their names say):
   offloaded, offload its oldest sealed chunks;
 - ``retention_s``: delete whole chunks from the head once sealed that long;
 - ``retention_bytes``: delete whole chunks from the head while the segment keeps at
-  least this many bytes without them.
+  least this many bytes without them;
+- ``rewrite_replaces`` (0 or 1): with 1, opening an existing unsealed segment for
+  rewriting (``O_TRUNC``, ``open("w")``, truncating it to 0 on the mount) replaces its
+  name with a new empty segment, atomically; no byte of the old segment changes. With
+  0 (the default) such a rewrite is refused (EPERM), which is what protects logs.
+  For directories whose files tools rewrite whole: build outputs, git work trees,
+  editors, Spark's built-in writers.
 
 Invariants:
 - Each key is inherited on its own from the nearest directory (or the root) that sets
@@ -30,7 +36,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from tierfs.contracts.errors import InvalidArgumentError
 
-POLICY_KEYS = ("offload_after_s", "offload_hot_bytes", "retention_s", "retention_bytes")
+POLICY_KEYS = ("offload_after_s", "offload_hot_bytes", "retention_s", "retention_bytes", "rewrite_replaces")
+FLAG_KEYS = ("rewrite_replaces",)  # 0 or 1
 _UNSET = ("", "none", "unset")
 
 
@@ -55,6 +62,9 @@ class PolicyRecord(Protocol):
     @property
     def retention_bytes(self) -> int: ...
 
+    @property
+    def rewrite_replaces(self) -> int: ...
+
 
 R = TypeVar("R", bound=PolicyRecord)
 
@@ -65,6 +75,7 @@ class Policy:
     offload_hot_bytes: int | None = None
     retention_s: int | None = None
     retention_bytes: int | None = None
+    rewrite_replaces: int | None = None
 
     @classmethod
     def from_record(cls, record: PolicyRecord) -> Policy:
@@ -139,5 +150,7 @@ def parse_assignments(items: Iterable[str]) -> dict[str, int | None]:
             ) from None
         if value < 0:
             raise InvalidArgumentError(f"policy setting {key}: must be >= 0, not {value}")
+        if key in FLAG_KEYS and value not in (0, 1):
+            raise InvalidArgumentError(f"policy setting {key}: must be 0 or 1, not {value}")
         result[key] = value
     return result

@@ -54,6 +54,7 @@ class DirectoryMeta:
     owner_set: bool = False
     uid: int = 0
     gid: int = 0
+    rewrite_replaces: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

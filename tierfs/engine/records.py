@@ -69,6 +69,7 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("owner_set", "bool", False),  # uid/gid below were set (else: the daemon's)
         ("uid", "uint32", False),
         ("gid", "uint32", False),
+        ("rewrite_replaces", "uint32", False),  # policy key (policy_set bit 4)
     ],
     "SegmentRecord": [
         ("version", "uint32", False),

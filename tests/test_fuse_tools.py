@@ -1,0 +1,240 @@
+"""Real tools on a real mount (issue 17 items 1, 2 and 9): timestamps, modes and owners
+that are kept, POSIX rename, and the tools that depend on them: ``touch -d`` + ``stat``,
+``rsync -a`` twice, ``os.replace``, ``sed -i``, ``vim -es``, ``git``, ``chmod``/``chown``,
+``tar -p``. What each of these needs is in README's "Tools on the mount" table.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tierfs.testing.harness import Mount
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
+    reason="FUSE tests need /dev/fuse and fusermount3 (apt install fuse3)",
+)
+
+
+@pytest.fixture(scope="module")
+def mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
+    base = tmp_path_factory.mktemp("tools")
+    mounted = Mount(base / "data", base / "mnt")
+    yield mounted
+    code, stderr = mounted.unmount()
+    assert code == 0, stderr
+
+
+def run(*command: str, check: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, check=check, capture_output=True, text=True, timeout=120, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.fail(f"{tool} is missing: ./dev.sh test installs it")
+
+
+def test_touch_d_sets_times_and_stat_reads_them_back(mount: Mount) -> None:
+    path = mount.path("touched")
+    path.write_bytes(b"x")
+    run("touch", "-d", "2021-03-04 05:06:07.123456789 UTC", str(path))
+    assert run("stat", "-c", "%y", str(path)).stdout.startswith("2021-03-04 05:06:07.123456789")
+    os.utime(path, ns=(1_600_000_000_000_000_001, 1_700_000_000_000_000_002))
+    st = path.stat()
+    assert (st.st_atime_ns, st.st_mtime_ns) == (1_600_000_000_000_000_001, 1_700_000_000_000_000_002)
+    before_ctime = st.st_ctime_ns
+    run("touch", str(path))  # now
+    assert abs(path.stat().st_mtime_ns - time.time_ns()) < 5_000_000_000
+    assert path.stat().st_ctime_ns >= before_ctime
+
+
+def test_mtime_is_stable_over_a_flush_and_a_restart(tmp_path: Path) -> None:
+    mount = Mount(tmp_path / "data", tmp_path / "mnt")
+    try:
+        path = mount.path("log")
+        with open(path, "ab") as f:
+            f.write(b"line\n")
+        first = path.stat().st_mtime_ns
+        samples = {path.stat().st_mtime_ns for _ in range(20)}
+        assert samples == {first}
+        run(sys_executable(), "-m", "tierfs.cli", "--data-dir", str(mount.data_dir), "flush", "log")
+        time.sleep(1.2)  # past the attribute timeout: the kernel asks again
+        assert path.stat().st_mtime_ns == first
+    finally:
+        code, stderr = mount.unmount()
+        assert code == 0, stderr
+    mount = Mount(tmp_path / "data", tmp_path / "mnt")
+    try:
+        assert mount.path("log").stat().st_mtime_ns == first
+    finally:
+        mount.unmount()
+
+
+def sys_executable() -> str:
+    import sys
+
+    return sys.executable
+
+
+def test_directory_mtime_moves_with_entries_and_ls_shows_the_modes(mount: Mount) -> None:
+    directory = mount.path("dirtimes")
+    directory.mkdir()
+    before = directory.stat().st_mtime_ns
+    time.sleep(0.01)
+    (directory / "a").write_bytes(b"")
+    time.sleep(1.1)  # the kernel's attribute cache
+    assert directory.stat().st_mtime_ns > before
+    os.chmod(directory / "a", 0o600)
+    os.chmod(directory, 0o750)
+    listing = run("ls", "-la", str(directory)).stdout
+    assert "-rw-------" in listing and " a\n" in listing
+    assert (directory.stat().st_mode & 0o7777) == 0o750
+
+
+def test_chown_and_chmod_are_kept(mount: Mount) -> None:
+    path = mount.path("owned")
+    path.write_bytes(b"x")
+    os.chown(path, 1234, 5678)
+    os.chmod(path, 0o640)
+    st = path.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (1234, 5678, 0o640)
+    os.chmod(path, 0o440)  # no write bit: sealed
+    with pytest.raises(PermissionError):
+        with open(path, "ab") as f:
+            f.write(b"y")
+    os.chmod(path, 0o640)
+    with open(path, "ab") as f:
+        f.write(b"y")
+    assert path.read_bytes() == b"xy"
+
+
+def test_os_replace_replaces_atomically_and_open_handles_keep_reading(mount: Mount) -> None:
+    target = mount.path("config.json")
+    target.write_bytes(b'{"v": 1}')
+    reader = open(target, "rb")
+    try:
+        temporary = mount.path("config.json.tmp")
+        temporary.write_bytes(b'{"v": 2}')
+        os.replace(temporary, target)
+        assert target.read_bytes() == b'{"v": 2}'
+        assert not temporary.exists()
+    finally:
+        reader.close()
+    sealed = mount.path("sealed.txt")
+    sealed.write_bytes(b"kept")
+    os.chmod(sealed, 0o444)
+    other = mount.path("other.txt")
+    other.write_bytes(b"new")
+    with pytest.raises(PermissionError):
+        os.replace(other, sealed)
+    assert sealed.read_bytes() == b"kept" and other.read_bytes() == b"new"
+
+
+def test_rsync_a_twice_transfers_nothing_the_second_time(mount: Mount, tmp_path: Path) -> None:
+    need("rsync")
+    source = tmp_path / "tree"
+    for index in range(30):
+        (source / f"d{index % 3}").mkdir(parents=True, exist_ok=True)
+        (source / f"d{index % 3}" / f"f{index}.txt").write_text(f"file {index}\n" * (index + 1))
+    os.chmod(source / "d0" / "f0.txt", 0o600)
+    destination = mount.path("rsynced")
+    first = run("rsync", "-a", "--stats", f"{source}/", f"{destination}/").stdout
+    assert "Number of regular files transferred: 30" in first, first
+    second = run("rsync", "-a", "--stats", "--itemize-changes", f"{source}/", f"{destination}/").stdout
+    assert "Number of regular files transferred: 0" in second, second
+    assert run("diff", "-r", str(source), str(destination)).returncode == 0
+    assert (destination / "d0" / "f0.txt").stat().st_mode & 0o7777 == 0o600
+    src_mtime = (source / "d1" / "f1.txt").stat().st_mtime_ns
+    assert (destination / "d1" / "f1.txt").stat().st_mtime_ns == src_mtime
+
+
+def test_sed_i_edits_a_file_in_place(mount: Mount) -> None:
+    path = mount.path("sed.txt")
+    path.write_text("hello world\n")
+    run("sed", "-i", "s/world/tierfs/", str(path))
+    assert path.read_text() == "hello tierfs\n"
+
+
+def rewritable(mount: Mount, name: str) -> Path:
+    """A directory whose policy lets rewrites replace files (rewrite_replaces=1)."""
+    directory = mount.path(name)
+    directory.mkdir()
+    run(sys_executable(), "-m", "tierfs.cli", "--data-dir", str(mount.data_dir),
+        "policy", "set", name, "rewrite_replaces=1")
+    return directory
+
+
+def test_rewrites_are_refused_by_default_and_replace_under_the_policy(mount: Mount) -> None:
+    log_file = mount.path("app.log")
+    log_file.write_bytes(b"appended\n")
+    with pytest.raises(PermissionError):
+        open(log_file, "wb").close()  # O_TRUNC: refused, nothing changed
+    assert log_file.read_bytes() == b"appended\n"
+    assert "run: tierfs policy set / rewrite_replaces=1" in mount.stderr_text()
+    directory = rewritable(mount, "build")
+    output = directory / "out.txt"
+    output.write_bytes(b"version 1\n")
+    os.chmod(output, 0o640)
+    output.write_bytes(b"v2\n")  # O_TRUNC under the policy: a new segment under the name
+    assert output.read_bytes() == b"v2\n"
+    assert output.stat().st_mode & 0o7777 == 0o640
+    with open(output, "r+b") as f:  # ftruncate(fd, 0) then write, as vim does
+        f.truncate(0)
+        f.write(b"v3\n")
+    assert output.read_bytes() == b"v3\n"
+    assert sorted(p.name for p in directory.iterdir()) == ["out.txt"]
+
+
+def test_vim_ex_mode_writes_a_file(mount: Mount) -> None:
+    need("vim")
+    directory = rewritable(mount, "edits")
+    path = directory / "vim.txt"
+    path.write_text("first\n")
+    time.sleep(1.1)  # vim compares mtimes: nothing may move them meanwhile
+    # vim -es is Vi-compatible (backupcopy=yes): it truncates and rewrites in place.
+    # -n: no swap file, which vim rewrites block by block (in place: refused by design)
+    result = run("vim", "-es", "-n", "-c", "$put ='second'", "-c", "wq", str(path), check=False)
+    assert result.returncode == 0, result.stderr
+    assert path.read_text() == "first\nsecond\n"
+
+
+def test_git_init_add_commit_log(mount: Mount) -> None:
+    need("git")
+    repo = mount.path("repo")
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com", "HOME": str(repo)}
+    run("git", "init", "-q", str(repo), env=env)
+    (repo / "README").write_text("hello\n")
+    run("git", "-C", str(repo), "add", "README", env=env)
+    run("git", "-C", str(repo), "commit", "-q", "-m", "first", env=env)
+    (repo / "second").write_text("more\n")
+    run("git", "-C", str(repo), "add", "second", env=env)
+    run("git", "-C", str(repo), "commit", "-q", "-m", "second", env=env)
+    log = run("git", "-C", str(repo), "log", "--format=%s", env=env).stdout
+    assert log.split() == ["second", "first"]
+    assert run("git", "-C", str(repo), "fsck", "--strict", env=env).returncode == 0
+    assert run("git", "-C", str(repo), "status", "--porcelain", env=env).stdout == ""
+
+
+def test_tar_p_keeps_modes_and_times(mount: Mount, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "script.sh").write_text("#!/bin/sh\n")
+    os.chmod(source / "script.sh", 0o750)
+    os.utime(source / "script.sh", ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+    archive = tmp_path / "a.tar"
+    run("tar", "-cf", str(archive), "-C", str(source), "script.sh")
+    destination = mount.path("untarred")
+    destination.mkdir()
+    run("tar", "-xpf", str(archive), "-C", str(destination))
+    st = (destination / "script.sh").stat()
+    assert st.st_mode & 0o7777 == 0o750
+    assert st.st_mtime_ns == 1_500_000_000_000_000_000
