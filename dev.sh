@@ -29,6 +29,10 @@ command -v getfattr >/dev/null || apt_missing+=(attr)
 # Spark (PySpark >= 4 needs Java >= 17) for the data source and its tests
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
 { command -v java >/dev/null && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || apt_missing+=(openjdk-17-jre-headless)
+# the real tools the mount's tests drive (tests/test_fuse_tools.py)
+if [ "$mode" = test ]; then
+  for tool in rsync git vim; do command -v "$tool" >/dev/null || apt_missing+=("$tool"); done
+fi
 # PostgreSQL (Debian's server) for the metadata tests on a real PostgreSQL; demo mode runs without it
 if [ "$mode" = test ] && ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
   apt_missing+=(postgresql)

@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,3 +239,41 @@ def test_tar_p_keeps_modes_and_times(mount: Mount, tmp_path: Path) -> None:
     st = (destination / "script.sh").stat()
     assert st.st_mode & 0o7777 == 0o750
     assert st.st_mtime_ns == 1_500_000_000_000_000_000
+
+
+def test_spark_builtin_writers_on_the_mount(mount: Mount, spark: Any) -> None:
+    """df.write.json/parquet/csv to a directory on the mount, twice and overwrite, with
+    the policy; without it the second write is refused at Hadoop's _SUCCESS rewrite."""
+    directory = rewritable(mount, "spark-out")
+    df = spark.createDataFrame([(i, f"n{i}") for i in range(10)], ["id", "name"])
+    for fmt in ("json", "parquet", "csv"):
+        target = str(directory / fmt)
+        getattr(df.write.mode("append"), fmt)(target)
+        getattr(df.write.mode("append"), fmt)(target)
+        assert spark.read.format(fmt).load(target).count() == 20, fmt
+        getattr(df.write.mode("overwrite"), fmt)(target)
+        assert spark.read.format(fmt).load(target).count() == 10, fmt
+    plain = mount.path("spark-plain")
+    plain.mkdir()
+    df.write.mode("append").json(str(plain / "json"))
+    with pytest.raises(Exception, match="_SUCCESS.crc"):
+        df.write.mode("append").json(str(plain / "json"))
+    assert "tierfs policy set spark-plain/json rewrite_replaces=1" in mount.stderr_text()
+    # Hadoop leaves the refused job's _SUCCESS stream open until the JVM collects it:
+    # collect it, or the mount could not be unmounted
+    deadline = time.monotonic() + 30
+    while open_files_below(mount.mountpoint) and time.monotonic() < deadline:
+        spark.sparkContext._jvm.System.gc()
+        time.sleep(0.2)
+    assert open_files_below(mount.mountpoint) == []
+
+
+def open_files_below(directory: Path) -> list[str]:
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            targets = [os.readlink(fd) for fd in fd_dir.iterdir()]
+        except OSError:
+            continue  # the process ended, or is not ours to look at
+        found += [t for t in targets if t.startswith(f"{directory}/")]
+    return found
