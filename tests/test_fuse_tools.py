@@ -277,3 +277,19 @@ def open_files_below(directory: Path) -> list[str]:
             continue  # the process ended, or is not ours to look at
         found += [t for t in targets if t.startswith(f"{directory}/")]
     return found
+
+
+def test_the_readme_table_names_these_tests() -> None:
+    """README's "Tools on the mount" table: every row names a test that exists, and
+    every test here is in the table."""
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / "README.md").read_text()
+    section = readme.split("### Tools on the mount", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "| Test |" not in line]
+    named = {line.rstrip(" |").rsplit("|", 1)[1].split("(")[0].strip("` ") for line in rows}
+    sources = (repo / "tests" / "test_fuse_tools.py").read_text() + (repo / "tests" / "test_fuse.py").read_text()
+    defined = {name for name in named if f"def {name}(" in sources}
+    assert named == defined, f"README names tests that do not exist: {named - defined}"
+    here = {line.split("(")[0][4:] for line in Path(__file__).read_text().splitlines()
+            if line.startswith("def test_") and "readme" not in line}
+    assert here <= named, f"tests missing from README's table: {here - named}"
