@@ -31,7 +31,6 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,11 +41,9 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
 )
 from tierfs.engine import records
+from tierfs.engine.metadata_scans import WholeStoreScans
 from tierfs.engine.metadata_sql import SegmentRow, escape_like, now_ns
 from tierfs.engine.object_keys import (
-    LONG_TERM_GARBAGE_PREFIX,
-    ObjectReferences,
-    OffloadKeys,
     garbage_names,
 )
 from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta, StoreMeta
@@ -54,15 +51,8 @@ from tierfs.engine.schema_migrations import migrate
 from tierfs.engine.space_reserve import SpaceReserve
 from tierfs.engine.sql_database import Database, open_database
 
-# the fields of a chunk record (``Chunk``) that the start-up scan reads
-_HOT_COPY_FIELDS = operator.attrgetter(
-    "segment_id", "start_offset", "offload_complete", "offload_hot_deleted", "offload_completed_ns"
-)
-# the fields orphan collection reads off chunk and segment records
-_REFERENCE_FIELDS = operator.attrgetter("name", "offload_attempt_uuid")
-_NEXT_CHUNK_SEQ = operator.attrgetter("next_chunk_seq")
 
-class MetadataStore:
+class MetadataStore(WholeStoreScans):
     """The metadata on a ``Database``: SQLite in the data dir, or PostgreSQL."""
 
     def __init__(self, db: Database) -> None:
@@ -413,45 +403,6 @@ class MetadataStore:
             )
             self._insert_garbage([n for chunk in old for n in garbage_names(chunk)], collect_after_ns)
         return rev
-
-    def hot_copies_pending(self) -> dict[tuple[int, int], int]:
-        """(segment id, chunk start) -> completion time (ns) of every offloaded chunk whose
-        chunk-store copy still exists. Read once at start-up over every chunk record, so
-        it reads the five fields it needs off the protobuf message and builds no
-        ``Chunk``."""
-        pending: dict[tuple[int, int], int] = {}
-        for (value,) in self._db.execute("SELECT value FROM chunks"):
-            segment_id, start, complete, hot_deleted, completed_ns = _HOT_COPY_FIELDS(
-                records.decode(records.ChunkRecord, value)
-            )
-            if complete and not hot_deleted:
-                pending[(segment_id, start)] = completed_ns
-        return pending
-
-    def object_references(self) -> ObjectReferences:
-        """Every object name the metadata references or queues, and each segment's next
-        chunk sequence, as of one instant: the store runs every call through one worker
-        thread, so no commit falls between these reads (orphan collection relies on it)."""
-        tier2: set[str] = set()
-        long_term: set[str] = set()
-        for (value,) in self._db.execute("SELECT value FROM chunks"):
-            name, attempt = _REFERENCE_FIELDS(records.decode(records.ChunkRecord, value))
-            tier2.add(name)
-            if attempt:
-                keys = OffloadKeys.for_attempt(name, attempt)
-                long_term.update((keys.data, keys.index))
-        next_seq = {
-            segment_id: int(_NEXT_CHUNK_SEQ(records.decode(records.SegmentRecord, value)))
-            for segment_id, value in self._db.execute("SELECT id, value FROM segments")
-        }
-        queued = [n for (n,) in self._db.execute("SELECT name FROM garbage")]
-        prefix = LONG_TERM_GARBAGE_PREFIX
-        return ObjectReferences(
-            frozenset(tier2), frozenset(long_term),
-            frozenset(n for n in queued if not n.startswith(prefix)),
-            frozenset(n[len(prefix):] for n in queued if n.startswith(prefix)),
-            next_seq,
-        )
 
     # ------------------------------------------------------------ garbage
     def queue_garbage(self, names: list[str]) -> None:
