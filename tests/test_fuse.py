@@ -225,11 +225,11 @@ def test_mkdir_ls_mv_rm_rmdir(mount: Mount) -> None:
     assert os.listdir(mount.path("ns")) == []
 
 
-def test_mv_onto_an_existing_file_is_refused(mount: Mount) -> None:
+def test_mv_onto_an_existing_file_replaces_it(mount: Mount) -> None:
     mount.path("mv-a").write_bytes(b"a")
     mount.path("mv-b").write_bytes(b"b")
-    assert run("mv", "-T", str(mount.path("mv-a")), str(mount.path("mv-b")), check=False).returncode != 0
-    assert mount.path("mv-b").read_bytes() == b"b" and mount.path("mv-a").read_bytes() == b"a"
+    run("mv", "-T", str(mount.path("mv-a")), str(mount.path("mv-b")))
+    assert mount.path("mv-b").read_bytes() == b"a" and not mount.path("mv-a").exists()
 
 
 def test_symlink_link_and_mknod_fail_clearly(mount: Mount) -> None:
