@@ -114,7 +114,7 @@ class TierOperations(pyfuse3.Operations):
             attr.st_blocks = (info.length + 511) // 512
         else:
             attr.st_mode = stat.S_IFDIR | info.mode
-            attr.st_nlink = 2
+            attr.st_nlink = 2 + info.subdirectories
             attr.st_size = 0
             attr.st_blocks = 0
         attr.st_atime_ns = info.atime_ns
@@ -231,8 +231,10 @@ class TierOperations(pyfuse3.Operations):
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         name = self.inodes.name_of(inode)
         entries = await self.store.list(name)
+        parent = name.rpartition("/")[0]
+        dots = [(".", await self.store.stat(name)), ("..", await self.store.stat(parent))]
         handle = self._new_handle()
-        self._directories[handle] = [(entry.name, entry) for entry in entries]
+        self._directories[handle] = [*dots, *((entry.name, entry) for entry in entries)]
         return handle
 
     @fuse_errors
@@ -242,6 +244,11 @@ class TierOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         for index in range(start_id, len(entries)):
             name, info = entries[index]
+            if name in (".", ".."):  # the kernel takes no lookup on these
+                inode = self.inodes.known_inode(info.name) or ROOT_INODE
+                if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attributes(inode, info), index + 1):
+                    return
+                continue
             inode = self.inodes.looked_up(name)
             component = os.fsencode(name.rpartition("/")[2])
             if not pyfuse3.readdir_reply(token, component, self.attributes(inode, info), index + 1):

@@ -293,3 +293,15 @@ def test_the_readme_table_names_these_tests() -> None:
     here = {line.split("(")[0][4:] for line in Path(__file__).read_text().splitlines()
             if line.startswith("def test_") and "readme" not in line}
     assert here <= named, f"tests missing from README's table: {here - named}"
+
+
+def test_ls_la_shows_dot_entries_and_nlink_counts_subdirectories(mount: Mount) -> None:
+    directory = mount.path("links")
+    for sub in ("a", "b", "c"):
+        (directory / sub).mkdir(parents=True)
+    (directory / "file").write_bytes(b"x")
+    listing = run("ls", "-la", str(directory)).stdout.splitlines()
+    assert [line.split()[-1] for line in listing[1:3]] == [".", ".."]
+    assert run("stat", "-c", "%h", str(directory)).stdout.strip() == "5"
+    os.rmdir(directory / "c")
+    assert os.stat(directory).st_nlink == 4

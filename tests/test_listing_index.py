@@ -9,6 +9,7 @@ import random
 from tierfs import StoreConfig, open_store
 from tierfs.contracts import names
 from tierfs.contracts.errors import TierFSError
+from tierfs.contracts.info import DirectoryInfo
 from tierfs.store.facade import SegmentStore
 
 
@@ -21,6 +22,9 @@ async def _check_every_directory(store: SegmentStore) -> None:
     for directory in ["", *store.table.directories]:
         listed = [info.name for info in await store.list(directory)]
         assert listed == await _expected_listing(store, directory), directory
+        subdirectories = sum(names.parent_of(d) == directory for d in store.table.directories)
+        info = await store.stat(directory)
+        assert isinstance(info, DirectoryInfo) and info.subdirectories == subdirectories, directory
 
 
 async def test_listings_follow_every_namespace_change_and_a_restart(config: StoreConfig) -> None:

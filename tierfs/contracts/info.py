@@ -52,6 +52,7 @@ class DirectoryInfo:
     mode: int = 0o755
     uid: int = 0
     gid: int = 0
+    subdirectories: int = 0  # directories directly inside it (st_nlink = 2 + this)
     type: str = "directory"
 
 

@@ -36,6 +36,7 @@ class SegmentTable:
         self.by_id: dict[int, SegmentState] = {}
         self.directories: dict[str, DirectoryMeta] = {}  # by name ('' not included)
         self.children: dict[str, set[str]] = {}  # directory ('' root) -> names directly in it
+        self.subdirectory_counts: dict[str, int] = {}  # directory -> directories directly in it
         self.root_directory = DirectoryMeta()  # loaded when the store opens
         # serializes namespace changes (create, mkdir, rmdir, rename, delete, concat)
         self.lock = trio.Lock()
@@ -103,8 +104,15 @@ class SegmentTable:
         return sorted(self.children.get(directory, ()))
 
     # ------------------------------------------------------------------ changes
-    def _link(self, name: str) -> None:
-        self.children.setdefault(names.parent_of(name), set()).add(name)
+    def subdirectories_of(self, directory: str) -> int:
+        """How many directories are directly inside ``directory`` (st_nlink - 2)."""
+        return self.subdirectory_counts.get(directory, 0)
+
+    def _link(self, name: str, is_directory: bool = False) -> None:
+        parent = names.parent_of(name)
+        self.children.setdefault(parent, set()).add(name)
+        if is_directory:
+            self.subdirectory_counts[parent] = self.subdirectory_counts.get(parent, 0) + 1
 
     def _unlink(self, name: str) -> None:
         parent = names.parent_of(name)
@@ -113,6 +121,12 @@ class SegmentTable:
             siblings.discard(name)
             if not siblings:
                 del self.children[parent]
+        if name in self.directories:
+            remaining = self.subdirectory_counts.get(parent, 0) - 1
+            if remaining > 0:
+                self.subdirectory_counts[parent] = remaining
+            else:
+                self.subdirectory_counts.pop(parent, None)
 
     def add(self, seg: SegmentState) -> None:
         self.by_name[seg.name] = seg
@@ -131,11 +145,11 @@ class SegmentTable:
 
     def add_directory(self, name: str, record: DirectoryMeta) -> None:
         self.directories[name] = record
-        self._link(name)
+        self._link(name, is_directory=True)
 
     def remove_directory(self, name: str) -> None:
-        del self.directories[name]
         self._unlink(name)
+        del self.directories[name]
 
     def _subtree(self, directory: str) -> list[str]:
         found, pending = [], [directory]
@@ -154,7 +168,7 @@ class SegmentTable:
         for before, _ in moves:
             self._unlink(before)
         for before, after in moves:
-            self._link(after)
+            self._link(after, is_directory=before in self.directories)
             if before in self.directories:
                 self.directories[after] = self.directories.pop(before)
             else:

@@ -82,7 +82,7 @@ def segment_info(seg: SegmentState) -> SegmentInfo:
     )
 
 
-def directory_info(name: str, record: DirectoryMeta) -> DirectoryInfo:
+def directory_info(name: str, record: DirectoryMeta, subdirectories: int = 0) -> DirectoryInfo:
     mtime_ns = record.modified_ns or record.created_ns
     return DirectoryInfo(
         name=name,
@@ -94,6 +94,7 @@ def directory_info(name: str, record: DirectoryMeta) -> DirectoryInfo:
         mode=record.mode or DIRECTORY_DEFAULT_MODE,
         uid=record.uid if record.owner_set else PROCESS_UID,
         gid=record.gid if record.owner_set else PROCESS_GID,
+        subdirectories=subdirectories,
     )
 
 

@@ -27,7 +27,7 @@ async def stat(table: SegmentTable, name: str) -> Info:
     canonical = names.canonical(name, allow_root=True)
     await trio.lowlevel.checkpoint()
     if canonical == "" or canonical in table.directories:
-        return directory_info(canonical, table.directory_record(canonical))
+        return directory_info(canonical, table.directory_record(canonical), table.subdirectories_of(canonical))
     return segment_info(table.segment(canonical))
 
 
@@ -41,7 +41,7 @@ async def list_directory(table: SegmentTable, name: str) -> list[Info]:
     for entry_name in table.children_of(directory):  # sorted, and only this directory's
         record = table.directories.get(entry_name)
         if record is not None:
-            result.append(directory_info(entry_name, record))
+            result.append(directory_info(entry_name, record, table.subdirectories_of(entry_name)))
         else:
             result.append(segment_info(table.by_name[entry_name]))
     return result
