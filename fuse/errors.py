@@ -24,6 +24,7 @@ log = logging.getLogger("tierfs.fuse")
 
 ERRNO_BY_CODE: dict[str, int] = {
     "invalid_name": errno.EINVAL,
+    "name_too_long": errno.ENAMETOOLONG,
     "invalid_argument": errno.EINVAL,
     "too_large": errno.EFBIG,
     "not_found": errno.ENOENT,

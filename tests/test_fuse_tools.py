@@ -6,6 +6,7 @@ that are kept, POSIX rename, and the tools that depend on them: ``touch -d`` + `
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -305,3 +306,36 @@ def test_ls_la_shows_dot_entries_and_nlink_counts_subdirectories(mount: Mount) -
     assert run("stat", "-c", "%h", str(directory)).stdout.strip() == "5"
     os.rmdir(directory / "c")
     assert os.stat(directory).st_nlink == 4
+
+
+def test_name_length_limits_are_the_kernels(mount: Mount, tmp_path: Path) -> None:
+    directory = mount.path("names")
+    directory.mkdir()
+    (directory / ("a" * 255)).write_bytes(b"ok")
+    with pytest.raises(OSError) as refused:
+        (directory / ("b" * 256)).write_bytes(b"no")
+    assert refused.value.errno == errno.ENAMETOOLONG
+    with pytest.raises(OSError) as refused_dir:
+        os.mkdir(directory / ("c" * 256))
+    assert refused_dir.value.errno == errno.ENAMETOOLONG
+    # deeper than 4,096 bytes below the mount root, reached by relative paths (the
+    # kernel counts PATH_MAX on the path each call is given)
+    component = "d" * 200
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(25):  # 25 * 201 bytes: over 4,096 below the mount root
+            os.mkdir(component, dir_fd=fd)
+            deeper = os.open(component, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        file_fd = os.open("deep.txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+        os.write(file_fd, b"deep")
+        os.close(file_fd)
+    finally:
+        os.close(fd)
+    deep_name = "names/" + "/".join([component] * 25) + "/deep.txt"
+    info = run(sys_executable(), "-m", "tierfs.cli", "--data-dir", str(mount.data_dir), "stat", deep_name)
+    assert "length" in info.stdout and " 4" in info.stdout
+    cli = run(sys_executable(), "-m", "tierfs.cli", "--data-dir", str(mount.data_dir), "create",
+              "names/" + "e" * 256, check=False)
+    assert cli.returncode != 0 and "component longer than 255 bytes" in cli.stderr, cli

@@ -37,6 +37,13 @@ class InvalidNameError(TierFSError, ValueError):
         self.reason = reason
 
 
+class NameTooLongError(InvalidNameError):
+    """A name component is over 255 bytes, or the whole name over the store's limit
+    (ENAMETOOLONG on the mount); nothing was changed."""
+
+    code = "name_too_long"
+
+
 class InvalidArgumentError(TierFSError, ValueError):
     """An argument other than a name was out of range; nothing was changed."""
 

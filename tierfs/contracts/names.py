@@ -4,15 +4,21 @@ Invariants:
 - A canonical name is a '/'-joined sequence of components with no leading or trailing
   slash; the root directory is the empty string.
 - Every component is 1..255 UTF-8 bytes, is not '.' or '..', and holds no NUL and no '/'.
+- A component over 255 bytes, or a name over ``MAX_NAME_BYTES``, is ``NameTooLongError``
+  (ENAMETOOLONG on the mount, 400 ``name_too_long`` on the API), a subclass of
+  ``InvalidNameError``.
 - Validation happens before any state change, so a bad name changes nothing.
 """
 
 from __future__ import annotations
 
-from tierfs.contracts.errors import InvalidNameError
+from tierfs.contracts.errors import InvalidNameError, NameTooLongError
 
 MAX_COMPONENT_BYTES = 255  # the POSIX NAME_MAX most filesystems and tools assume
-MAX_NAME_BYTES = 4096  # PATH_MAX: keeps names usable through a FUSE mount
+# The kernel applies PATH_MAX (4096) to the path a caller gives, which may be relative to
+# a directory deep inside the mount, so a name below the mount root may be longer: the
+# store's own bound is only there to keep one name a reasonable database key.
+MAX_NAME_BYTES = 32768
 
 
 def canonical(name: str, *, allow_root: bool = False) -> str:
@@ -35,16 +41,14 @@ def canonical(name: str, *, allow_root: bool = False) -> str:
     if "\x00" in stripped:
         raise InvalidNameError(name, "NUL bytes are not allowed")
     if len(stripped.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-        raise InvalidNameError(name, f"longer than {MAX_NAME_BYTES} bytes")
+        raise NameTooLongError(name, f"longer than {MAX_NAME_BYTES} bytes")
     for component in stripped.split("/"):
         if component == "":
             raise InvalidNameError(name, "empty path component ('//' or a stray '/')")
         if component in (".", ".."):
             raise InvalidNameError(name, f"'{component}' components are not allowed")
         if len(component.encode("utf-8", "surrogatepass")) > MAX_COMPONENT_BYTES:
-            raise InvalidNameError(
-                name, f"component longer than {MAX_COMPONENT_BYTES} bytes"
-            )
+            raise NameTooLongError(name, f"component longer than {MAX_COMPONENT_BYTES} bytes")
     return stripped
 
 

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 STATUS_BY_CODE = {
     "invalid_name": 400,
+    "name_too_long": 400,
     "invalid_argument": 400,
     "not_a_directory": 400,
     "is_a_directory": 400,
