@@ -8,6 +8,9 @@ Invariants:
   it; afterwards it is dropped, so the table's size follows the kernel's, not the
   number of names ever seen. Inode numbers are never reused within a mount.
 - A removed name's inode stays valid for open handles but answers ENOENT by name.
+- A name unlinked while open (``unlinked``) moves to its hidden name and its inode keeps
+  serving its open handles; ``closed`` says when the last one went, so the mount can
+  delete the hidden segment.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class InodeTable:
         self._inode_by_name: dict[str, int] = {"": ROOT_INODE}
         self._lookups: dict[int, int] = {}
         self._open_handles: dict[int, int] = {}
+        self._unlinked: set[int] = set()  # inodes whose name was unlinked while open
         self._next_inode = ROOT_INODE + 1
 
     def __len__(self) -> int:
@@ -36,6 +40,9 @@ class InodeTable:
         if name is None:
             raise SegmentNotFoundError(f"inode {inode}")
         return name
+
+    def known_name(self, inode: int) -> str | None:
+        return self._name_by_inode.get(inode)
 
     def known_inode(self, name: str) -> int | None:
         return self._inode_by_name.get(name)
@@ -58,8 +65,24 @@ class InodeTable:
     def opened(self, inode: int) -> None:
         self._open_handles[inode] = self._open_handles.get(inode, 0) + 1
 
-    def closed(self, inode: int) -> None:
+    def closed(self, inode: int) -> bool:
+        """One handle of ``inode`` closed; True if it was the last one."""
+        last = self._open_handles.get(inode, 0) <= 1
         self._release(self._open_handles, inode, 1)
+        return last
+
+    def is_open(self, inode: int) -> bool:
+        return inode in self._open_handles
+
+    def is_unlinked(self, inode: int) -> bool:
+        return inode in self._unlinked
+
+    def unlinked(self, name: str, hidden: str) -> None:
+        """``name`` was unlinked while open and now lives at ``hidden``."""
+        inode = self._inode_by_name.pop(name)
+        self._inode_by_name[hidden] = inode
+        self._name_by_inode[inode] = hidden
+        self._unlinked.add(inode)
 
     def _release(self, counts: dict[int, int], inode: int, count: int) -> None:
         remaining = counts.get(inode, 0) - count
@@ -92,5 +115,6 @@ class InodeTable:
         if inode == ROOT_INODE or inode in self._lookups or inode in self._open_handles:
             return
         name = self._name_by_inode.pop(inode, None)
+        self._unlinked.discard(inode)
         if name is not None and self._inode_by_name.get(name) == inode:
             del self._inode_by_name[name]

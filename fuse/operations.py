@@ -38,7 +38,9 @@ from tierfs.fuse.inodes import ROOT_INODE, InodeTable
 from tierfs.fuse.rewrites import already_written
 from tierfs.fuse.whole_file_rewrites import WholeFileRewrites
 
+from tierfs.contracts import names
 from tierfs.contracts.api import SegmentReaderAPI
+from tierfs.contracts.cluster_errors import CrossContainerError
 from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.errors import (
     BadOffsetError,
@@ -46,6 +48,7 @@ from tierfs.contracts.errors import (
     NotADirectoryError_,
     OffsetOutOfRangeError,
     SegmentExistsError,
+    SegmentNotFoundError,
     SegmentSealedError,
 )
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
@@ -109,7 +112,7 @@ class TierOperations(pyfuse3.Operations):
         attr.st_blksize = BLOCK_SIZE_BYTES
         if isinstance(info, SegmentInfo):
             attr.st_mode = stat.S_IFREG | info.mode
-            attr.st_nlink = 1
+            attr.st_nlink = 0 if self.inodes.is_unlinked(inode) else 1
             attr.st_size = info.length
             attr.st_blocks = (info.length + 511) // 512
         else:
@@ -126,6 +129,12 @@ class TierOperations(pyfuse3.Operations):
         """Attributes of ``name`` for a reply that gives the kernel a lookup."""
         info = await self.store.stat(name)
         return self.attributes(self.inodes.looked_up(name), info)
+
+    async def _stat_if_exists(self, name: str) -> Info | None:
+        try:
+            return await self.store.stat(name)
+        except SegmentNotFoundError:
+            return None
 
     async def _segment_info(self, inode: int) -> SegmentInfo:
         name = self.inodes.name_of(inode)
@@ -197,10 +206,29 @@ class TierOperations(pyfuse3.Operations):
     @fuse_errors
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         path = join(self.inodes.name_of(parent_inode), name)
-        if isinstance(await self.store.stat(path), DirectoryInfo):
+        info = await self.store.stat(path)
+        if isinstance(info, DirectoryInfo):
             raise IsADirectoryError_(path)
-        await self.store.delete(path)
-        self.inodes.removed(path)
+        if not await self._keep_for_open_handles(path, info):
+            await self.store.delete(path)
+            self.inodes.removed(path)
+
+    async def _keep_for_open_handles(self, path: str, info: SegmentInfo) -> bool:
+        """A name being unlinked or replaced whose file is open here moves to a hidden
+        name in its directory, so its descriptors keep working (POSIX); the segment is
+        deleted when the last one closes. False: nothing holds it open (or, in cluster
+        mode, the hidden name would be another container's: deleted at once)."""
+        inode = self.inodes.known_inode(path)
+        if inode is None or not self.inodes.is_open(inode):
+            return False
+        parent = path.rpartition("/")[0]
+        hidden = join(parent, os.fsencode(f"{names.UNLINKED_PREFIX}{info.segment_id}"))
+        try:
+            await self.store.rename(path, hidden)
+        except CrossContainerError:
+            return False
+        self.inodes.unlinked(path, hidden)
+        return True
 
     @fuse_errors
     async def rename(
@@ -211,6 +239,11 @@ class TierOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EINVAL)  # would need two renames at once
         old = join(self.inodes.name_of(parent_inode_old), name_old)
         new = join(self.inodes.name_of(parent_inode_new), name_new)
+        target = await self._stat_if_exists(new)
+        if isinstance(target, SegmentInfo) and not target.sealed and old != new:
+            # a replaced file open here keeps serving its descriptors (not atomic then:
+            # the name is missing between the two renames)
+            await self._keep_for_open_handles(new, target)
         await self.store.rename(old, new)  # replaces an existing target (POSIX); never a sealed one
         self.inodes.renamed(old, new)
 
@@ -337,11 +370,13 @@ class TierOperations(pyfuse3.Operations):
         handle = self._files.pop(fh, None)
         if handle is None:
             return
-        try:
-            if handle.mode_on_close is not None:
-                await self.store.set_attributes(self.inodes.name_of(handle.inode), mode=handle.mode_on_close)
-        finally:
-            self.inodes.closed(handle.inode)
+        name = self.inodes.known_name(handle.inode)
+        unlinked = self.inodes.is_unlinked(handle.inode)
+        last = self.inodes.closed(handle.inode)
+        if name is not None and unlinked and last:
+            await self.store.delete(name)  # unlinked while open: its last descriptor closed
+        elif name is not None and handle.mode_on_close is not None:
+            await self.store.set_attributes(name, mode=handle.mode_on_close)
 
     @fuse_errors
     async def fsync(self, fh: int, datasync: bool) -> None:

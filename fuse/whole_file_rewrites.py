@@ -33,8 +33,8 @@ from tierfs.store.served import MountedStore
 log = logging.getLogger("tierfs.fuse")
 
 POLICY_KEY = "rewrite_replaces"
-# hidden from listings and removed when the store opens (store.hidden_names)
-HIDDEN_PREFIX = ".tierfs-unlinked."
+# hidden from listings and removed when the store opens (names.is_unlinked_leftover)
+HIDDEN_PREFIX = names.UNLINKED_PREFIX
 
 
 class WholeFileRewrites:

@@ -287,7 +287,8 @@ def test_the_readme_table_names_these_tests() -> None:
     readme = (repo / "README.md").read_text()
     section = readme.split("### Tools on the mount", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "| Test |" not in line]
-    named = {line.rstrip(" |").rsplit("|", 1)[1].split("(")[0].strip("` ") for line in rows}
+    named = {name.strip("` ") for line in rows
+             for name in line.rstrip(" |").rsplit("|", 1)[1].split("(")[0].split(",")}
     sources = (repo / "tests" / "test_fuse_tools.py").read_text() + (repo / "tests" / "test_fuse.py").read_text()
     defined = {name for name in named if f"def {name}(" in sources}
     assert named == defined, f"README names tests that do not exist: {named - defined}"
@@ -339,3 +340,85 @@ def test_name_length_limits_are_the_kernels(mount: Mount, tmp_path: Path) -> Non
     cli = run(sys_executable(), "-m", "tierfs.cli", "--data-dir", str(mount.data_dir), "create",
               "names/" + "e" * 256, check=False)
     assert cli.returncode != 0 and "component longer than 255 bytes" in cli.stderr, cli
+
+
+def test_a_file_unlinked_while_open_keeps_working_through_its_descriptor(mount: Mount) -> None:
+    path = mount.path("rotating.log")
+    path.write_bytes(b"before\n")
+    fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    try:
+        os.unlink(path)
+        assert not path.exists()
+        assert "rotating.log" not in run("ls", "-la", str(mount.mountpoint)).stdout
+        assert ".tierfs-unlinked" not in run("ls", "-la", str(mount.mountpoint)).stdout
+        assert os.pread(fd, 100, 0) == b"before\n"
+        os.write(fd, b"after\n")
+        os.fsync(fd)
+        assert os.pread(fd, 100, 0) == b"before\nafter\n"
+        st = os.fstat(fd)
+        assert (st.st_size, st.st_nlink) == (13, 0)
+        path.write_bytes(b"a new file under the old name\n")  # log rotation: a new file
+        assert os.pread(fd, 100, 0) == b"before\nafter\n"
+    finally:
+        os.close(fd)
+    client = mount.client()
+    deadline = time.monotonic() + 10
+    while any(".tierfs-unlinked" in i.name for i in client.ls("")) or client.metrics() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert path.read_bytes() == b"a new file under the old name\n"
+
+
+def test_tail_f_follows_the_old_file_across_a_rotation(mount: Mount) -> None:
+    path = mount.path("rotated.log")
+    path.write_bytes(b"one\n")
+    follower = subprocess.Popen(["tail", "-f", str(path)], stdout=subprocess.PIPE)
+    try:
+        time.sleep(0.5)
+        with open(path, "ab") as f:
+            rotated = mount.path("rotated.log.1")
+            os.rename(path, rotated)
+            f.write(b"two\n")
+        time.sleep(1.5)
+        os.unlink(rotated)
+        time.sleep(0.5)
+    finally:
+        follower.terminate()
+        output = follower.communicate(timeout=10)[0]
+    assert output == b"one\ntwo\n"
+
+
+def test_unlinked_open_files_are_gone_after_a_kill_9(tmp_path: Path) -> None:
+    mount = Mount(tmp_path / "data", tmp_path / "mnt")
+    holder = None
+    try:
+        path = mount.path("held")
+        path.write_bytes(b"x")
+        holder = subprocess.Popen(["sleep", "600"], stdin=open(path, "rb"))
+        os.unlink(path)
+        names_before = [i.name for i in mount.client().ls("")]
+        assert names_before == []
+        mount.proc.kill()  # kill -9 of the daemon with the mount
+        mount.proc.wait(timeout=30)
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+    deadline = time.monotonic() + 30
+    while is_mounted(mount.mountpoint):
+        assert time.monotonic() < deadline, "kill -9 left the mount behind"
+        time.sleep(0.1)
+    mount = Mount(tmp_path / "data", tmp_path / "mnt")
+    try:
+        statistics = run(sys_executable(), "-m", "tierfs.cli", "--data-dir", str(mount.data_dir),
+                         "ls", "-l", "").stdout
+        assert statistics.strip() == ""
+        assert "unlinked while open" in mount.stderr_text()
+    finally:
+        mount.unmount()
+
+
+def is_mounted(path: Path) -> bool:
+    from tierfs.fuse.mount import is_mount_point
+
+    return is_mount_point(path)

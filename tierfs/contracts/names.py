@@ -8,6 +8,9 @@ Invariants:
   (ENAMETOOLONG on the mount, 400 ``name_too_long`` on the API), a subclass of
   ``InvalidNameError``.
 - Validation happens before any state change, so a bad name changes nothing.
+- Names whose last component starts with ``UNLINKED_PREFIX`` are the mount's: a file
+  unlinked while open, or a rewrite's new segment before its rename. Listings leave them
+  out and the store deletes them when it opens (nothing can hold them open then).
 """
 
 from __future__ import annotations
@@ -67,3 +70,11 @@ def is_within(name: str, directory: str) -> bool:
     if directory == "":
         return name != ""
     return name.startswith(directory + "/")
+
+
+UNLINKED_PREFIX = ".tierfs-unlinked."
+
+
+def is_unlinked_leftover(name: str) -> bool:
+    """Whether ``name`` is one the mount keeps for open descriptors (see above)."""
+    return name.rpartition("/")[2].startswith(UNLINKED_PREFIX)

@@ -300,6 +300,13 @@ class SegmentStore:
             await self.catalogue.update_record(seg, durability=durability)
         return listing.segment_info(seg)
 
+    async def _delete_unlinked_leftovers(self) -> None:
+        """Segments a mount kept for open descriptors after their unlink: nothing holds
+        them once the store opens again (after a crash of the mount's daemon)."""
+        for seg in [s for s in self.table.segments() if names.is_unlinked_leftover(s.name)]:
+            log.info("deleting %r: unlinked while open before the last stop", seg.name)
+            await self._parts.namespace.delete(seg.name)
+
     async def set_attributes(
         self,
         name: str,
@@ -405,6 +412,7 @@ async def open_store(config: StoreConfig | None = None) -> AsyncIterator[Segment
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
                 nursery.start_soon(store.garbage.collect)
+                await store._delete_unlinked_leftovers()
                 try:
                     yield store
                 finally:

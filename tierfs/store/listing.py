@@ -39,6 +39,8 @@ async def list_directory(table: SegmentTable, name: str) -> list[Info]:
     await trio.lowlevel.checkpoint()
     result: list[Info] = []
     for entry_name in table.children_of(directory):  # sorted, and only this directory's
+        if names.is_unlinked_leftover(entry_name):
+            continue  # unlinked, kept only for the mount's open descriptors
         record = table.directories.get(entry_name)
         if record is not None:
             result.append(directory_info(entry_name, record, table.subdirectories_of(entry_name)))
