@@ -12,6 +12,9 @@ Directories are namespaces, files are segments. Semantics (append-only):
   permission bits, owner and times (``chmod``, ``chown``, ``touch -d``, ``utimensat``)
   are stored (``store.set_attributes``; the kernel checks who may change them);
 - ``rename`` onto an existing name replaces it atomically, never a sealed segment (EPERM);
+- a file unlinked (or replaced) while open here keeps working through its descriptors
+  under a hidden name and is deleted at the last close (``_keep_for_open_handles``);
+- readdir lists ``.`` and ``..``; a directory's ``st_nlink`` is 2 + its subdirectories;
 - ``fsync``/``fdatasync`` make every byte written so far durable, also on a VD segment;
 - ``st_size`` is the durable length: readers never see bytes a crash could take away;
 - extended attributes ``user.tierfs.*`` report the segment's lengths and state;
