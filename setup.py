@@ -1,5 +1,8 @@
 from setuptools import setup
 
+# tested together (see the test extra): s3fs pins fsspec, aiobotocore pins botocore
+S3_CLIENT_STACK = ["s3fs==2026.9.0", "aiobotocore==3.10.0", "boto3==1.43.117"]
+
 setup(
     name="tierfs",
     version="0.1.0",
@@ -20,40 +23,46 @@ setup(
         # PySpark >= 4.0 registers DefaultSource of installed pyspark_* packages itself
         "pyspark_tierfs": "tierfs/spark/autoregister",
     },
+    # Every dependency is bounded (tested majors) so both the pip a fresh venv ships and
+    # a current pip resolve in seconds (tests/test_install_resolves.py).
     install_requires=[
-        "trio>=0.25",
-        "fsspec>=2024.2",
-        "s3fs>=2024.2",
-        "protobuf>=4.25",
-        "cachetools>=5.3",
-        "crc32c>=2.4",
-        "hypercorn>=0.16",
-        "starlette>=0.37",
-        "httpx>=0.27",
-        "h11>=0.14",  # tierfs.testing.fault_proxy (already there through httpx and hypercorn)
-        "prometheus-client>=0.20",
-        "pyfuse3>=3.3",  # needs libfuse3-dev and pkg-config to build (dev.sh installs them)
+        "trio>=0.25,<0.40",
+        "fsspec>=2024.2",  # s3fs pins fsspec to its own release
+        "s3fs>=2024.2,<2028",
+        "protobuf>=4.25,<8",
+        "cachetools>=5.3,<9",
+        "crc32c>=2.4,<3",
+        "hypercorn>=0.16,<0.20",
+        "starlette>=0.37,<2",
+        "httpx>=0.27,<0.30",
+        "h11>=0.14,<0.17",  # tierfs.testing.fault_proxy (already there through httpx and hypercorn)
+        "prometheus-client>=0.20,<1",
+        "pyfuse3>=3.3,<4",  # needs libfuse3-dev and pkg-config to build (dev.sh installs them)
         "psycopg[binary]>=3.2,<3.4",  # --metadata postgresql://... (imported only then)
     ],
     extras_require={
         "test": [
-            "pytest>=8",
-            "pytest-trio>=0.8",
-            "moto[server]>=5",
-            "boto3",
-            "ruff",
-            "mypy",
+            "pytest>=8,<10",
+            "pytest-trio>=0.8,<0.9",
+            "moto[server]>=5,<6",
+            # The S3 client stack as one tested set: aiobotocore pins the exact botocore
+            # range it works with, and moto needs boto3, whose newest release needs a
+            # newer botocore. Unpinned, pip 23 (a fresh venv's) reports ResolutionImpossible
+            # and a current pip backtracks for minutes. Move the three together.
+            *S3_CLIENT_STACK,
+            "ruff>=0.4,<1",
+            "mypy>=1.10,<3",
             "types-protobuf",
             "types-cachetools",
-            "pandas",
-            "pyarrow",
-            "pyspark>=4.0",
+            "pandas>=2,<4",
+            "pyarrow>=15,<30",
+            "pyspark>=4.0,<5",
         ],
         # python -m benchmarks (source tree only): boto3 creates the S3 server's
         # buckets, pyspark runs the spark benchmark; Node.js/npm install s3rver.
         "bench": [
-            "boto3",
-            "pyspark>=4.0",
+            *S3_CLIENT_STACK,
+            "pyspark>=4.0,<5",
         ],
     },
     entry_points={
