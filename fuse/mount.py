@@ -11,8 +11,9 @@ Invariants:
   daemon dies, even by kill -9, so no dead mount is left behind.
 - Unmounting (``tierfs umount``, ``fusermount3 -u``) stops the daemon cleanly (flush,
   close); SIGTERM/SIGINT unmount and stop it.
-- Default options only: the mount is for its owner (no ``allow_other``) and the kernel
-  checks permissions from the modes (``default_permissions``).
+- The mount is for its owner unless ``--allow-other`` (opt-in, for shared hosts; a
+  non-root owner needs ``user_allow_other`` in /etc/fuse.conf); the kernel checks
+  permissions from the stored modes and owners (``default_permissions``, always on).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ async def run_mount(
     mountpoint: Path,
     direct_io: bool,
     attr_timeout_s: float,
+    allow_other: bool,
     store: MountedStore,
     stopping: trio.Event,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -82,6 +84,8 @@ async def run_mount(
     notifier = KernelNotifier(operations.inodes)
     # fsname is what mount(8) and /proc/mounts show as the source: the data dir
     options = {*pyfuse3.default_options, *MOUNT_OPTIONS, f"fsname=tierfs:{store.config.data_dir}"}
+    if allow_other:  # shared hosts: other users, checked by the kernel from the modes
+        options.add("allow_other")
     try:
         pyfuse3.init(operations, str(mountpoint), options)
     except RuntimeError as e:
@@ -110,12 +114,12 @@ async def _terminate_on(stopping: trio.Event) -> None:
 
 def mount_command(
     config: StoreConfig, mountpoint: Path, *, listen: str | None, foreground: bool,
-    direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S,
+    direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S, allow_other: bool = False,
 ) -> int:
     """Run the daemon with the mount; in the background unless ``foreground``."""
     mountpoint = mountpoint.absolute()
     check_mountpoint(mountpoint)
-    service = partial(run_mount, mountpoint, direct_io, attr_timeout_s)
+    service = partial(run_mount, mountpoint, direct_io, attr_timeout_s, allow_other)
     if foreground:
         trio.run(partial(serve, config, listen=listen, service=service))
         return 0

@@ -422,3 +422,37 @@ def is_mounted(path: Path) -> bool:
     from tierfs.fuse.mount import is_mount_point
 
     return is_mount_point(path)
+
+
+def test_allow_other_is_opt_in_and_the_kernel_checks_the_stored_modes(tmp_path: Path) -> None:
+    """Other users: refused by the kernel on a default mount; with --allow-other they
+    get what the stored mode and owner give them (default_permissions)."""
+    if os.getuid() != 0 or shutil.which("runuser") is None:
+        pytest.fail("this test runs as root with runuser (util-linux), as CI does")
+    base = Path("/tmp") / f"tierfs-other-{os.getpid()}"  # reachable by nobody (tmp_path may not be)
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(mode=0o755)
+    try:
+        for allow_other in (False, True):
+            mount = Mount(base / f"data{int(allow_other)}", base / "mnt", *(["--allow-other"] if allow_other else []))
+            try:
+                os.chmod(mount.mountpoint, 0o755)
+                (mount.path("public")).write_bytes(b"for everyone\n")
+                (mount.path("private")).write_bytes(b"root only\n")
+                os.chmod(mount.path("private"), 0o600)
+                options = next(line for line in Path("/proc/self/mounts").read_text().splitlines()
+                               if str(mount.mountpoint) in line)
+                assert ("allow_other" in options) == allow_other, options
+                if allow_other:
+                    assert cat_as_nobody(mount.path("public")).stdout == "for everyone\n"
+                    assert "Permission denied" in cat_as_nobody(mount.path("private")).stderr
+                else:
+                    assert "Permission denied" in cat_as_nobody(mount.path("public")).stderr
+            finally:
+                mount.unmount()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def cat_as_nobody(path: Path) -> subprocess.CompletedProcess[str]:
+    return run("runuser", "-u", "nobody", "--", "cat", str(path), check=False)

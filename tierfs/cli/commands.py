@@ -347,7 +347,7 @@ def _mount_commands(args: argparse.Namespace, config: StoreConfig) -> int:
     try:
         return mount_command(config, Path(args.mountpoint), listen=args.listen,
                              foreground=args.foreground, direct_io=not args.page_cache,
-                             attr_timeout_s=args.attr_timeout)
+                             attr_timeout_s=args.attr_timeout, allow_other=args.allow_other)
     except MountError as e:
         print(f"tierfs: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attr-timeout", type=float, default=1.0, metavar="SECONDS",
                    help="how long the kernel may cache attributes (default 1; growth is "
                         "notified at once anyway)")
+    p.add_argument("--allow-other", action="store_true",
+                   help="let other users use the mount (the kernel checks the stored modes "
+                        "and owners; a non-root owner needs user_allow_other in /etc/fuse.conf)")
     p = add("umount", "unmount a tierfs mount; its daemon flushes, closes and exits")
     p.add_argument("mountpoint")
     return parser
