@@ -40,11 +40,11 @@ from tierfs.fuse.errors import fuse_errors
 from tierfs.fuse.inodes import ROOT_INODE, InodeTable
 from tierfs.fuse.rewrites import already_written
 from tierfs.fuse.whole_file_rewrites import WholeFileRewrites
+from tierfs.fuse.xattrs import ExtendedAttributes
 
 from tierfs.contracts import names
 from tierfs.contracts.api import SegmentReaderAPI
 from tierfs.contracts.cluster_errors import CrossContainerError
-from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.errors import (
     BadOffsetError,
     IsADirectoryError_,
@@ -60,9 +60,6 @@ from tierfs.store.served import MountedStore
 ATTR_TIMEOUT_S = 1.0  # the kernel also hears of growth at once (see invalidation.py)
 ENTRY_TIMEOUT_S = 1.0  # names changed through the API become visible within this
 BLOCK_SIZE_BYTES = 1 << 20  # st_blksize: tools size their I/O by it
-XATTR_PREFIX = "user.tierfs."
-XATTR_NAMES = ("durable_length", "flushed_length", "offloaded_length", "chunk_count",
-               "sealed", "durability")
 DEFAULT_FILE_MODE = 0o644  # what the store reports when nothing was set
 DEFAULT_DIRECTORY_MODE = 0o755
 
@@ -82,7 +79,7 @@ def join(parent: str, name: bytes) -> str:
     return f"{parent}/{component}" if parent else component
 
 
-class TierOperations(pyfuse3.Operations):
+class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     supports_dot_lookup = False  # no NFS export: the kernel resolves . and ..
     enable_writeback_cache = False  # writes must reach the store in order, as written
     enable_acl = False
@@ -406,49 +403,6 @@ class TierOperations(pyfuse3.Operations):
         data.f_favail = disk.f_favail
         data.f_namemax = 255
         return data
-
-    # ---------------------------------------------------------------- xattrs
-    async def _xattr_value(self, info: SegmentInfo, key: str) -> object:
-        if key == "offloaded_length":  # the only one that needs the chunk list
-            layout = await self.store.chunk_layout(info.name)
-            return sum(c["end"] - c["start"] for c in layout if c["offloaded"])
-        if key == "sealed":
-            return "true" if info.sealed else "false"
-        return getattr(info, key)
-
-    @fuse_errors
-    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
-        info = await self.store.stat(self.inodes.name_of(inode))
-        if not isinstance(info, SegmentInfo):
-            return []
-        return [(XATTR_PREFIX + key).encode() for key in XATTR_NAMES]
-
-    @fuse_errors
-    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        key = os.fsdecode(name).removeprefix(XATTR_PREFIX)
-        info = await self.store.stat(self.inodes.name_of(inode))
-        if not isinstance(info, SegmentInfo) or key not in XATTR_NAMES or key == os.fsdecode(name):
-            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-        return str(await self._xattr_value(info, key)).encode()
-
-    @fuse_errors
-    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
-        key = os.fsdecode(name)
-        if key != XATTR_PREFIX + "durability":
-            # the others are read-only facts; nothing else is stored
-            raise pyfuse3.FUSEError(errno.EPERM if key.startswith(XATTR_PREFIX) else errno.EOPNOTSUPP)
-        level = value.decode(errors="replace").strip()
-        if level not in DURABILITY_LEVELS:
-            raise pyfuse3.FUSEError(errno.EINVAL)
-        info = await self._segment_info(inode)
-        if info.appended_length:  # fixed once bytes were acknowledged under it: not allowed, not invalid
-            raise pyfuse3.FUSEError(errno.EPERM)
-        await self.store.set_durability(info.name, level)
-
-    @fuse_errors
-    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        key = os.fsdecode(name)
-        raise pyfuse3.FUSEError(errno.EPERM if key.startswith(XATTR_PREFIX) else pyfuse3.ENOATTR)
 
 
 __all__ = ["ROOT_INODE", "TierOperations"]

@@ -145,3 +145,17 @@ def test_lines_and_raw_formats_and_refusals(spark: Any, sdaemon: Daemon) -> None
         TierWriter({**options, "path": "fmt/raw", "format": "raw"}, blobs.schema, False)
     assert client.read("fmt/raw") == b"".join(bytes([i]) * 10 for i in range(20))
     client.close()
+
+
+def test_a_plain_save_says_which_mode_to_use(spark: Any, sdaemon: Daemon) -> None:
+    """Spark refuses its default mode (ErrorIfExists) for Python data sources before any
+    of tierfs runs; the message names Append, and Overwrite names mode('append')."""
+    options = {"data_dir": str(sdaemon.data_dir)}
+    frame = spark.createDataFrame([(1, "a")], ["id", "name"])
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE") as refused:
+        frame.write.format("tierfs").options(**options).save("tierfs://plain/new")
+    assert '"Append"' in str(refused.value)
+    with pytest.raises(Exception, match=r"append-only: use mode\('append'\)"):
+        frame.write.format("tierfs").mode("overwrite").options(**options).save("tierfs://plain/new")
+    frame.write.format("tierfs").mode("append").options(**options).save("tierfs://plain/new")
+    assert sdaemon.client().read("plain/new").decode().strip() == '{"id":1,"name":"a"}'
