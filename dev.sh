@@ -55,6 +55,16 @@ if [ ! -f .venv/.installed ] || [ setup.py -nt .venv/.installed ]; then
   .venv/bin/python -m pip install -q -e ".[test]"
   touch .venv/.installed
 fi
+# PySpark >= 4.0 registers the DefaultSource of every top-level module named pyspark_*
+# that pkgutil can list; an editable install's package is imported through a finder that
+# pkgutil does not list, so give it a listed module too (a regular install has a real
+# pyspark_tierfs package): format("tierfs") then works in this venv without register().
+site_packages="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ ! -d "$site_packages/pyspark_tierfs" ] && [ ! -f "$site_packages/pyspark_tierfs.py" ]; then
+  printf '%s\n' '"""Lists tierfs for PySpark in an editable install (written by dev.sh)."""' \
+    'from tierfs.spark.source import TierDataSource as DefaultSource' '' '__all__ = ["DefaultSource"]' \
+    > "$site_packages/pyspark_tierfs.py"
+fi
 
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 case "$mode" in
