@@ -29,7 +29,10 @@ Semantics (append-only):
   the daemon. ``direct_reads=False`` sends everything through the daemon.
 - An open ``rb`` file reads the segment it opened: if the name comes to mean another
   segment (deleted and re-created, or renamed over), its reads fail rather than return
-  the other segment's bytes. ``cat_file`` resolves the name on every call.
+  the other segment's bytes (``FileNotFoundError``; the daemon part of a read is sent
+  with ``If-Match`` on the opened segment's id). ``cat_file`` resolves the name on
+  every call. On the mount, by contrast, an open descriptor keeps reading the segment
+  it opened (the kernel holds its inode).
 - Instances pickle by their constructor arguments (fsspec rebuilds them), so Spark
   workers get a working client in their own process.
 """
@@ -183,13 +186,17 @@ class TierFileSystem(AbstractFileSystem):
     def segment_layout(self, name: str) -> SegmentLayout:
         return SegmentLayout.from_json(self.client.layout(self._strip_protocol(name)))
 
-    def _read_daemon(self, name: str, start: int, end: int | None) -> bytes:
-        data = self.client.read(name, start, end)
+    def _read_daemon(self, name: str, start: int, end: int | None, segment_id: int | None = None) -> bytes:
+        """Bytes through the daemon; with ``segment_id``, only from that segment (a name
+        deleted or replaced meanwhile is ``FileNotFoundError``, never another's bytes)."""
+        data = self.client.read(name, start, end, segment_id=segment_id)
         self.bytes_fetched_daemon += len(data)
         return data
 
-    def _read_with_layout(self, name: str, layout: SegmentLayout, start: int, end: int | None) -> bytes:
-        """Bytes [start, end): the part the chunks hold directly, the rest via the daemon."""
+    def _read_with_layout(self, name: str, layout: SegmentLayout, start: int, end: int | None,
+                          segment_id: int | None = None) -> bytes:
+        """Bytes [start, end): the part the chunks hold directly, the rest via the daemon,
+        from segment ``segment_id`` (default: the layout's, when it has chunks)."""
         assert self.direct is not None
         pieces = []
         direct_end = layout.flushed_end if end is None else min(end, layout.flushed_end)
@@ -200,7 +207,8 @@ class TierFileSystem(AbstractFileSystem):
             except ChunkUnavailable as e:
                 log.debug("reading tierfs://%s through the daemon: %s", name, e)
         if end is None or end > start:
-            pieces.append(self._read_daemon(name, start, end))
+            expected_id = layout.segment_id if segment_id is None else segment_id
+            pieces.append(self._read_daemon(name, start, end, expected_id))
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "create", **kwargs: Any) -> None:
@@ -349,7 +357,7 @@ class TierFile(AbstractBufferedFile):
     def _fetch_range(self, start: int, end: int) -> bytes:
         fs = self.fs
         if fs.direct is None:
-            return fs._read_daemon(self.path, start, end)
+            return fs._read_daemon(self.path, start, end, self.details.get("segment_id"))
         layout = self._layout
         stale = layout is None or (
             end > layout.flushed_end and layout.flushed_end < self.size
@@ -364,7 +372,7 @@ class TierFile(AbstractBufferedFile):
                 )
             self._layout, self._layout_time_s = layout, time.monotonic()
         assert layout is not None
-        return fs._read_with_layout(self.path, layout, start, end)
+        return fs._read_with_layout(self.path, layout, start, end, self.details.get("segment_id"))
 
     def _initiate_upload(self) -> None:
         """Nothing to do: ``_open`` created the segment."""

@@ -100,3 +100,17 @@ def test_data_dir_from_environment(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert (d / "metadata.sqlite").exists()
+
+
+def test_mv_onto_an_existing_name_replaces_it_unless_it_is_sealed(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    for name, text in [("new", "new contents"), ("old", "old contents"), ("kept", "kept")]:
+        assert tierfs(d, "create", name).returncode == 0
+        assert tierfs(d, "append", name, text).returncode == 0
+    assert tierfs(d, "mv", "new", "old").returncode == 0  # POSIX rename: atomic replace
+    assert tierfs(d, "cat", "old").stdout == b"new contents"
+    assert tierfs(d, "ls").stdout.split() == [b"kept", b"old"]
+    assert tierfs(d, "seal", "kept").returncode == 0
+    refused = tierfs(d, "mv", "old", "kept")
+    assert refused.returncode == 1 and b"sealed" in refused.stderr
+    assert tierfs(d, "cat", "kept").stdout == b"kept" and tierfs(d, "cat", "old").stdout == b"new contents"

@@ -19,6 +19,7 @@ from fsspec.tests.abstract import (
     AbstractPipeTests,
     AbstractPutTests,
 )
+from tierfs.contracts import operations as ops
 from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs.testing.harness import Daemon
@@ -182,3 +183,23 @@ class TestTierPipe(AbstractPipeTests, TierFixtures):
     @pytest.mark.xfail(reason=OVERWRITE_REASON, raises=FileExistsError, strict=True)
     def test_pipe_exclusive(self, fs, fs_target):  # type: ignore[no-untyped-def]
         super().test_pipe_exclusive(fs, fs_target)
+
+
+def test_mv_onto_an_existing_file_replaces_it_unless_it_is_sealed(tfs: TierFileSystem) -> None:
+    tfs.pipe_file("mv-replace/new", b"new contents")
+    tfs.pipe_file("mv-replace/old", b"old contents")
+    with tfs.open("mv-replace/old", "rb") as reader:
+        tfs.mv("mv-replace/new", "mv-replace/old")  # POSIX rename: atomic replace
+        # A file opened through fsspec reads by name, so once the name holds another
+        # segment it fails clearly instead of returning the other segment's bytes
+        # (on the mount an open descriptor keeps reading the segment it opened).
+        with pytest.raises(FileNotFoundError, match="replaced since it was opened"):
+            reader.read()
+    assert tfs.cat_file("mv-replace/old") == b"new contents"
+    assert tfs.ls("mv-replace", detail=False) == ["mv-replace/old"]
+    tfs.pipe_file("mv-replace/sealed", b"sealed")
+    tfs.pipe_file("mv-replace/other", b"other")
+    tfs.client.call(ops.SEAL, "mv-replace/sealed")
+    with pytest.raises(PermissionError, match="sealed"):
+        tfs.mv("mv-replace/other", "mv-replace/sealed")
+    assert tfs.cat_file("mv-replace/sealed") == b"sealed"

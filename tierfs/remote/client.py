@@ -156,11 +156,16 @@ class TierClient:
                                  params=params, headers=headers)
         return int(response.json()["offset"])
 
-    def read(self, name: str, start: int = 0, end: int | None = None, unconfirmed: bool = False) -> bytes:
-        """Bytes [start, end) (end None: to the durable end); b'' at or past the end."""
+    def read(self, name: str, start: int = 0, end: int | None = None, unconfirmed: bool = False,
+             segment_id: int | None = None) -> bytes:
+        """Bytes [start, end) (end None: to the durable end); b'' at or past the end.
+        With ``segment_id`` only that segment's bytes: if the name now holds another
+        (deleted, replaced by a rename) the read fails with ``SegmentNotFoundError``."""
         if end is not None and end <= start:
             return b""
         headers = {"Range": f"bytes={start}-{'' if end is None else end - 1}"}
+        if segment_id is not None:
+            headers["If-Match"] = f'"{segment_id}"'
         params = {"unconfirmed": "1"} if unconfirmed else {}
         try:
             response = self._request("GET", f"/v1/segments/{self._path(name)}", headers=headers, params=params)

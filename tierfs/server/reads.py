@@ -9,6 +9,10 @@ Invariants:
   416 ``invalid_range``, both with ``Content-Range: bytes */LEN``; a
   segment that shrinks under a streaming read fails it rather than sending fewer bytes
   than ``Content-Length`` promised.
+- Every read answers ``ETag: "<segment id>"``; ``If-Match`` with another id (the name
+  was deleted or replaced by a rename since the client opened it) is 404 ``not_found``
+  before any byte is sent, and a name that moves to another segment during a streamed
+  read fails that read: a client never gets bytes of two segments as one.
 - A follow read waits at most ``FOLLOW_MAX_TIMEOUT_S`` and returns at most
   ``max_bytes`` new durable bytes, with the durable length in a header.
 """
@@ -55,6 +59,13 @@ def parse_range(header: str, length: int) -> tuple[int, int] | None:
     return start, max(start, end)
 
 
+def matches(if_match: str | None, segment_id: int) -> bool:
+    """RFC 9110 If-Match against the segment's ETag (its id): absent or ``*`` matches."""
+    if if_match is None or if_match.strip() == "*":
+        return True
+    return f'"{segment_id}"' in (tag.strip() for tag in if_match.split(","))
+
+
 class ReadRoutes:
     def __init__(self, store: ServedStore) -> None:
         self._store = store
@@ -68,10 +79,14 @@ class ReadRoutes:
         info = await self._store.stat(name)
         if not isinstance(info, SegmentInfo):
             return error_response("is_a_directory", f"is a directory, not a segment: {name!r}")
+        if not matches(request.headers.get("if-match"), info.segment_id):
+            return error_response("not_found", f"{name!r} was deleted or replaced since it was opened "
+                                               f"(If-Match {request.headers['if-match']}, now segment {info.segment_id})")
         length = info.appended_length if unconfirmed else info.length
         start, end = 0, length
         status = 200
-        headers = {"Accept-Ranges": "bytes", "X-Tierfs-Durable-Length": str(info.durable_length)}
+        headers = {"Accept-Ranges": "bytes", "X-Tierfs-Durable-Length": str(info.durable_length),
+                   "ETag": f'"{info.segment_id}"'}
         if "range" in request.headers:
             resolved = parse_range(request.headers["range"], length)
             if resolved is None:
@@ -93,6 +108,9 @@ class ReadRoutes:
                 data = await reader.read(offset, min(end - offset, READ_PIECE_BYTES), unconfirmed=unconfirmed)
                 if not data:
                     raise TierFSError(f"segment {name!r} shrank while being read")
+                now = await self._store.stat(name)  # one stat per piece: in memory, or one call
+                if not isinstance(now, SegmentInfo) or now.segment_id != info.segment_id:
+                    raise TierFSError(f"segment {name!r} was replaced while being read")
                 yield data
                 offset += len(data)
 
