@@ -19,9 +19,9 @@ from fsspec.tests.abstract import (
     AbstractPipeTests,
     AbstractPutTests,
 )
-from tierfs.contracts import operations as ops
 from tierfs.fsspec_impl import TierFileSystem
 
+from tierfs.contracts import operations as ops
 from tierfs.testing.harness import Daemon
 
 
