@@ -1,5 +1,5 @@
-"""Tier-1 journal format: CRC-framed append records in files named by LSN, and the
-scan that recovery runs over them.
+"""Tier-1 journal format: CRC-framed append records in files named by LSN (the scan
+that recovery runs over them is ``journal_scan``).
 
 Frame layout (little endian)::
 
@@ -15,8 +15,6 @@ has a global *LSN* (log sequence number = bytes written since the store was crea
 a file is named after the LSN of its first byte, so a file's end is the next file's start.
 
 Invariants:
-- ``scan`` stops at the first frame that is short, fails its CRC or breaks the
-  sequence; nothing after it was ever acknowledged as durable, so it is cut off.
 - ``write_all`` writes every byte of a batch or raises: a short write never leaves a
   frame half-acknowledged.
 """
@@ -26,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -119,64 +116,3 @@ class ScanResult:
     next_seq: int
     cut: tuple[Path, int] | None = None  # (file, byte offset) where a torn tail starts
     dropped_files: list[Path] = dataclasses.field(default_factory=list)
-
-
-def scan(
-    files: list[tuple[int, Path]], max_payload_bytes: int, result: ScanResult
-) -> Iterator[ReplayedAppend]:
-    """Yield every valid append frame in ``files`` in order; fill ``result``.
-
-    ``result.end_lsn`` must hold the LSN to assume when there are no files.
-    """
-    expected_seq: int | None = None
-    for index, (start_lsn, path) in enumerate(files):
-        if index > 0 and start_lsn != result.end_lsn:
-            # A gap between files: the earlier file lost its tail. Nothing after the gap
-            # was durable (files are synced in order), so everything from here is cut.
-            result.dropped_files.extend(p for _, p in files[index:])
-            return
-        with open(path, "rb") as f:
-            data = f.read()
-        position = 0
-        while position < len(data):
-            header_end = position + FRAME_HEADER.size
-            if header_end > len(data):
-                break
-            payload_len, crc, seq = FRAME_HEADER.unpack_from(data, position)
-            if payload_len < APPEND_V1_HEADER.size or payload_len > max_payload_bytes:
-                break
-            payload_end = header_end + payload_len
-            if payload_end > len(data):
-                break
-            payload = memoryview(data)[header_end:payload_end]
-            if crc32c(payload, crc32c(SEQ.pack(seq))) != crc:
-                break
-            if expected_seq is not None and seq != expected_seq:
-                break
-            kind = payload[0]
-            if kind == KIND_APPEND and payload_len >= APPEND_HEADER.size:
-                _, segment_id, offset, wall_ns = APPEND_HEADER.unpack_from(payload)
-            elif kind == KIND_APPEND_V1:
-                _, segment_id, offset = APPEND_V1_HEADER.unpack_from(payload)
-                wall_ns = 0
-            else:
-                break
-            expected_seq = seq + 1
-            data_start = header_end + append_header_size(kind)
-            yield ReplayedAppend(
-                seq=seq,
-                frame_lsn=start_lsn + position,
-                segment_id=segment_id,
-                offset=offset,
-                data=bytes(data[data_start:payload_end]),
-                end_lsn=start_lsn + payload_end,
-                wall_ns=wall_ns,
-            )
-            position = payload_end
-        result.end_lsn = start_lsn + position
-        if expected_seq is not None:
-            result.next_seq = expected_seq
-        if position < len(data):
-            result.cut = (path, position)
-            result.dropped_files.extend(p for _, p in files[index + 1 :])
-            return

@@ -11,6 +11,10 @@ Steps, in order:
 4. fdatasync the surviving files, so everything replayed is durable before any reader
    can see it (the replayed bytes become the new durable length).
 
+Memory: the scan reads the files in pieces, and replayed bytes go through the shared
+tail budget as they are replayed (evicted to their journal frames past it), so
+recovering any amount of journal holds about the budget, not the journal.
+
 Bytes a chunk object holds beyond its committed length (a write that completed just
 before a crash, with no metadata commit) are never read: reads stop at the committed
 length, and the new epoch writes new chunks rather than appending to old ones.
@@ -25,11 +29,8 @@ from pathlib import Path
 
 from tierfs.contracts.errors import JournalCorruptionError
 from tierfs.engine.durable_files import fsync_directory
-from tierfs.engine.journal_format import (
-    ScanResult,
-    list_files,
-    scan,
-)
+from tierfs.engine.journal_format import ScanResult, list_files
+from tierfs.engine.journal_scan import scan
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.tail import TailBudget, TailEntry
 
@@ -102,6 +103,9 @@ def recover_journal(
         )
         seg.tail.add(entry)
         budget.hold(entry)
+        # The frame is in its journal file already: past the budget its bytes are read
+        # back from there, so recovery holds no more than a running store would.
+        budget.evict(frame.end_lsn)
         seg.appended_length += len(data)
         seg.last_append_s = now_s
         frames += 1

@@ -20,7 +20,7 @@ import collections
 import dataclasses
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)  # one per unflushed append: keep it small
 class TailEntry:
     offset: int  # segment offset of the first byte
     length: int
