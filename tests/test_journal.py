@@ -5,7 +5,8 @@ from pathlib import Path
 import trio
 
 from tierfs.engine.journal import Journal
-from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, encode_append, list_files, scan
+from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, encode_append, list_files
+from tierfs.engine.journal_scan import scan
 
 
 def _scan(directory: Path) -> tuple[list, ScanResult]:
