@@ -20,7 +20,8 @@ import pytest
 from tierfs.contracts.errors import BacklogFullError, JournalCorruptionError, NoSpaceError
 from tierfs.engine import space_reserve
 from tierfs.engine.journal import Journal
-from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, list_files, scan
+from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, list_files
+from tierfs.engine.journal_scan import scan
 from tierfs.testing.harness import Mount, start_daemon
 
 KiB, MiB = 1 << 10, 1 << 20
