@@ -5,32 +5,49 @@ A block of a chunk in the chunk store is one ranged read of tier-2 in a worker t
 block of an offloaded chunk comes from the long-term store through ``LongTermBlocks``;
 the bytes are the same, so it shares the cache key.
 
+A *run* (``fetch_run``, for sequential read-ahead) is several adjacent blocks of one
+chunk read with one ranged GET: the keys are claimed in the cache before the GET
+starts, and each block is checked and cached the moment its bytes arrive, so a reader
+of any block of the run waits for that block only.
+
 Invariants:
 - Only verified blocks enter the cache; concurrent misses on one block make one read
-  (the cache's single flight).
+  (the cache's single flight, for single blocks and runs alike).
+- A block of a run that fails its check fails alone (``DataCorruptionError`` naming
+  it); the run goes on and its other blocks are cached. A run that ends early (error,
+  cancellation) fails the blocks it did not bring with that error.
 - A growing chunk's last block is keyed by its length, so a longer version of it is a
   different key and a stale short copy is never served for bytes it does not hold.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES
 from tierfs.blocks.verify import BlockAddress, verified_block
-from tierfs.contracts.errors import InvalidArgumentError
-from tierfs.engine.blockcache import BlockCache
+from tierfs.contracts.errors import DataCorruptionError, InvalidArgumentError
+from tierfs.engine.blockcache import BlockCache, Flight
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.ports import LongTermBlocks
 from tierfs.engine.record_types import Chunk
 
 BlockKey = tuple[str, int, int]
+RunReader = Callable[[Sequence[tuple[int, int]], Callable[[int, bytes], None]], None]
 
 
 def block_key(chunk: Chunk, block: int) -> BlockKey:
     """Cache key of a block: a growing chunk's last block is keyed by its length."""
     block_start = block * BLOCK_BYTES
     return (chunk.name, block, min(block_start + BLOCK_BYTES, chunk.length) - block_start)
+
+
+def block_span(chunk: Chunk, block: int) -> tuple[int, int]:
+    """Chunk bytes [start, end) of a block."""
+    block_start = block * BLOCK_BYTES
+    return block_start, min(block_start + BLOCK_BYTES, chunk.length)
 
 
 class BlockSource:
@@ -46,19 +63,21 @@ class BlockSource:
         self._limiter = tier2_limiter
         self._long_term = long_term
 
+    def _long_term_of(self) -> LongTermBlocks:
+        if self._long_term is None:
+            raise InvalidArgumentError(
+                "no long-term store is configured: start tierfs with --offload-to URL "
+                "(or offload_url in the config)"
+            )
+        return self._long_term
+
     async def block(self, chunk: Chunk, block: int) -> bytes:
         """One verified block of a chunk, through the shared cache."""
         key = block_key(chunk, block)
         if chunk.location:  # offloaded: the same bytes, so the same cache key
-            long_term = self._long_term
-            if long_term is None:
-                raise InvalidArgumentError(
-                    "no long-term store is configured: start tierfs with --offload-to URL "
-                    "(or offload_url in the config)"
-                )
+            long_term = self._long_term_of()
             return await self.cache.get(key, lambda: long_term.read_block(chunk, block))
-        block_start = block * BLOCK_BYTES
-        block_end = min(block_start + BLOCK_BYTES, chunk.length)
+        block_start, block_end = block_span(chunk, block)
         address = BlockAddress(f"chunk {chunk.name}", block, chunk.start_offset + block_start)
         expected_crc = chunk.block_crc32c[block]
 
@@ -71,3 +90,53 @@ class BlockSource:
             return await trio.to_thread.run_sync(fetch_and_verify, limiter=self._limiter)
 
         return await self.cache.get(key, fetch)
+
+    def claim_run(self, chunk: Chunk, first: int, count: int) -> list[Flight]:
+        """Claim blocks ``first .. first + count - 1`` (none cached or in flight: the
+        caller checked) for one ``fetch_run``; synchronous, so nothing else starts a
+        fetch of them in between."""
+        return self.cache.claim([block_key(chunk, block) for block in range(first, first + count)])
+
+    async def fetch_run(self, chunk: Chunk, first: int, flights: list[Flight]) -> None:
+        """Fetch the claimed blocks with one ranged read; each is verified and cached
+        (its flight completed) as it arrives. Errors go to the blocks' readers."""
+        cache = self.cache
+        blocks = range(first, first + len(flights))
+        keys = [block_key(chunk, block) for block in blocks]
+        error: BaseException | None = None
+        try:
+            if chunk.location:
+                long_term = self._long_term_of()
+                crcs: Sequence[int] = await long_term.block_crc32c(chunk)
+                source, origin = f"offloaded chunk {chunk.location}", "the long-term store"
+                read: RunReader = lambda spans, sink: long_term.read_blocks(chunk, spans, sink)  # noqa: E731
+            else:
+                crcs, source, origin = chunk.block_crc32c, f"chunk {chunk.name}", "tier-2"
+                read = lambda spans, sink: self.chunk_storage.read_blocks(chunk.name, spans, sink)  # noqa: E731
+            token = trio.lowlevel.current_trio_token()
+            spans = [block_span(chunk, block) for block in blocks]
+
+            def on_block(index: int, data: bytes) -> None:
+                """In a worker thread or the S3 client's loop: check, then hand to trio."""
+                block = first + index
+                address = BlockAddress(source, block, chunk.start_offset + spans[index][0])
+                try:
+                    verified = verified_block(data, spans[index][1] - spans[index][0], crcs[block], address, origin)
+                except DataCorruptionError as e:
+                    token.run_sync_soon(cache.fail, keys[index], flights[index], e)
+                    return
+                token.run_sync_soon(cache.complete, keys[index], flights[index], verified)
+
+            await trio.to_thread.run_sync(read, spans, on_block, limiter=self._limiter)
+        except Exception as e:
+            error = e
+        except BaseException:
+            error = trio.TooSlowError("the fetch of this block was cancelled")
+            raise
+        finally:
+            # Deliveries were queued (run_sync_soon) before the thread reported back,
+            # so they ran first: what is still in flight was never brought.
+            for key, flight in zip(keys, flights, strict=True):
+                if not flight.done.is_set():
+                    cache.fail(key, flight, error or DataCorruptionError(
+                        f"a ranged read of {chunk.name} ended without block {key[1]}"))

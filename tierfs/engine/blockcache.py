@@ -7,7 +7,10 @@ Invariants:
 - Only blocks that passed their CRC32C check are inserted (the fetch function verifies).
 - The LRU is bounded by bytes (``cachetools.LRUCache`` with ``getsizeof=len``).
 - Concurrent misses on one key run the fetch once; the others wait for its result or
-  its error.
+  its error. A run fetch (one GET for several adjacent blocks) ``claim``s all its keys
+  at once, before it starts, and ``complete``s or ``fail``s each key's flight as its
+  block arrives, so a reader of any block of the run waits for that block only, and
+  no other fetch of it starts meanwhile. A flight is finished once, by its owner.
 - Pinned keys (blocks a read is assembling right now) are made most-recently-used
   before every insertion, so read-ahead filling the cache never evicts them.
 """
@@ -28,9 +31,10 @@ class CacheStatistics:
     evictions: int
     used_bytes: int
     capacity_bytes: int
-    gets: int
+    gets: int  # ranged reads of tier-2 (a run of several blocks is one)
     fetched_bytes: int
     prefetches: int
+    run_gets: int  # of ``gets``: those that fetched a run of more than one block
 
 
 class _CountingLRU(cachetools.LRUCache[Hashable, bytes]):
@@ -41,7 +45,9 @@ class _CountingLRU(cachetools.LRUCache[Hashable, bytes]):
         return super().popitem()
 
 
-class _Flight:
+class Flight:
+    """One block being fetched: readers wait on ``done``, then take ``data`` or ``error``."""
+
     def __init__(self) -> None:
         self.done = trio.Event()
         self.data: bytes | None = None
@@ -52,12 +58,13 @@ class BlockCache:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
         self._lru = _CountingLRU(maxsize=capacity_bytes, getsizeof=len)
-        self._flights: dict[Hashable, _Flight] = {}
+        self._flights: dict[Hashable, Flight] = {}
         self._pins: dict[Hashable, int] = {}
         self.prefetches = 0
         self.hits = 0
         self.misses = 0
         self.gets = 0
+        self.run_gets = 0
         self.fetched_bytes = 0
 
     def peek(self, key: Hashable) -> bytes | None:
@@ -101,7 +108,7 @@ class BlockCache:
             assert flight.data is not None
             return flight.data
         self.misses += 1
-        flight = _Flight()
+        flight = Flight()
         self._flights[key] = flight
         try:
             self.gets += 1
@@ -120,6 +127,39 @@ class BlockCache:
             del self._flights[key]
             flight.done.set()
 
+    def claim(self, keys: Sequence[Hashable]) -> list[Flight]:
+        """Flights for ``keys`` (each neither cached nor in flight: the caller checked
+        with ``has`` in the same step), owned by one fetch of them all; one GET."""
+        flights = []
+        for key in keys:
+            if key in self._flights or key in self._lru:
+                raise AssertionError(f"block {key!r} is cached or in flight already")
+            flight = self._flights[key] = Flight()
+            flights.append(flight)
+        self.misses += len(keys)
+        self.gets += 1
+        if len(keys) > 1:
+            self.run_gets += 1
+        return flights
+
+    def complete(self, key: Hashable, flight: Flight, data: bytes) -> None:
+        """A claimed block arrived (verified): cache it, wake its readers."""
+        if self._flights.get(key) is not flight or flight.done.is_set():
+            return  # finished already (the run failed it first)
+        self.fetched_bytes += len(data)
+        flight.data = data
+        self._insert(key, data)
+        del self._flights[key]
+        flight.done.set()
+
+    def fail(self, key: Hashable, flight: Flight, error: BaseException) -> None:
+        """A claimed block will not arrive: its readers get ``error``."""
+        if self._flights.get(key) is not flight or flight.done.is_set():
+            return
+        flight.error = error
+        del self._flights[key]
+        flight.done.set()
+
     def clear(self) -> None:
         self._lru.clear()
 
@@ -133,4 +173,5 @@ class BlockCache:
             gets=self.gets,
             fetched_bytes=self.fetched_bytes,
             prefetches=self.prefetches,
+            run_gets=self.run_gets,
         )

@@ -1,7 +1,8 @@
 """Tier-2 chunk storage over any fsspec URL, with the PDP-34 verbs.
 
 Verbs: write (create, or append at the exact current end where supported), read a
-range, delete, list, stat, merge (defrag: a new chunk from the leading bytes of others);
+range, read a run of adjacent blocks (``read_blocks``: one request, each block handed
+over as it arrives), delete, list, stat, merge (defrag: a new chunk from the leading bytes of others);
 ``list_objects`` (every object with its size and modification time, for orphan
 collection). Capability flags tell the parts what they may do: ``supports_append``
 (false for object stores: every flush becomes a new object), ``supports_concat`` and
@@ -42,6 +43,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tierfs.blocks.block_stream import BlockSink, Run, Span, read_run
+from tierfs.blocks.checksums import BLOCK_BYTES
 from tierfs.blocks.deadlines import (
     DEFAULT_READ_DEADLINE_PER_MIB_S,
     DeadlineSchedule,
@@ -80,6 +83,16 @@ class ChunkStorage(abc.ABC):
     @abc.abstractmethod
     def read(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the chunk."""
+
+    def read_blocks(self, name: str, spans: Sequence[Span], on_block: BlockSink) -> None:
+        """Adjacent ranges ``spans`` of the chunk, each handed to ``on_block(index, data)``
+        in order as soon as it is read (``blocks.block_stream``). Here: one read of the
+        whole range, split; remote stores stream it (one GET, block by block)."""
+        start = spans[0][0]
+        data = self.read(name, start, spans[-1][1])
+        view = memoryview(data)
+        for index, (span_start, span_end) in enumerate(spans):
+            on_block(index, data if len(spans) == 1 else bytes(view[span_start - start : span_end - start]))
 
     @abc.abstractmethod
     def delete(self, name: str) -> None:
@@ -189,6 +202,20 @@ class LocalChunkStorage(ChunkStorage):
 
         return tier2_call(name, call, label=self.label)
 
+    def read_blocks(self, name: str, spans: Sequence[Span], on_block: BlockSink) -> None:
+        delivered = 0
+
+        def call() -> None:  # one pread per block, no copy; a retry resumes after the last
+            nonlocal delivered
+            with open(self._path(name), "rb") as f:
+                for index in range(delivered, len(spans)):
+                    start, end = spans[index]
+                    data = os.pread(f.fileno(), end - start, start)
+                    delivered = index + 1
+                    on_block(index, data)
+
+        tier2_call(name, call, label=self.label)
+
     def delete(self, name: str) -> None:
         def call() -> None:
             try:
@@ -288,6 +315,16 @@ class FsspecChunkStorage(ChunkStorage):
         path, deadlines = self._path(name), DeadlineSchedule(end - start, self.read_deadline_per_mib_s)
         return tier2_call(
             name, lambda: ranged_get(self.read_fs, path, start, end, deadlines.next_s()),
+            attempts=READ_RETRY_ATTEMPTS, label=self.label,
+        )
+
+    def read_blocks(self, name: str, spans: Sequence[Span], on_block: BlockSink) -> None:
+        """One ranged GET for all ``spans``, streamed block by block; an attempt that
+        fails asks again for the blocks not yet handed over (``block_stream``)."""
+        run = Run(self._path(name), spans, on_block)
+        deadlines = DeadlineSchedule(BLOCK_BYTES, self.read_deadline_per_mib_s)  # per block
+        tier2_call(
+            name, lambda: read_run(self.read_fs, run, deadlines.next_s()),
             attempts=READ_RETRY_ATTEMPTS, label=self.label,
         )
 

@@ -188,6 +188,9 @@ class FencedStorage(ChunkStorage):
     def read(self, name: str, start: int, end: int) -> bytes:
         return self.inner.read(name, start, end)
 
+    def read_blocks(self, name: str, spans: Sequence[tuple[int, int]], on_block: Callable[[int, bytes], None]) -> None:
+        self.inner.read_blocks(name, spans, on_block)
+
     def delete(self, name: str) -> None:
         # The object may be referenced by a newer owner (everything written before it
         # took over is shared): look at the claims right before deleting.

@@ -4,7 +4,8 @@ objects that have them. No part ever receives the façade.
 
 - ``ChunkSource``: a segment's chunk records (the reader, the storage writer, the
   offloader, fsck). Implemented by ``ChunkCatalogue``.
-- ``LongTermBlocks``: one verified block of an offloaded chunk (the block source).
+- ``LongTermBlocks``: one verified block of an offloaded chunk, or the block CRCs and
+  a streamed read of a run of adjacent blocks (the block source).
   Implemented by ``tierfs.offload.reads.LongTermReads``.
 - ``JournalFiles``: what the storage writer needs of the journal: a sync before a
   requested flush, and deleting fully flushed files. Implemented by ``Journal``.
@@ -14,6 +15,7 @@ objects that have them. No part ever receives the façade.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +29,11 @@ class ChunkSource(Protocol):
 
 class LongTermBlocks(Protocol):
     async def read_block(self, chunk: Chunk, block: int) -> bytes: ...
+
+    async def block_crc32c(self, chunk: Chunk) -> Sequence[int]: ...
+
+    def read_blocks(self, chunk: Chunk, spans: Sequence[tuple[int, int]],
+                    on_block: Callable[[int, bytes], None]) -> None: ...
 
 
 class JournalFiles(Protocol):

@@ -14,7 +14,9 @@ Invariants:
 - The tail is captured synchronously together with the flushed length, so a flush that
   completes meanwhile cannot make a byte disappear or appear twice.
 - Prefetches run in the nursery bound by the store while it is open; their errors are
-  left for the read that needs the block.
+  left for the read that needs the block. A prefetch claims its blocks in the cache
+  before it starts (a run of adjacent blocks is one ranged GET), so a read of a block
+  being prefetched waits for it instead of fetching it again.
 """
 
 from __future__ import annotations
@@ -28,11 +30,10 @@ from tierfs.contracts.errors import (
     DataCorruptionError,
     JournalCorruptionError,
     OffsetOutOfRangeError,
-    TierFSError,
     TruncatedError,
     single_error,
 )
-from tierfs.engine.block_source import BlockKey, BlockSource, block_key
+from tierfs.engine.block_source import BlockSource, block_key
 from tierfs.engine.ports import ChunkSource
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
@@ -46,7 +47,6 @@ class Reader:
         self._chunks = chunks
         self._blocks = blocks
         self._tail = tail
-        self._prefetching: set[BlockKey] = set()
         self._nursery: trio.Nursery | None = None
 
     def bind(self, nursery: trio.Nursery | None) -> None:
@@ -154,28 +154,42 @@ class Reader:
             )
         return out
 
-    def prefetch(self, seg: SegmentState, start: int, end: int) -> int:
+    def prefetch(self, seg: SegmentState, start: int, end: int, run_blocks: int = 1) -> int:
         """Start background fetches of the flushed blocks in [start, end) that are
-        neither cached nor in flight; returns how many were started."""
+        neither cached nor in flight, adjacent missing blocks of one chunk ``run_blocks``
+        at a time with one ranged GET each; returns how many blocks were started.
+
+        A run shorter than ``run_blocks`` at the end of the range is left for a later
+        call (the range moves on as the reader does) unless it reaches the end of its
+        chunk or of the flushed bytes, so a steadily advancing reader tops its window
+        up in whole runs rather than one block at a time."""
         end = min(end, seg.flushed_length)
         nursery = self._nursery
         if nursery is None or seg.deleted or seg.chunks is None or end <= start:
             return 0
+        run_blocks = max(1, run_blocks)
         cache = self._blocks.cache
-        started = 0
+        runs: list[tuple[Chunk, int, int]] = []  # (chunk, first block, count)
         for chunk, block in self._blocks_of(seg.chunks, seg, start, end):
-            key = block_key(chunk, block)
-            if key not in self._prefetching and not cache.has(key):
-                self._prefetching.add(key)  # before the task runs: no duplicate tasks
-                cache.prefetches += 1
-                nursery.start_soon(self._prefetch_block, chunk, block, key)
-                started += 1
+            if cache.has(block_key(chunk, block)):
+                continue
+            if runs:
+                last_chunk, first, count = runs[-1]
+                if last_chunk is chunk and first + count == block and count < run_blocks:
+                    runs[-1] = (chunk, first, count + 1)
+                    continue
+            runs.append((chunk, block, 1))
+        if runs:
+            chunk, first, count = runs[-1]
+            run_end = (first + count) * BLOCK_BYTES  # in the chunk
+            can_grow = run_end < chunk.length and chunk.start_offset + run_end >= end
+            if count < run_blocks and can_grow and end < seg.flushed_length:
+                runs.pop()  # topped up to a whole run once the reader moves on
+        started = 0
+        for chunk, first, count in runs:
+            flights = self._blocks.claim_run(chunk, first, count)  # before the task runs
+            cache.prefetches += count
+            # its errors go to the readers waiting on these blocks (fetch_run)
+            nursery.start_soon(self._blocks.fetch_run, chunk, first, flights)
+            started += count
         return started
-
-    async def _prefetch_block(self, chunk: Chunk, block: int, key: BlockKey) -> None:
-        try:
-            await self._blocks.block(chunk, block)
-        except TierFSError:
-            pass  # the reader that needs this block will fetch it again and see the error
-        finally:
-            self._prefetching.discard(key)

@@ -6,15 +6,20 @@ Invariants:
   flight, decoded records in an LRU); ``decode_index`` checks it against the chunk
   record before it is trusted, so a cached index always matches its record.
 - A block is returned only through ``verified_block``; it then enters the engine's
-  shared block cache (the caller's ``BlockSource``).
+  shared block cache (the caller's ``BlockSource``). A run of adjacent blocks
+  (``read_blocks``, sequential read-ahead) is one streamed ranged GET of the data
+  object; the caller checks each block against ``block_crc32c`` (the index's).
 - GETs run in worker threads under the tier-2 limiter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import cachetools
 import trio
 
+from tierfs.blocks.block_stream import BlockSink
 from tierfs.blocks.checksums import BLOCK_BYTES
 from tierfs.blocks.verify import BlockAddress, verified_block
 from tierfs.engine.blockcache import BlockCache
@@ -55,6 +60,17 @@ class LongTermReads:
             return verified_block(data, block_end - block_start, expected, address, "the long-term store")
 
         return await trio.to_thread.run_sync(fetch_and_verify, limiter=self._limiter)
+
+    async def block_crc32c(self, chunk: Chunk) -> Sequence[int]:
+        """The chunk's block CRC32Cs from its checked index object."""
+        return (await self.index_of(chunk)).block_crc32c
+
+    def read_blocks(self, chunk: Chunk, spans: Sequence[tuple[int, int]], on_block: BlockSink) -> None:
+        """Blocking (a worker thread): adjacent block ``spans`` of the offloaded chunk,
+        one ranged GET, each handed to ``on_block`` as it arrives (unchecked: the caller
+        checks them against ``block_crc32c``)."""
+        long_term = self.long_term
+        long_term.storage.read_blocks(long_term.key_of(chunk.location), spans, on_block)
 
     async def index_of(self, chunk: Chunk, *, cached: bool = True) -> IndexObject:
         """The chunk's index object, fetched once and cached, checked against the

@@ -7,7 +7,8 @@ store.chunk_storage)``) to see or disturb what the engine asks of tier-2.
 Invariants:
 
 - A wrapper is the storage it wraps to the engine: every verb is passed on unchanged
-  (same arguments, same result, same error), and the capability flags, URL and label
+  (same arguments, same result, same error; ``read_blocks`` runs stream as the
+  wrapped storage streams them), and the capability flags, URL and label
   are the wrapped storage's, so the engine takes the same decisions (append or one
   object per flush, chunk URLs handed to direct readers).
 - The only differences are the documented ones: ``FlakyStorage.write`` raises
@@ -21,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tierfs.contracts.errors import Tier2Error
 from tierfs.engine.chunkstore import ChunkStorage, StoredObject
@@ -44,6 +45,9 @@ class WrappedStorage(ChunkStorage):
 
     def read(self, name: str, start: int, end: int) -> bytes:
         return self.inner.read(name, start, end)
+
+    def read_blocks(self, name: str, spans: Sequence[tuple[int, int]], on_block: Callable[[int, bytes], None]) -> None:
+        self.inner.read_blocks(name, spans, on_block)
 
     def delete(self, name: str) -> None:
         self.inner.delete(name)
@@ -85,7 +89,8 @@ class FlakyStorage(WrappedStorage):
 
 class CountingStorage(WrappedStorage):
     """Records every ranged read as ``(name, start, end)`` in ``reads``, in call order
-    (a read that fails in the wrapped storage is recorded too: it was asked for)."""
+    (a read that fails in the wrapped storage is recorded too: it was asked for); a
+    ``read_blocks`` run is one read of its whole range."""
 
     def __init__(self, inner: ChunkStorage) -> None:
         super().__init__(inner)
@@ -94,3 +99,7 @@ class CountingStorage(WrappedStorage):
     def read(self, name: str, start: int, end: int) -> bytes:
         self.reads.append((name, start, end))
         return super().read(name, start, end)
+
+    def read_blocks(self, name: str, spans: Sequence[tuple[int, int]], on_block: Callable[[int, bytes], None]) -> None:
+        self.reads.append((name, spans[0][0], spans[-1][1]))
+        super().read_blocks(name, spans, on_block)
