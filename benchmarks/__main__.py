@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "spark": "benchmarks.spark",
     "instructions": "benchmarks.instructions",
     "cluster": "benchmarks.cluster",
+    "peers": "benchmarks.peers",
 }
 
 

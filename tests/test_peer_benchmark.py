@@ -1,0 +1,55 @@
+"""``python -m benchmarks peers`` runs end to end on tierfs's column at tiny sizes (so the
+benchmark cannot rot): a real s3rver behind the counting proxy, a real tierfs mount
+with S3 as tier-2, every operation of the table. No peer is installed or mounted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SIZE_MIB, SMALL_FILES, APPENDS = 2, 40, 30
+MiB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="the benchmark mounts tierfs: needs /dev/fuse")
+
+
+def test_the_peer_benchmark_measures_every_row_of_tierfs() -> None:
+    # a short scratch path: the mount daemon's Unix socket lives below it (108 bytes at most)
+    parent = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "peers", "--systems", "tierfs", "--size-mib", str(SIZE_MIB),
+             "--small-files", str(SMALL_FILES), "--appends", str(APPENDS), "--random-reads", "10",
+             "--tail-lines", "3", "--keep-page-cache", "--json", "--dir", str(parent)],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert list(parent.iterdir()) == []  # the scratch directory is gone
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+    figures = json.loads(done.stdout)
+    tierfs = figures["systems"]["tierfs"]
+    cells = tierfs["cells"]
+    # every row is a figure, none an error (an ls that lists too few files is one)
+    assert {row["key"] for row in figures["rows"]} == set(cells)
+    for key, cell in cells.items():
+        assert cell["error"] == "" and cell["value"] is not None, (key, cell)
+    assert cells["cold_read"]["value"] > 0 and cells["appends"]["value"] > 0 and cells["create"]["value"] > 0
+    # the counting proxy saw the cold read come from S3, and every appended byte go to it
+    cold = tierfs["traffic"]["cold_read"]["GET"]
+    assert cold["bytes_down"] >= SIZE_MIB * MiB, cold
+    assert cells["append_up"]["value"] >= APPENDS * 4096 / MiB
+    assert 0 <= cells["fsync_s3"]["value"] <= APPENDS * 4096 / MiB
+    assert "durability pd" in tierfs["fsync_mechanism"]
+    # the table: no peer, so no ratio; the page cache was left alone as asked
+    assert "cold sequential read, 2 MiB" in done.stderr
+    assert "page cache not dropped: --keep-page-cache" in done.stderr
+    assert all(row["ratio_tierfs_best_peer"] is None for row in figures["rows"])
