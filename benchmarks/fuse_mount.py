@@ -28,8 +28,10 @@ mount``) and ``page_cache`` (``--page-cache``):
 - raw: s3fs ``cat_file`` of each chunk object of ``cold-<r>``, whole, one after another
   (fresh s3fs instance, its client set up by one untimed HEAD): what reading those
   objects costs without tierfs; s3fs ``cat_ranges`` of the same bytes as 1 MiB ranges,
-  16 in flight: what the read path's one GET per 1 MiB block costs on this server
-  without tierfs; and ``dd if=/dev/zero of=<scratch>/raw-<r> bs=1M`` (no sync, like a
+  16 in flight: what one GET per 1 MiB block costs on this server without tierfs;
+  the bound: s3fs ``cat_ranges`` of the same bytes with the request size and
+  concurrency of tierfs's read-ahead at full window (``read_bounds.raw_runs``, e.g.
+  8 MiB ranges, 4 in flight): s3rver's own throughput for tierfs's requests; and ``dd if=/dev/zero of=<scratch>/raw-<r> bs=1M`` (no sync, like a
   VD write): what writing the bytes once to the data dir's disk costs.
 
 Every timed write starts after an untimed ``sync(2)``, so no measurement pays for the
@@ -38,9 +40,12 @@ writeback of what an earlier step left dirty.
 Throughput is dd's own figure (bytes / its elapsed seconds). Each row is the median of
 the rounds; the ratios are computed from the medians.
 
-Targets (issue 5), in the default mode (direct_io): warm read >= 0.5 x the ceiling's
-read; VD write >= 0.5 x the ceiling's discarding write; cold read >= 1.0 x raw s3fs
-``cat_file`` of the same chunks. A missed target is reported, not an error. Two more
+Around every cold read the CPU seconds of s3rver (its node process) and of the tierfs
+mount daemon are recorded, and the daemon's GETs against bytes / 1 MiB.
+
+Targets (issue 5, issue 19), in the default mode (direct_io): warm read >= 0.5 x the
+ceiling's read; VD write >= 0.5 x the ceiling's discarding write; cold read >= 1.0 x raw
+s3fs ``cat_file`` of the same chunks; GETs of a cold read <= bytes / 1 MiB. A missed target is reported, not an error. Two more
 ratios show what the hardware allows for the work tierfs must do: VD write / the
 ceiling's ``journal`` write, and cold read / raw 1 MiB ranged GETs.
 """
@@ -49,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -75,6 +81,7 @@ from benchmarks.common import (
 from tierfs.testing.harness import Mount, wait_for_mount
 
 if TYPE_CHECKING:
+    from benchmarks.read_bounds import CpuUse
     from tierfs.remote.client import TierClient
 
 HELP = "dd bs=1M through a tierfs mount (cold from S3, warm, VD write) vs a minimal pyfuse3 filesystem and raw s3fs"
@@ -170,6 +177,7 @@ class ModeResult:
     warm_read: list[Throughput]
     vd_write: list[Throughput]
     cold_gets: list[int]
+    cold_cpu: list[CpuUse]  # s3rver's and the mount daemon's CPU seconds per cold read
 
     @staticmethod
     def median(values: list[Throughput]) -> float:
@@ -182,6 +190,8 @@ class Results:
     chunks_per_segment: int
     raw_cat_file: list[Throughput]
     raw_cat_ranges: list[Throughput]
+    raw_runs: list[Throughput]  # the bound: read-ahead's request size and concurrency
+    raw_cpu: dict[str, list[CpuUse]]  # s3rver's and this process's CPU: cat_file, runs
     raw_disk_write: list[Throughput]
     modes: dict[str, ModeResult]
 
@@ -199,7 +209,15 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
     if not os.path.exists("/dev/fuse"):
         raise BenchError("/dev/fuse is missing")
     from benchmarks.read import raw_cat_file, raw_cat_ranges
+    from benchmarks.read_bounds import (
+        measured,
+        process_cpu_of,
+        raw_runs,
+        readahead_requests,
+        s3rver_pid,
+    )
     from benchmarks.s3server import s3_server
+    from tierfs.contracts.config import StoreConfig
 
     size_mib = opts.size // MiB
     with s3_server(directory / "s3", log) as endpoint:
@@ -211,6 +229,7 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
             f'durability = "vd"\n'
             f"block_cache_bytes = {warm_cache_bytes(opts.size)}\n"
         )
+        server_pid = s3rver_pid(directory / "s3")
         env = {"AWS_ACCESS_KEY_ID": endpoint.key, "AWS_SECRET_ACCESS_KEY": endpoint.secret,
                "AWS_DEFAULT_REGION": "us-east-1"}
         data_dir, mnt = directory / "data", directory / "mnt"
@@ -235,12 +254,16 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
                     print(f"writing {opts.rounds} x {size_mib} MiB and flushing them to S3 ...",
                           file=log, flush=True)
                     layouts = [write_cold_segment(client, r, opts.size) for r in range(opts.rounds)]
-                cold, warm, writes, gets = [], [], [], []
+                cold, warm, writes, gets, cold_cpu = [], [], [], [], []
                 for r in range(opts.rounds):
                     print(f"[{mode}] round {r + 1}/{opts.rounds}: cold and warm read ...",
                           file=log, flush=True)
                     before = tier2_gets(mount)
-                    cold.append(dd(mnt / f"cold-{r}", "/dev/null"))
+                    daemon_before_s = process_cpu_of(mount.pid)
+                    read, use = measured(server_pid, functools.partial(dd, mnt / f"cold-{r}", "/dev/null"))
+                    use = dataclasses.replace(use, client_s=process_cpu_of(mount.pid) - daemon_before_s)
+                    cold.append(read)
+                    cold_cpu.append(use)
                     gets.append(tier2_gets(mount) - before)
                     warm.append(dd(mnt / f"cold-{r}", "/dev/null"))
                 for r in range(opts.rounds):
@@ -250,16 +273,26 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
             finally:
                 stop_tierfs_mount(mount, client, log)
             modes[mode] = ModeResult(mode, ceiling_read, ceiling_write, ceiling_journal_write, cold, warm,
-                                     writes, gets)
+                                     writes, gets, cold_cpu)
         print("raw s3fs cat_file and cat_ranges of the same chunks; raw dd to the disk ...",
               file=log, flush=True)
-        raw = [raw_cat_file(endpoint.storage_options(), layout) for layout in layouts]
-        ranges = [raw_cat_ranges(endpoint.storage_options(), layout) for layout in layouts]
+        options = endpoint.storage_options()
+        run_bytes, in_flight = readahead_requests(StoreConfig().readahead_max_bytes)
+        raw, ranges, runs = [], [], []
+        raw_cpu: dict[str, list[CpuUse]] = {"cat_file": [], "bound": []}
+        for layout in layouts:  # the bound right after cat_file: seconds apart
+            whole, use = measured(server_pid, functools.partial(raw_cat_file, options, layout))
+            raw.append(whole)
+            raw_cpu["cat_file"].append(use)
+            bound, use = measured(server_pid, functools.partial(raw_runs, options, layout, run_bytes, in_flight))
+            runs.append(bound)
+            raw_cpu["bound"].append(use)
+            ranges.append(raw_cat_ranges(options, layout))
         disk = []
         for r in range(opts.rounds):
             disk.append(dd_write(directory / f"raw-{r}", size_mib))
             (directory / f"raw-{r}").unlink()
-    return Results(opts.size, len(layouts[0]), raw, ranges, disk, modes)
+    return Results(opts.size, len(layouts[0]), raw, ranges, runs, raw_cpu, disk, modes)
 
 
 def write_cold_segment(client: TierClient, index: int, size: int) -> list[dict[str, Any]]:
@@ -283,6 +316,7 @@ def evaluate_targets(r: Results) -> list[Check]:
         Check("warm read / ceiling read", m.median(m.warm_read) / m.median(m.ceiling_read), WARM_TARGET, True, "x"),
         Check("VD write / ceiling discard", m.median(m.vd_write) / m.median(m.ceiling_write), WRITE_TARGET, True, "x"),
         Check("cold read / raw s3fs cat_file", m.median(m.cold_read) / raw, COLD_TARGET, True, "x"),
+        Check("cold read GETs / (bytes / 1 MiB)", max(m.cold_gets) / (r.size_bytes / MiB), 1.0, False, "x"),
     ]
 
 
@@ -310,6 +344,8 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
     print(f"{'raw s3fs cat_file, same chunk objects':<44} {raw:>12,.1f}", file=out)
     ranges = ModeResult.median(r.raw_cat_ranges)
     print(f"{'raw s3fs 1 MiB ranged GETs, 16 in flight':<44} {ranges:>12,.1f}", file=out)
+    bound = ModeResult.median(r.raw_runs)
+    print(f"{'bound: raw s3fs, read-ahead GET size/conc.':<44} {bound:>12,.1f}", file=out)
     disk = ModeResult.median(r.raw_disk_write)
     print(f"{'raw dd write to a file on the data disk':<44} {disk:>12,.1f}", file=out)
     print(file=out)
@@ -323,6 +359,13 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
               f"{m.median(m.cold_read) / ranges:.3f}, write/raw disk "
               f"{m.median(m.vd_write) / disk:.3f}; GETs per cold read {m.cold_gets} "
               f"for {blocks} blocks", file=out)
+        cpu = ", ".join(f"{u.server_s:.2f}/{u.client_s:.2f}" for u in m.cold_cpu)
+        print(f"  {mode} cold reads, CPU s s3rver/tierfs daemon: {cpu}", file=out)
+    for label, uses in r.raw_cpu.items():
+        cpu = ", ".join(f"{u.server_s:.2f}/{u.client_s:.2f}" for u in uses)
+        print(f"  raw {label}, CPU s s3rver/client: {cpu}", file=out)
+    print(f"bound / raw cat_file {bound / raw:.3f}; cold read / bound "
+          f"{ModeResult.median(r.modes[DEFAULT_MODE].cold_read) / bound:.3f}", file=out)
     print(file=out)
     for line in format_checks(checks):
         print(line, file=out)
