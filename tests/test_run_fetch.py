@@ -197,3 +197,30 @@ async def test_a_stalled_run_is_hedged_and_the_read_completes(
     assert proxy.counters.stalls == 2
     assert waited_s < stall_s / 3, f"the read waited {waited_s:.1f} s: the stall was waited out"
     assert stats.gets == 1 and stats.fetched_bytes == 8 * MiB  # the run brought every block
+
+
+async def test_a_run_of_an_offloaded_chunk_is_one_get_checked_against_its_index(
+    tmp_path: Path, s3_bucket: tuple[str, dict[str, object]]
+) -> None:
+    url, options = s3_bucket
+    config = small_config(
+        tmp_path / "data", offload_url=url.rsplit("/", 1)[0] + "/longterm", offload_options=options,
+        offload_deletion_lag_s=0.0, policy_interval_s=3600.0, max_chunk_bytes=4 * MiB,
+        max_flush_bytes=4 * MiB, flush_bytes=1 << 30, flush_interval_s=3600,
+        block_cache_bytes=64 * MiB,
+    )
+    async with open_store(config) as store:
+        payload = await write_segment(store, "cold", 8 * MiB)
+        await store.seal("cold")
+        await store.offload("cold")
+        with trio.fail_after(60):
+            while (await store.offload_status("cold"))["state"] == "RUNNING":
+                await trio.sleep(0.02)
+        layout = await store.chunk_layout("cold")
+        assert all(entry["offloaded"] for entry in layout) and layout[0]["end"] == 4 * MiB
+        store.block_cache.clear()
+        gets_before = store.block_cache.gets
+        assert await start_run(store, "cold", 0, 4 * MiB, run_blocks=4) == 4
+        assert await store.read("cold", 0, 4 * MiB) == payload[: 4 * MiB]
+        assert store.block_cache.gets - gets_before == 1, "one ranged GET for the four blocks"
+        assert store.block_cache.run_gets == 1
