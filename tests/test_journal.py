@@ -1,12 +1,17 @@
 """Journal framing, group commit, rolling and the recovery scan."""
 
+import os
+import threading
+import time
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from tierfs.engine.journal import Journal
 from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, encode_append, list_files
 from tierfs.engine.journal_scan import scan
+from tierfs.engine.journal_sync import LsnWaiters, SyncJob
 
 
 def _scan(directory: Path) -> tuple[list, ScanResult]:
@@ -108,3 +113,165 @@ async def test_vd_writes_are_synced_within_the_interval(tmp_path: Path) -> None:
         nursery.cancel_scope.cancel()
     await journal.close()
     assert synced == [FRAME_OVERHEAD + 1]
+
+
+class _RecordingSyncs:
+    """Wraps a journal's blocking sync: counts rounds and how many ever ran at once,
+    optionally holds each round for ``hold_s`` (a slow disk), and records each round's
+    target LSN."""
+
+    def __init__(self, journal: Journal, hold_s: float = 0.0) -> None:
+        self._sync = journal._sync_files
+        self._hold_s = hold_s
+        self._lock = threading.Lock()
+        self.running = 0
+        self.most_at_once = 0
+        self.targets: list[int] = []
+        journal._sync_files = self  # type: ignore[method-assign]  # run() hands it to the thread
+
+    def __call__(self, job: SyncJob) -> None:
+        with self._lock:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+            self.targets.append(job.target_lsn)
+        try:
+            time.sleep(self._hold_s)
+            self._sync(job)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+async def _appenders(journal: Journal, writers: int, appends_each: int) -> None:
+    async def writer(i: int) -> None:
+        for n in range(appends_each):
+            _, end = journal.add_append(i, n, b"y" * 100)
+            await journal.wait_durable(end)
+            assert journal.durable_lsn >= end
+
+    async with trio.open_nursery() as nursery:
+        for i in range(writers):
+            nursery.start_soon(writer, i)
+
+
+async def test_32_appenders_share_rounds_one_in_flight_at_a_time(tmp_path: Path) -> None:
+    """Closed-loop appenders on a slow disk: rounds never overlap, and each carries
+    many frames (counted, not timed)."""
+    journal = _journal(tmp_path)
+    syncs = _RecordingSyncs(journal, hold_s=0.002)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        await _appenders(journal, writers=32, appends_each=10)
+        nursery.cancel_scope.cancel()
+    await journal.close()
+    assert syncs.most_at_once == 1
+    assert syncs.targets == sorted(syncs.targets)
+    assert len(syncs.targets) <= 320 / 8, f"{len(syncs.targets)} rounds for 320 appends"
+    assert journal.durable_lsn == journal.written_lsn == 320 * (FRAME_OVERHEAD + 100)
+
+
+async def test_woken_appenders_split_into_two_rounds_when_the_disk_is_idle(tmp_path: Path) -> None:
+    """All 32 appenders wait for one round; when it completes nothing else is in flight,
+    so the first 16 frames start a round at once and the other 16 form the next one,
+    instead of one round of 32 that starts only after the loop ran them all."""
+    journal = _journal(tmp_path)
+    syncs = _RecordingSyncs(journal, hold_s=0.02)  # the loop runs 16 appenders far faster
+    frame_bytes = FRAME_OVERHEAD + 100
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        await _appenders(journal, writers=32, appends_each=3)
+        nursery.cancel_scope.cancel()
+    await journal.close()
+    frames_per_round = [
+        (b - a) // frame_bytes for a, b in zip([0, *syncs.targets], syncs.targets, strict=False)
+    ]
+    assert sum(frames_per_round) == 96
+    assert max(frames_per_round[1:]) <= 16, frames_per_round  # the first holds all 32
+
+
+async def test_the_sync_thread_starts_the_next_round_without_the_loop(tmp_path: Path) -> None:
+    """A round asked for while one is in flight starts as soon as that one returns, even
+    while the event loop is busy and has not seen the first round complete."""
+    journal = _journal(tmp_path)
+    gate = threading.Event()
+    started: list[int] = []
+    sync_files = journal._sync_files
+
+    def gated_sync(job: SyncJob) -> None:
+        started.append(job.target_lsn)
+        if len(started) == 1:
+            gate.wait(5)
+        sync_files(job)
+
+    journal._sync_files = gated_sync  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        _, first_end = journal.add_append(1, 0, b"a")
+        nursery.start_soon(journal.wait_durable, first_end)
+        with trio.fail_after(5):
+            while not started:
+                await trio.sleep(0.001)
+        _, second_end = journal.add_append(1, 1, b"b")
+        nursery.start_soon(journal.wait_durable, second_end)
+        with trio.fail_after(5):
+            while journal.written_lsn < second_end:  # the writer task wrote it
+                await trio.sleep(0.001)
+        gate.set()
+        deadline_s = time.monotonic() + 5
+        while len(started) < 2 and time.monotonic() < deadline_s:
+            time.sleep(0.001)  # the loop is busy: it runs no callback meanwhile
+        assert started == [first_end, second_end]
+        assert journal.durable_lsn == 0  # the loop has not been told yet
+        with trio.fail_after(5):
+            await journal.wait_durable(second_end)
+        nursery.cancel_scope.cancel()
+    await journal.close()
+
+
+async def test_rolls_under_concurrent_appenders_close_every_file(tmp_path: Path) -> None:
+    """Small files roll while rounds run: every frame is durable and in order, and every
+    rolled file descriptor is closed by a round."""
+    fds_before = len(os.listdir("/proc/self/fd"))
+    journal = _journal(tmp_path, file_bytes=1000)
+    syncs = _RecordingSyncs(journal)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        await _appenders(journal, writers=8, appends_each=20)
+        assert len(os.listdir("/proc/self/fd")) <= fds_before + 4  # the open file, the thread's wakeup
+        nursery.cancel_scope.cancel()
+    await journal.close()
+    assert syncs.most_at_once == 1 and journal.file_count() > 10
+    assert len(os.listdir("/proc/self/fd")) <= fds_before
+    frames, _ = _scan(tmp_path)
+    assert len(frames) == 160
+    for segment in range(8):
+        assert [f.offset for f in frames if f.segment_id == segment] == list(range(20))
+
+
+async def test_a_cancelled_waiter_is_skipped_and_others_wake_in_order(tmp_path: Path) -> None:
+    waiters = LsnWaiters()
+    woke: list[int] = []
+
+    async def wait(lsn: int) -> None:
+        await waiters.wait(lsn)
+        woke.append(lsn)
+
+    cancelled = trio.CancelScope()
+
+    async def wait_until_cancelled() -> None:
+        with cancelled:
+            await wait(15)
+
+    async with trio.open_nursery() as nursery:
+        for lsn in (30, 10, 20):
+            nursery.start_soon(wait, lsn)
+        nursery.start_soon(wait_until_cancelled)
+        await trio.testing.wait_all_tasks_blocked()
+        cancelled.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert waiters.wake_through(20) == 2  # 10 and 20; 15 belongs to a gone task
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke == [10, 20]
+        assert waiters.wake_through(25) == 0
+        waiters.wake_all()
+    assert woke == [10, 20, 30]

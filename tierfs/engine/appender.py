@@ -19,8 +19,8 @@ Invariants:
 
 from __future__ import annotations
 
-import time
 from collections import deque
+from time import monotonic, time_ns
 
 import trio
 
@@ -39,6 +39,8 @@ from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.storage_writer import StorageWriter
 from tierfs.engine.tail import TailBudget, TailEntry
 
+checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+
 # A VD appender in a tight loop still lets other tasks run: it yields once this much real
 # time has passed since its last yield. Timed on time.monotonic(), not the engine's
 # clock.monotonic_s: a test's mock clock stands still while tasks run, so it would stop
@@ -49,6 +51,7 @@ YIELD_EVERY_S = 0.0002
 class Appender:
     def __init__(self, config: StoreConfig, tail_budget: TailBudget, growth: GrowthNotifier) -> None:
         self._config = config
+        self._max_append_bytes = config.max_append_bytes  # read on every append
         self._tail_budget = tail_budget
         self._growth = growth
         # (end LSN of a frame, its segment, the segment length after it), in LSN order
@@ -76,12 +79,15 @@ class Appender:
         """Append ``data`` to ``seg`` as one atomic record; returns its offset."""
         journal, writer = self._journal, self._writer
         assert journal is not None and writer is not None
-        if not isinstance(data, (bytes, bytearray, memoryview)):
+        if type(data) is bytes:  # the usual case: no copy, no further check
+            payload = data
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            payload = bytes(data)
+        else:
             raise InvalidArgumentError(f"append data must be bytes, not {type(data).__name__}")
-        payload = bytes(data)
         size = len(payload)
-        if size > self._config.max_append_bytes:
-            raise AppendTooLargeError(size, self._config.max_append_bytes)
+        if size > self._max_append_bytes:
+            raise AppendTooLargeError(size, self._max_append_bytes)
         if expected_offset is not None and (
             not isinstance(expected_offset, int) or expected_offset < 0
         ):
@@ -99,9 +105,10 @@ class Appender:
             await trio.lowlevel.checkpoint()
             return offset
         writer.check_backlog(size)
-        wall_ns = time.time_ns()  # the segment's mtime once durable (kept in the frame)
+        wall_ns = time_ns()  # the segment's mtime once durable (kept in the frame)
         frame_lsn, end_lsn = journal.add_append(seg.segment_id, offset, payload, wall_ns)
-        seg.appended_length = offset + size
+        end = offset + size
+        seg.appended_length = end
         now_s = self._monotonic_s()
         seg.last_append_s = now_s
         entry = TailEntry(offset, size, frame_lsn, 0, end_lsn, now_s, payload, wall_ns)
@@ -110,21 +117,21 @@ class Appender:
         writer.appended(seg, size)
         self.appends += 1
         self.appended_bytes += size
-        self._awaiting_durable.append((end_lsn, seg, offset + size))
+        self._awaiting_durable.append((end_lsn, seg, end))
         if seg.is_pd:
             await journal.wait_durable(end_lsn)
             if seg.waits_for_tier2:
-                await writer.wait_flushed(seg, offset + size)
+                await writer.wait_flushed(seg, end)
             return offset
         journal.write_queued()
         if self._tail_budget.over:
             self._tail_budget.evict(journal.written_lsn)
-        real_now_s = time.monotonic()
+        real_now_s = monotonic()
         if real_now_s - self._last_yield_s >= YIELD_EVERY_S:
             self._last_yield_s = real_now_s
             await trio.lowlevel.checkpoint()
         else:
-            await trio.lowlevel.checkpoint_if_cancelled()
+            await checkpoint_if_cancelled()
         return offset
 
     def on_durable(self, lsn: int) -> None:
@@ -138,9 +145,11 @@ class Appender:
             if end > seg.durable_length:
                 seg.durable_length = end
                 grown.add(seg)
+        flush_bytes = self._config.flush_bytes
         for seg in grown:
             seg.notify_grew()
             self._growth.notify(seg)
-            if seg.durable_length - seg.flushed_length >= self._config.flush_bytes:
+            if seg.durable_length - seg.flushed_length >= flush_bytes:
                 writer.wake()
-        self._tail_budget.evict(journal.written_lsn)
+        if self._tail_budget.over:
+            self._tail_budget.evict(journal.written_lsn)

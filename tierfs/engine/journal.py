@@ -7,11 +7,15 @@ Invariants:
   file is always a prefix of valid frames followed at most by one torn frame.
 - ``durable_lsn`` only advances after fdatasync of every file holding bytes below it,
   and of the directory for files created since the last sync.
-- Group commit: all frames queued while a sync runs go out in one write(2) and one
-  fdatasync in the next round.
+- Group commit, pipelined (``journal_sync``): the frames queued by the tasks of one
+  scheduler batch go out in one write(2) (the journal's writer task runs after them),
+  and the sync thread starts the next fdatasync the moment the previous one returns,
+  covering everything written meanwhile. One round is in flight at a time, and one is
+  always in flight while written bytes wait to become durable.
 - write(2) happens on the event loop: it copies into the page cache (microseconds for a
   batch) and keeping it on one thread keeps frame order trivially right; fdatasync, which
-  waits for the disk, always runs in a worker thread.
+  waits for the disk, always runs in the sync thread (or, at close, a worker thread).
+- A waiter is woken once the durable LSN reaches its frame, not once per round.
 - Space (``journal_space``): a frame is queued only once its blocks are reserved, so a
   full disk refuses the append with ``NoSpaceError`` before anything changed, and the
   next append retries; a write(2) that still hits ENOSPC (no fallocate) is cut back to
@@ -22,7 +26,6 @@ Invariants:
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import logging
 import os
 import threading
@@ -47,70 +50,14 @@ from tierfs.engine.journal_format import (
     write_all,
 )
 from tierfs.engine.journal_space import RECLAIM_AFTER_BYTES, SpaceReserver
+from tierfs.engine.journal_sync import LsnWaiters, SyncJob, SyncThread
 from tierfs.engine.space_reserve import SpaceReserve, is_no_space
 
 log = logging.getLogger(__name__)
 
-
-@dataclasses.dataclass
-class _SyncJob:
-    target_lsn: int
-    rolled_fds: list[int]
-    current_fd: int
-    directory_dirty: bool
-    error: OSError | None = None
-
-
-class _SyncThread:
-    """One long-lived thread that runs fdatasync jobs and reports back to the trio loop
-    through its token: cheaper per round than ``trio.to_thread`` (no limiter, no
-    thread hand-off per call), which matters at thousands of rounds per second.
-
-    It reads no clock: the VD interval is timed on the event loop (``Journal.run``),
-    because a thread cannot read the trio clock that the loop's timeouts run on."""
-
-    def __init__(
-        self,
-        sync: Callable[[_SyncJob], None],
-        token: trio.lowlevel.TrioToken,
-        on_done: Callable[[_SyncJob], None],
-    ) -> None:
-        self._sync = sync
-        self._token = token
-        self._on_done = on_done
-        self._condition = threading.Condition()
-        self._job: _SyncJob | None = None
-        self._stopped = False
-        self._thread = threading.Thread(target=self._loop, name="tierfs-journal-sync", daemon=True)
-        self._thread.start()
-
-    def submit(self, job: _SyncJob) -> None:
-        with self._condition:
-            assert self._job is None, "one sync round at a time"
-            self._job = job
-            self._condition.notify()
-
-    def stop(self) -> None:
-        with self._condition:
-            self._stopped = True
-            self._condition.notify()
-
-    def _loop(self) -> None:
-        while True:
-            with self._condition:
-                while self._job is None and not self._stopped:
-                    self._condition.wait()
-                if self._job is None:
-                    return
-                job, self._job = self._job, None
-            try:
-                self._sync(job)
-            except OSError as e:
-                job.error = e
-            try:
-                self._token.run_sync_soon(self._on_done, job)
-            except trio.RunFinishedError:
-                return
+# Split the appenders one round woke into two rounds only from this many on: with fewer,
+# a round of one frame costs the disk nearly a whole sync for little overlap.
+SPLIT_MIN_WAITERS = 4
 
 
 class Journal:
@@ -146,14 +93,21 @@ class Journal:
         self._unsynced_fds: list[int] = []  # rolled files not yet fdatasynced
         self._directory_dirty = False
         self._first_unsynced_write_s: float | None = None
-        self._sync_requested = False
-        self._round_in_flight = False
-        self._syncer: _SyncThread | None = None
-        self._wakeup = trio.Event()  # a sync was requested, or the first unsynced write
-        self._round_done = trio.Event()
+        # Held while the files being written change (roll) and while the sync thread
+        # snapshots them, so a round never sees a half-rolled journal.
+        self._files_lock = threading.Lock()
+        self._syncer: SyncThread | None = None
+        self._sync_wanted_early = False  # asked for before run() started the thread
+        self._writer_task: trio.lowlevel.Task | None = None  # parked until frames wait
+        self._waiters = LsnWaiters()
+        # After a round that left the disk idle: the frame of the appender that brings
+        # the count to zero starts the next round at once (see ``_on_sync_report``).
+        self._split_countdown = 0
+        self._wakeup = trio.Event()  # the first unsynced write: starts the VD timer
         self._closed = False
         self._failure: BaseException | None = None
-        self.syncs = 0
+        self.syncs = 0  # sync rounds completed
+        self._syncs_before_thread = 0
         self._space = SpaceReserver(directory, space_reserve)
         self._open_file(start_lsn)
 
@@ -173,11 +127,13 @@ class Journal:
 
     def _roll(self) -> None:
         """Start a new file at ``written_lsn`` (nothing is queued); the old one is
-        synced by the next round, and its unused reservation is given back."""
-        old_fd = self._fd
-        self._open_file(self.written_lsn)
-        self._space.release(old_fd, os.fstat(old_fd).st_size)
-        self._unsynced_fds.append(old_fd)
+        synced and closed by the next round, and its unused reservation is given back
+        before that round can see it."""
+        with self._files_lock:
+            old_fd = self._fd
+            self._open_file(self.written_lsn)
+            self._space.release(old_fd, os.fstat(old_fd).st_size)
+            self._unsynced_fds.append(old_fd)
 
     def roll_for_reclaim(self, checkpoint_lsn: int) -> bool:
         """Roll early when the current file holds enough flushed bytes (below
@@ -191,8 +147,8 @@ class Journal:
             self._roll()
         except NoSpaceError:
             return False  # keep writing the current file; retried after the next flush
-        self.request_sync()  # the round closes the old file: a deleted file's space is
-        return True  # given back only once no descriptor holds it
+        self._request_sync(force=True)  # the round closes the old file: a deleted file's
+        return True  # space is given back only once no descriptor holds it
 
     def add_append(self, segment_id: int, offset: int, data: bytes, wall_ns: int = 0) -> tuple[int, int]:
         """Queue an append frame; return (LSN of the frame, LSN just past it).
@@ -200,21 +156,21 @@ class Journal:
         Raises ``NoSpaceError`` (nothing queued) when the disk cannot hold the frame."""
         if self._failure is not None:
             raise JournalCorruptionError(f"journal write failed earlier: {self._failure}")
-        if not self._queued and self.written_lsn - self._file_start_lsn >= self._file_bytes:
+        queued_bytes = self._queued_bytes  # 0 exactly when nothing is queued
+        if not queued_bytes and self.written_lsn - self._file_start_lsn >= self._file_bytes:
             self._roll()
-        end_in_file = (
-            self.written_lsn + self._queued_bytes + FRAME_OVERHEAD + len(data) - self._file_start_lsn
-        )
-        if end_in_file > self._space.reserved_end_bytes:  # once per MiB: the call is rare
-            self._space.ensure(self._fd, end_in_file)
-        header = encode_append_header(self._next_seq, segment_id, offset, data, wall_ns)
-        self._next_seq += 1
-        frame_lsn = self.written_lsn + self._queued_bytes
-        self._queued.append(header)
-        self._queued.append(data)
-        frame_bytes = len(header) + len(data)
-        self._queued_bytes += frame_bytes
-        return frame_lsn, frame_lsn + frame_bytes
+        frame_lsn = self.written_lsn + queued_bytes
+        end_lsn = frame_lsn + FRAME_OVERHEAD + len(data)
+        if end_lsn - self._file_start_lsn > self._space.reserved_end_bytes:  # once per MiB
+            self._space.ensure(self._fd, end_lsn - self._file_start_lsn)
+        seq = self._next_seq
+        header = encode_append_header(seq, segment_id, offset, data, wall_ns)
+        self._next_seq = seq + 1
+        queued = self._queued
+        queued.append(header)
+        queued.append(data)
+        self._queued_bytes = end_lsn - self.written_lsn
+        return frame_lsn, end_lsn
 
     def write_queued(self, *, arm_vd_timer: bool = True) -> None:
         """write(2) every queued frame in one call (rolling the file first if full).
@@ -244,28 +200,52 @@ class Journal:
             self._first_unsynced_write_s = monotonic_s()
             self._wakeup.set()  # start the VD interval timer
 
-    def request_sync(self) -> trio.Event:
-        """Ask for a sync round; returns the event set when the next round completes.
-
-        With no round in flight one starts at once (whatever is queued goes out in it);
-        otherwise the round starts the moment the one in flight completes, carrying every
-        frame queued meanwhile. So the disk syncs one batch while the event loop runs
-        the appenders that form the next (pipelined group commit).
-        """
-        if self._round_in_flight:
-            self._sync_requested = True  # the in-flight round's completion starts it
-        elif self._syncer is None:
-            self._sync_requested = True
-            self._wakeup.set()  # run() has not started its thread yet
+    def _request_sync(self, *, force: bool = False, hand_over: bool = False) -> None:
+        """Ask the sync thread to make everything written so far durable (``force``: run
+        a round even with nothing new written, to sync and close a rolled file;
+        ``hand_over``: wait for an idle thread to start it, see ``SyncThread.request``)."""
+        self._first_unsynced_write_s = None  # the round asked for covers every write
+        if self._syncer is None:
+            self._sync_wanted_early = True  # run() asks once it has started the thread
         else:
-            self._start_round()
-        return self._round_done
+            self._syncer.request(self.written_lsn, force=force, hand_over=hand_over)
+
+    def _write_soon(self) -> None:
+        """Have the writer task write the queue after the tasks runnable now have run,
+        so the frames of one scheduler batch go out in one write(2)."""
+        task = self._writer_task
+        if task is not None:
+            self._writer_task = None
+            trio.lowlevel.reschedule(task)
+        elif self._syncer is None:
+            self._sync_wanted_early = True  # else the writer is already scheduled
+
+    def _write_now(self) -> None:
+        """Write the queue and start its round while the loop still has the rest of a
+        batch to run: the disk syncs these frames while the loop runs the others."""
+        try:
+            self.write_queued(arm_vd_timer=False)
+        except OSError:
+            self._waiters.wake_all()  # the journal is failed now: its waiters raise
+            raise
+        self._request_sync(hand_over=True)
 
     async def wait_durable(self, lsn: int) -> None:
+        """Wait until every byte below ``lsn`` is durable (PD acknowledgement)."""
         while self.durable_lsn < lsn:
             if self._failure is not None:
                 raise JournalCorruptionError(f"journal sync failed: {self._failure}")
-            await self.request_sync().wait()
+            if self._closed:
+                raise JournalCorruptionError(f"journal closed before LSN {lsn} was durable")
+            if lsn <= self.written_lsn:
+                self._request_sync()
+            elif self._split_countdown == 1:
+                self._split_countdown = 0
+                self._write_now()
+            else:
+                self._split_countdown -= self._split_countdown > 0
+                self._write_soon()  # the writer asks for the sync once it has written
+            await self._waiters.wait(lsn)
 
     async def sync(self) -> int:
         """Make everything queued so far durable; returns the durable LSN."""
@@ -273,7 +253,7 @@ class Journal:
         await self.wait_durable(self.written_lsn)
         return self.durable_lsn
 
-    def _sync_files(self, job: _SyncJob) -> None:
+    def _sync_files(self, job: SyncJob) -> None:
         """Blocking, in the sync thread: rolled files first, the directory, then the
         current file; only then is anything below ``job.target_lsn`` durable."""
         for fd in job.rolled_fds:
@@ -283,72 +263,95 @@ class Journal:
             fsync_directory(self.directory)
         os.fdatasync(job.current_fd)
 
-    def _take_round(self) -> _SyncJob | None:
-        """On the loop: write the queue and describe the sync that makes it durable."""
-        self.write_queued(arm_vd_timer=False)
-        target = self.written_lsn
+    def _take_job(self) -> SyncJob:
+        """Under ``_files_lock`` (in the sync thread, or at close): the files and the
+        written LSN one round makes durable."""
         fds, self._unsynced_fds = self._unsynced_fds, []
         directory_dirty, self._directory_dirty = self._directory_dirty, False
-        self._first_unsynced_write_s = None
-        if target > self.durable_lsn or fds or directory_dirty:
-            return _SyncJob(target, fds, self._fd, directory_dirty)
-        return None
+        return SyncJob(self.written_lsn, fds, self._fd, directory_dirty)
 
-    def _start_round(self) -> None:
-        assert self._syncer is not None and not self._round_in_flight
-        self._sync_requested = False
-        job = self._take_round()
-        if job is None:
-            self._finish_round()
-            return
-        self._round_in_flight = True
-        self._syncer.submit(job)
+    def _on_sync_report(self) -> None:
+        """On the loop, after one or more rounds of the sync thread completed."""
+        assert self._syncer is not None
+        report = self._syncer.take_report()
+        self.syncs = self._syncs_before_thread + report.rounds
+        if report.error is not None:
+            if self._failure is None:
+                self._failure = report.error
+                log.critical("journal fdatasync failed, refusing further appends: %s", report.error)
+            self._waiters.wake_all()
+        elif report.synced_lsn > self.durable_lsn:
+            self.durable_lsn = report.synced_lsn
+            self._on_durable(report.synced_lsn)
+            woken = self._waiters.wake_through(report.synced_lsn)
+            # Nothing was asked for while this round ran, so the disk is idle now. If the
+            # woken appenders come back with new frames, the first half of them start a
+            # round as soon as they are queued and the rest form the next one: the disk
+            # and the loop work side by side instead of taking turns (a round of all of
+            # them would start only after the loop ran every one).
+            in_flight = self._syncer.in_flight
+            self._split_countdown = woken // 2 if woken >= SPLIT_MIN_WAITERS and not in_flight else 0
 
-    def _round_synced(self, job: _SyncJob) -> None:
-        """On the loop (called from the sync thread via the trio token)."""
-        self._round_in_flight = False
-        if job.error is not None:
-            self._failure = job.error
-            log.critical("journal fdatasync failed, refusing further appends: %s", job.error)
-        else:
-            self.syncs += 1
-            self.durable_lsn = job.target_lsn
-            self._on_durable(job.target_lsn)
-        self._finish_round()
-        if self._sync_requested and self._failure is None:
-            self._start_round()
+    async def _write_batches(self) -> None:
+        """The writer task: woken by a PD waiter whose frame is still queued, it runs
+        after the other tasks of that scheduler batch and writes all their frames."""
 
-    def _finish_round(self) -> None:
-        done, self._round_done = self._round_done, trio.Event()
-        done.set()
+        def aborted(_: object) -> trio.lowlevel.Abort:
+            self._writer_task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        while True:
+            self._writer_task = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(aborted)
+            if self._failure is not None:
+                continue
+            try:
+                self.write_queued(arm_vd_timer=False)
+            except OSError:  # the journal is failed now: its waiters raise
+                self._waiters.wake_all()
+                continue
+            self._request_sync()
+
+    async def _vd_timer(self) -> None:
+        """Ask for a round when the oldest unsynced VD write is ``vd_sync_interval_s``
+        old (PD rounds, and ``sync()``, cover such writes too and disarm it)."""
+        while True:
+            deadline_s = float("inf")
+            if self._first_unsynced_write_s is not None:
+                deadline_s = self._first_unsynced_write_s + self._vd_sync_interval_s
+            with trio.move_on_at(deadline_s):
+                await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            first = self._first_unsynced_write_s
+            if first is not None and monotonic_s() >= first + self._vd_sync_interval_s:
+                self._request_sync()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the sync thread, and start rounds that nobody asked for: the VD bound.
-
-        A round runs when a PD appender or ``sync()`` asks for one (``request_sync``),
-        or here when the oldest unsynced VD write reaches ``vd_sync_interval_s``.
-        """
-        self._syncer = _SyncThread(
-            self._sync_files, trio.lowlevel.current_trio_token(), self._round_synced
+        """Own the sync thread and the writer task, and time the VD bound."""
+        exited = trio.Event()
+        self._syncs_before_thread = self.syncs
+        self._syncer = SyncThread(
+            lock=self._files_lock,
+            take_job=self._take_job,
+            run_job=self._sync_files,
+            token=trio.lowlevel.current_trio_token(),
+            on_report=self._on_sync_report,
+            on_exit=exited.set,
+            synced_lsn=self.durable_lsn,
         )
         try:
-            task_status.started()
-            while not self._closed:
-                deadline_s = float("inf")
-                if self._first_unsynced_write_s is not None:
-                    deadline_s = self._first_unsynced_write_s + self._vd_sync_interval_s
-                with trio.move_on_at(deadline_s):
-                    await self._wakeup.wait()
-                self._wakeup = trio.Event()
-                first = self._first_unsynced_write_s
-                vd_due = first is not None and monotonic_s() >= first + self._vd_sync_interval_s
-                if (self._sync_requested or vd_due) and not self._round_in_flight:
-                    self._start_round()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_batches)
+                nursery.start_soon(self._vd_timer)
+                if self._sync_wanted_early or self._queued:
+                    self._sync_wanted_early = False
+                    self.write_queued(arm_vd_timer=False)
+                    self._request_sync()
+                task_status.started()
         finally:
             with trio.CancelScope(shield=True):
-                while self._round_in_flight:
-                    await self._round_done.wait()
-            self._syncer.stop()
+                self._syncer.stop()  # the round in flight completes and reports first
+                await exited.wait()
             self._syncer = None
 
     async def close(self) -> None:
@@ -360,13 +363,16 @@ class Journal:
         if self._closed:
             return
         if self._failure is None:
-            job = self._take_round()
-            if job is not None:
+            self.write_queued(arm_vd_timer=False)
+            with self._files_lock:
+                job = self._take_job()
+            if job.target_lsn > self.durable_lsn or job.rolled_fds or job.directory_dirty:
                 await trio.to_thread.run_sync(self._sync_files, job)
+                self.syncs += 1
                 self.durable_lsn = job.target_lsn
                 self._on_durable(job.target_lsn)
         self._closed = True
-        self._finish_round()
+        self._waiters.wake_all()
         for fd in [*self._unsynced_fds, self._fd]:
             os.close(fd)
         self._unsynced_fds = []

@@ -27,7 +27,7 @@ import struct
 from pathlib import Path
 from typing import Protocol
 
-from tierfs.blocks.checksums import crc32c
+import crc32c as _crc32c_module
 
 FRAME_HEADER = struct.Struct("<IIQ")  # payload_len, crc32c, seq
 SEQ = struct.Struct("<Q")
@@ -48,11 +48,19 @@ def append_header_size(kind: int) -> int:
     return APPEND_V1_HEADER.size if kind == KIND_APPEND_V1 else APPEND_HEADER.size
 
 
+# Bound once: this runs for every append, and the checksums module's wrapper (keyword
+# argument, one more Python frame) costs more than the CRC of a 1 KiB record itself.
+_raw_crc32c = _crc32c_module.crc32c
+_pack_crc_input = _SEQ_AND_APPEND_HEADER.pack
+_pack_full_header = _FULL_HEADER.pack
+_APPEND_HEADER_BYTES = APPEND_HEADER.size
+
+
 def encode_append_header(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: int = 0) -> bytes:
     """The header of an append frame (its CRC covers ``data``); the data follows it."""
-    crc = crc32c(data, crc32c(_SEQ_AND_APPEND_HEADER.pack(seq, KIND_APPEND, segment_id, offset, wall_ns)))
-    return _FULL_HEADER.pack(
-        APPEND_HEADER.size + len(data), crc, seq, KIND_APPEND, segment_id, offset, wall_ns
+    crc = _raw_crc32c(data, _raw_crc32c(_pack_crc_input(seq, KIND_APPEND, segment_id, offset, wall_ns)))
+    return _pack_full_header(
+        _APPEND_HEADER_BYTES + len(data), crc, seq, KIND_APPEND, segment_id, offset, wall_ns
     )
 
 
@@ -67,14 +75,24 @@ def write_all(fd: int, pieces: list[bytes], total: int) -> None:
     """Write ``pieces`` (``total`` bytes) with writev(2), at most IOV_MAX at a time, so
     an append's data is never copied into a frame buffer (fresh 1 MiB copies cost more
     in page faults than the write itself)."""
+    if len(pieces) <= IOV_MAX:  # the usual case: one call, which takes every byte
+        written = os.writev(fd, pieces)
+        if written < total:
+            _write_after(fd, pieces, written)
+        return
     for start in range(0, len(pieces), IOV_MAX):
         batch = pieces[start : start + IOV_MAX]
         written = os.writev(fd, batch)
-        expected = total if len(pieces) <= IOV_MAX else sum(len(p) for p in batch)
-        if written < expected:  # rare: a signal or a device that takes less
-            view = memoryview(b"".join(batch))[written:]
-            while view:
-                view = view[os.write(fd, view) :]
+        if written < sum(len(p) for p in batch):
+            _write_after(fd, batch, written)
+
+
+def _write_after(fd: int, pieces: list[bytes], written: int) -> None:
+    """Rare (a signal, a device that takes less): write what follows the first
+    ``written`` bytes of ``pieces``."""
+    view = memoryview(b"".join(pieces))[written:]
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def file_name(start_lsn: int) -> str:
