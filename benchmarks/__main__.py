@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "instructions": "benchmarks.instructions",
     "cluster": "benchmarks.cluster",
     "peers": "benchmarks.peers",
+    "followers": "benchmarks.followers",
 }
 
 

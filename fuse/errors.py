@@ -52,6 +52,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "metadata_unavailable": errno.EIO,  # the PostgreSQL metadata database does not answer
     "metadata_version": errno.EIO,
     "wrong_tier2": errno.EBUSY,
+    "daemon_overloaded": errno.EAGAIN,  # a daemon the call needed is running but did not accept it
     "response_lost": errno.EIO,  # a daemon's answer was lost: the outcome is unknown
     "internal": errno.EIO,
     "owned_elsewhere": errno.EBUSY,

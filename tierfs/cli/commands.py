@@ -31,7 +31,7 @@ import trio
 from tierfs.cli.defrag_command import defrag_command
 from tierfs.cli.gc_command import gc_command, print_orphans
 from tierfs.cli.ownership_commands import EXIT_OWNED_ELSEWHERE, OWNERSHIP_COMMANDS
-from tierfs.cli.streaming import append_command
+from tierfs.cli.streaming import append_command, follow_segment
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import socket_path
@@ -52,7 +52,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_NO_SPACE = 0, 
 EXIT_CODES = {"owned_elsewhere": EXIT_OWNED_ELSEWHERE, "no_space": EXIT_NO_SPACE}
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
-TAIL_POLL_S = 30.0  # tail -f long-poll timeout; a new poll starts right after
 OFFLOAD_POLL_S = 0.2  # offload progress is polled this often
 
 Handler = Callable[[argparse.Namespace, SegmentStoreAPI], Awaitable[int]]
@@ -114,13 +113,8 @@ async def _tail(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
         out.write(data)
         offset += len(data)
     out.flush()
-    while args.follow:
-        durable = await store.wait_for_data(args.path, offset, TAIL_POLL_S)
-        while offset < durable:
-            data = await store.read(args.path, offset, min(durable - offset, CAT_PIECE_BYTES))
-            out.write(data)
-            offset += len(data)
-        out.flush()
+    if args.follow:
+        await follow_segment(store, args.path, offset, out)
     return EXIT_OK
 
 

@@ -1,9 +1,9 @@
 """Facts about a data directory that both the daemon and its clients need: where it
-is by default, where the daemon's socket and TCP token live.
+is by default, where the daemon's socket, TCP token and lock live.
 
 Invariants:
-- The socket is ``<data_dir>/tierfs.sock`` and the token ``<data_dir>/token``; nothing
-  else names these paths.
+- The socket is ``<data_dir>/tierfs.sock``, the token ``<data_dir>/token`` and the
+  owner's lock ``<data_dir>/LOCK``; nothing else names these paths.
 - The token is generated once (``secrets.token_urlsafe``), stored owner-only (0600,
   created exclusively) and never logged.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 
 SOCKET_NAME = "tierfs.sock"
 TOKEN_NAME = "token"
+LOCK_NAME = "LOCK"  # flock'ed by the owner, which writes its pid into it
 
 
 def default_data_dir() -> Path:
@@ -30,6 +31,26 @@ def socket_path(data_dir: Path) -> Path:
 
 def token_path(data_dir: Path) -> Path:
     return data_dir / TOKEN_NAME
+
+
+def running_owner_pid(data_dir: Path) -> int | None:
+    """The pid the data dir's owner wrote into its lock file if that process is
+    running, else None. Only reads: the lock is never taken, so a daemon starting at
+    that moment is not disturbed (a clean exit empties the file; after kill -9 the pid
+    names no process, unless the system reused it)."""
+    try:
+        recorded = (data_dir / LOCK_NAME).read_bytes()[:32].decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    if not recorded.isdigit():
+        return None
+    try:
+        os.kill(int(recorded), 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # someone else's process: running
+        pass
+    return int(recorded)
 
 
 def load_or_create_token(data_dir: Path) -> str:

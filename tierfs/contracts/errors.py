@@ -386,6 +386,14 @@ class DaemonUnavailableError(TierFSError, ConnectionError):
     code = "unavailable"
 
 
+class DaemonOverloadedError(DaemonUnavailableError):
+    """A daemon is running but did not accept a connection (its accept queue stayed
+    full, or it refused while its process lives) for as long as the client retried:
+    nothing was sent. Never sent over the wire."""
+
+    code = "daemon_overloaded"
+
+
 class ResponseLostError(DaemonUnavailableError):
     """A request reached the daemon (or may have) but no answer came back: it may or
     may not have taken effect. Never sent over the wire; appends resolve it

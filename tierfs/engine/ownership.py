@@ -12,9 +12,10 @@ import fcntl
 import os
 from pathlib import Path
 
+from tierfs.contracts.datadir import LOCK_NAME
 from tierfs.contracts.errors import StoreInUseError
 
-LOCK_FILE = "LOCK"
+LOCK_FILE = LOCK_NAME
 
 
 class DataDirLock:

@@ -9,7 +9,12 @@ Invariants:
   its message and facts (``error_wire.rebuild_error``): callers cannot tell local from remote.
 - A daemon that cannot be reached is ``DaemonUnavailableError``, never a raw httpx error;
   a request that was sent and got no answer is its subclass ``ResponseLostError``
-  (it may have taken effect).
+  (it may have taken effect). A daemon that is running but does not accept the
+  connection (a full accept queue) is retried with backoff, then reported as its
+  subclass ``DaemonOverloadedError`` ("daemon overloaded"), never as "no daemon"
+  (``connect_retry``).
+- ``follow`` is one streamed response per follower, reopened at the offset reached
+  when it ends: every durable byte once, in order, of the segment it first opened.
 - Tokens go only into the Authorization header, never into URLs or logs.
 - Names are sent exactly as given (``_path``): the engine alone judges them.
 """
@@ -27,16 +32,23 @@ import httpx
 from tierfs.contracts.datadir import default_data_dir, socket_path
 from tierfs.contracts.error_wire import rebuild_error
 from tierfs.contracts.errors import (
+    DaemonOverloadedError,
     DaemonUnavailableError,
     ResponseLostError,
     TierFSError,
 )
 from tierfs.contracts.info import Info, SegmentInfo, info_from_json
 from tierfs.contracts.operations import FORWARDED_HEADER, Operation
+from tierfs.remote.connect_retry import OVERLOAD_RETRY_S, ConnectBackoff, refused_by_live_daemon
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0  # per answer; "unbounded" operations (fsck, flush) wait without it, follow polls add their own
+# Connections kept open for reuse; any number may be open at once (threads sharing one
+# client each hold one while a request or a follow is under way).
+KEEPALIVE_CONNECTIONS = 32
+FOLLOW_IDLE_S = 30.0  # the daemon ends a stream idle this long; the client reopens it
+FOLLOW_BROKEN_REOPENS = 3  # streams cut short in a row without a byte before follow gives up
 
 
 def discover_url(data_dir: str | os.PathLike[str] | None = None) -> str:
@@ -51,42 +63,69 @@ class TierClient:
     """Blocking client; safe to share between threads (httpx.Client is)."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *,
-                 forwarded_container: int | None = None, read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 forwarded_container: int | None = None, read_timeout_s: float = READ_TIMEOUT_S,
+                 overload_retry_s: float = OVERLOAD_RETRY_S) -> None:
         """``forwarded_container``: a cluster daemon passing calls for that container on
         to its owner (which serves them from that container only, or answers
-        ``not_owner``; never forwards them again)."""
+        ``not_owner``; never forwards them again). ``overload_retry_s``: how long a
+        daemon that does not accept connections is retried before
+        ``DaemonOverloadedError``."""
         self.url = url or discover_url()
         token = token or os.environ.get("TIERFS_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if forwarded_container is not None:
             headers[FORWARDED_HEADER] = str(forwarded_container)
         self.read_timeout_s = read_timeout_s
+        self.overload_retry_s = overload_retry_s
         timeout = httpx.Timeout(read_timeout_s, connect=CONNECT_TIMEOUT_S)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS)
         if self.url.startswith("unix://"):
-            transport = httpx.HTTPTransport(uds=self.url[len("unix://"):])
+            transport = httpx.HTTPTransport(uds=self.url[len("unix://"):], limits=limits)
             self._http = httpx.Client(
                 transport=transport, base_url="http://tierfs", headers=headers, timeout=timeout
             )
         else:
-            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, limits=limits)
 
     def close(self) -> None:
         self._http.close()
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
-            raise DaemonUnavailableError(f"no tierfs daemon at {self.url}: {e}") from None
-        except httpx.TransportError as e:  # sent (maybe in part), then no answer
-            raise ResponseLostError(f"no answer from the tierfs daemon at {self.url}: {e!r}") from None
-        if response.status_code >= 400:
+        return self._checked(self._send(self._http.build_request(method, path, **kwargs)))
+
+    def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+        """``request``'s response; a daemon that does not accept the connection is
+        retried with backoff (nothing was sent), then ``DaemonOverloadedError``."""
+        backoff = ConnectBackoff(self.overload_retry_s)
+        while True:
             try:
-                error = response.json()["error"]
-            except (ValueError, KeyError, TypeError):
-                raise TierFSError(f"HTTP {response.status_code} from {self.url}: {response.text[:200]}") from None
-            raise rebuild_error(error["code"], error["message"], error.get("details"))
-        return response
+                return self._http.send(request, stream=stream)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+                if not refused_by_live_daemon(self.url, e):
+                    raise DaemonUnavailableError(f"no tierfs daemon at {self.url}: {e}") from None
+                if not backoff.wait():
+                    raise DaemonOverloadedError(
+                        f"tierfs daemon overloaded at {self.url}: it is running but accepted no connection "
+                        f"in {backoff.attempts} attempts over {backoff.elapsed_s:.1f} s ({e})") from None
+            except httpx.PoolTimeout as e:
+                raise DaemonUnavailableError(f"no connection to the tierfs daemon at {self.url}: {e}") from None
+            except httpx.TransportError as e:  # sent (maybe in part), then no answer
+                raise ResponseLostError(f"no answer from the tierfs daemon at {self.url}: {e!r}") from None
+
+    def _checked(self, response: httpx.Response) -> httpx.Response:
+        """``response`` if it is a success, else the daemon's error raised."""
+        if response.status_code < 400:
+            return response
+        try:
+            response.read()
+            error = response.json()["error"]
+        except (ValueError, KeyError, TypeError):
+            raise TierFSError(f"HTTP {response.status_code} from {self.url}: {response.text[:200]}") from None
+        except httpx.TransportError as e:
+            raise ResponseLostError(f"no answer from the tierfs daemon at {self.url}: {e!r}") from None
+        finally:
+            response.close()
+        raise rebuild_error(error["code"], error["message"], error.get("details"))
 
     @staticmethod
     def _path(name: str) -> str:
@@ -185,23 +224,53 @@ class TierClient:
         )
         return response.content, int(response.headers["X-Tierfs-Durable-Length"])
 
-    def follow(self, name: str, offset: int = 0, poll_timeout_s: float = 30.0) -> Iterator[bytes]:
-        """Yield new durable bytes of a segment as they arrive, forever (tail -f)."""
+    def follow(self, name: str, offset: int = 0, poll_timeout_s: float = FOLLOW_IDLE_S) -> Iterator[bytes]:
+        """Yield the segment's durable bytes from ``offset`` as they arrive, forever
+        (tail -f): one streamed response (``?follow=1&stream=1``) the daemon writes to
+        as the segment grows. When it ends (idle for ``poll_timeout_s``, the daemon
+        stopping, a connection cut) it is reopened at the offset reached, for the same
+        segment only (If-Match): the reopening raises ``SegmentNotFoundError`` once the
+        segment is deleted or its name holds another, ``DaemonUnavailableError`` once
+        the daemon is gone."""
+        segment_id: int | None = None
+        broken_in_a_row = 0
+        timeout = httpx.Timeout(poll_timeout_s + self.read_timeout_s, connect=CONNECT_TIMEOUT_S)
         while True:
-            data, _ = self.follow_once(name, offset, poll_timeout_s)
-            if data:
-                offset += len(data)
-                yield data
+            params = {"follow": "1", "stream": "1", "offset": str(offset), "timeout": str(poll_timeout_s)}
+            headers = {} if segment_id is None else {"If-Match": f'"{segment_id}"'}
+            request = self._http.build_request("GET", f"/v1/segments/{self._path(name)}", params=params,
+                                               headers=headers, timeout=timeout)
+            response = self._checked(self._send(request, stream=True))
+            delivered = False
+            try:
+                segment_id = int(response.headers["ETag"].strip('"'))
+                for piece in response.iter_raw():
+                    if piece:
+                        offset += len(piece)
+                        delivered = True
+                        yield piece
+                broken_in_a_row = 0
+            except httpx.TransportError as e:  # cut short: reopen where it stopped
+                broken_in_a_row = 0 if delivered else broken_in_a_row + 1
+                if broken_in_a_row >= FOLLOW_BROKEN_REOPENS:
+                    raise ResponseLostError(f"the follow stream of {name!r} from the tierfs daemon at {self.url} "
+                                            f"broke {broken_in_a_row} times in a row: {e!r}") from None
+            finally:
+                response.close()
 
 
-def connect_if_serving(data_dir: Path) -> TierClient | None:
-    """A client of the daemon serving ``data_dir``, or None when none answers."""
+def connect_if_serving(data_dir: Path, *, overload_retry_s: float = OVERLOAD_RETRY_S) -> TierClient | None:
+    """A client of the daemon serving ``data_dir``, or None when none answers
+    (``DaemonOverloadedError`` when one runs but accepts no connection)."""
     sock = socket_path(data_dir)
     if not sock.exists():
         return None
-    client = TierClient(f"unix://{sock}")
+    client = TierClient(f"unix://{sock}", overload_retry_s=overload_retry_s)
     try:
         client.health()
+    except DaemonOverloadedError:  # running: falling back to an in-process store would fail
+        client.close()
+        raise
     except DaemonUnavailableError:
         client.close()
         return None

@@ -3,8 +3,9 @@
 ``serve(config)`` opens the store, serves the API on ``<data_dir>/tierfs.sock``
 (owner-only: the socket is chmod 0600 inside a 0700 data dir) and, when asked, on a TCP
 address that requires a bearer token, until SIGTERM/SIGINT (or ``stop``); then it stops
-accepting requests, flushes and closes the store (see ``open_store``), and removes the
-socket.
+accepting requests, ends the streamed follows, flushes and closes the store (see
+``open_store``), and removes the socket. The listen backlog (``LISTEN_BACKLOG``) and the
+open file limit are sized for thousands of connections (followers each hold one).
 
 Invariants:
 - Only the lock holder creates the socket, so an existing socket file found at start is
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -30,15 +32,26 @@ from tierfs.cluster.opening import open_cluster
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.datadir import TOKEN_NAME, load_or_create_token, socket_path
 from tierfs.contracts.errors import InvalidArgumentError
+from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.http_api import BearerTokenAuth, build_app
 from tierfs.store.facade import open_store
 from tierfs.store.served import ServedStore
 
 log = logging.getLogger(__name__)
 
+# Connections waiting to be accepted. hypercorn's default (100) overflowed when a few
+# hundred followers connected at once: a Unix socket's connect then fails with EAGAIN.
+# The kernel caps it at net.core.somaxconn (4096 since Linux 5.4).
+LISTEN_BACKLOG = 4096
+# Every follower holds a connection (a descriptor) for as long as it follows: the soft
+# limit (often 1024) is raised towards the hard one, up to this.
+WANTED_DESCRIPTORS = 65536
+
+
 def _hypercorn_config(bind: str) -> hypercorn.config.Config:
     config = hypercorn.config.Config()
     config.bind = [bind]
+    config.backlog = LISTEN_BACKLOG
     config.accesslog = None  # request lines may carry names; headers carry tokens
     config.errorlog = logging.getLogger("tierfs.http")
     config.keep_alive_timeout = 75.0  # clients reuse connections across long polls
@@ -69,10 +82,13 @@ async def serve(
         os.chmod(data_dir, 0o700)
         sock = socket_path(data_dir)
         sock.unlink(missing_ok=True)
-        app = build_app(store)
+        _raise_descriptor_limit()
+        streams = FollowStreams(store)
+        app = build_app(store, streams)
         shutdown = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
+                await nursery.start(streams.run)
                 await nursery.start(_serve_one, app, _hypercorn_config(f"unix:{sock}"), shutdown)
                 os.chmod(sock, 0o600)
                 log.info("serving %s on %s (epoch %d)", data_dir, sock, store.epoch)
@@ -90,6 +106,7 @@ async def serve(
                     await stopping.wait()
                     watchers.cancel_scope.cancel()
                 log.info("shutting down: flushing and closing %s", data_dir)
+                streams.stop()
                 shutdown.set()
         finally:
             sock.unlink(missing_ok=True)
@@ -111,6 +128,14 @@ async def _open_served(config: StoreConfig, listen: str | None) -> AsyncIterator
     token = load_or_create_token(config.data_dir)
     async with open_cluster(config, config.cluster_url or f"http://{listen}", token) as cluster:
         yield cluster
+
+
+def _raise_descriptor_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = WANTED_DESCRIPTORS if hard == resource.RLIM_INFINITY else min(hard, WANTED_DESCRIPTORS)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        log.info("open file limit raised from %d to %d (one descriptor per connection)", soft, wanted)
 
 
 async def _serve_one(

@@ -11,13 +11,15 @@ Routes (all under the daemon's Unix socket, or TCP with a bearer token):
     PUT    /v1/segments/{path}                create (?durability=pd|vd|tier2&parents=1)
     POST   /v1/segments/{path}                append the body (?expected_offset=N) -> {"offset"}
     GET    /v1/segments/{path}                read; standard Range header; ?unconfirmed=1;
-                                              ?follow=1&offset=N&timeout=S long-polls
+                                              ?follow=1&offset=N&timeout=S long-polls;
+                                              ?follow=1&stream=1&offset=N streams the
+                                              growth in one long-lived response
     DELETE /v1/segments/{path}                delete
     POST   /v1/op/{op}                        an operation of contracts.operations, JSON body
 
 Each group of handlers is its own module: ``segment_routes`` (namespace, append),
-``reads`` (reads, follow), ``op_route`` (the operation table), ``metrics``; errors
-become statuses in ``statuses`` only.
+``reads`` (reads, follow), ``follow_stream`` (streamed follows), ``op_route`` (the
+operation table), ``metrics``; errors become statuses in ``statuses`` only.
 
 Invariants:
 - Errors are JSON ``{"error": {"code", "message", "details"}}``; ``STATUS_BY_CODE``
@@ -44,6 +46,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tierfs.cluster.forwarding import forwarded_request
 from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.operations import FORWARDED_HEADER
+from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.metrics import MetricsRoute
 from tierfs.server.op_route import OperationRoute
 from tierfs.server.reads import ReadRoutes
@@ -68,8 +71,10 @@ class NameConvertor(Convertor[str]):
 register_url_convertor("name", NameConvertor())
 
 
-def build_app(store: ServedStore) -> ASGIApp:
-    segments, reads = SegmentRoutes(store), ReadRoutes(store)
+def build_app(store: ServedStore, streams: FollowStreams | None = None) -> ASGIApp:
+    """The API over ``store``; ``streams`` holds its streaming follows (the daemon keeps
+    it to end them when it stops)."""
+    segments, reads = SegmentRoutes(store), ReadRoutes(store, streams or FollowStreams(store))
     routes = [
         Route("/v1/health", segments.health),
         Route("/metrics", MetricsRoute(store).get),

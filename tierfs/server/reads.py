@@ -26,8 +26,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from tierfs.contracts import names
-from tierfs.contracts.errors import InvalidRangeError, TierFSError
+from tierfs.contracts.errors import InvalidArgumentError, InvalidRangeError, TierFSError
 from tierfs.contracts.info import SegmentInfo
+from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.query import flag, query_int, query_seconds
 from tierfs.server.statuses import error_response
 from tierfs.store.served import ServedStore
@@ -67,21 +68,24 @@ def matches(if_match: str | None, segment_id: int) -> bool:
 
 
 class ReadRoutes:
-    def __init__(self, store: ServedStore) -> None:
+    def __init__(self, store: ServedStore, streams: FollowStreams) -> None:
         self._store = store
+        self._streams = streams
 
     async def read(self, request: Request) -> Response:
         name = request.path_params["path"]
-        if flag(request, "follow"):
+        following, streamed, unconfirmed = flag(request, "follow"), flag(request, "stream"), flag(request, "unconfirmed")
+        if streamed and (unconfirmed or not following):
+            raise InvalidArgumentError("stream=1 is a form of follow=1 (durable bytes only): send follow=1, "
+                                       "without unconfirmed=1")
+        if following and not streamed:
             return await self.follow(request, name)
-        unconfirmed = flag(request, "unconfirmed")
-        names.canonical(name)  # '' is the root for stat, but no segment name (as in-process)
-        info = await self._store.stat(name)
-        if not isinstance(info, SegmentInfo):
-            return error_response("is_a_directory", f"is a directory, not a segment: {name!r}")
-        if not matches(request.headers.get("if-match"), info.segment_id):
-            return error_response("not_found", f"{name!r} was deleted or replaced since it was opened "
-                                               f"(If-Match {request.headers['if-match']}, now segment {info.segment_id})")
+        opened = await self._opened(request, name)
+        if isinstance(opened, Response):
+            return opened
+        info = opened
+        if streamed:
+            return self._streams.respond(request, name, info)
         length = info.appended_length if unconfirmed else info.length
         start, end = 0, length
         status = 200
@@ -116,6 +120,18 @@ class ReadRoutes:
 
         return StreamingResponse(pieces(), status_code=status, headers=headers,
                                  media_type="application/octet-stream")
+
+    async def _opened(self, request: Request, name: str) -> SegmentInfo | Response:
+        """The segment's info, or the error answer: a directory, or If-Match naming
+        another segment."""
+        names.canonical(name)  # '' is the root for stat, but no segment name (as in-process)
+        info = await self._store.stat(name)
+        if not isinstance(info, SegmentInfo):
+            return error_response("is_a_directory", f"is a directory, not a segment: {name!r}")
+        if not matches(request.headers.get("if-match"), info.segment_id):
+            return error_response("not_found", f"{name!r} was deleted or replaced since it was opened "
+                                               f"(If-Match {request.headers['if-match']}, now segment {info.segment_id})")
+        return info
 
     async def follow(self, request: Request, name: str) -> Response:
         offset = query_int(request, "offset", 0) or 0
