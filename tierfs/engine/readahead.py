@@ -12,10 +12,11 @@ After each sequential read, the blocks of ``[end, end + window)`` that are neith
 cached nor in flight are fetched in the background under the store's global tier-2
 limiter, so a scan keeps up to ``window`` bytes of GETs in flight ahead of the reader.
 Adjacent missing blocks of one chunk are fetched as *runs*: one ranged GET of up to
-``run_blocks`` blocks, a quarter of the window (``RUNS_PER_WINDOW``) and at most
+``run_blocks`` blocks, half the window (``RUNS_PER_WINDOW``) and at most
 ``MAX_RUN_BYTES``, each block checked and cached as it arrives; the window is topped up
-in whole runs (``Reader.prefetch``). So a long scan issues a few GETs of 8-16 MiB in
-parallel instead of one GET per MiB, while a random read still fetches one block.
+in whole runs (``Reader.prefetch``). So a long scan issues two (or, with a window above
+32 MiB, more) GETs of 16 MiB in parallel instead of one GET per MiB, while a random
+read still fetches one block.
 Read-ahead only covers flushed bytes (the tail is already in memory or the local
 journal) and never evicts blocks a read is assembling (pins).
 
@@ -32,9 +33,11 @@ from tierfs.blocks.checksums import BLOCK_BYTES
 from tierfs.engine.reader import Reader
 from tierfs.engine.segment_state import SegmentState
 
-# A quarter of the window per GET: about four runs in flight, so the next run is
-# already arriving while the reader consumes one, yet each GET is large.
-RUNS_PER_WINDOW = 4
+# Half the window per GET: two runs in flight (more with a larger window, since a run
+# is capped), so the next run arrives while the reader consumes one, and each GET is
+# large: on s3rver (one Node thread) two 16 MiB streams did as well as four 8 MiB ones
+# or better (docs/PERFORMANCE.md).
+RUNS_PER_WINDOW = 2
 # 16 MiB: a GET's fixed cost (~2 ms of client CPU, the server's per-request work) is
 # small next to 16 MiB of transfer; larger runs only delay their last blocks.
 MAX_RUN_BYTES = 16 * BLOCK_BYTES

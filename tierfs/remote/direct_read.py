@@ -47,9 +47,10 @@ from tierfs.contracts.info import SegmentInfo
 from tierfs.remote.client import TierClient
 
 DEFAULT_REMOTE_CACHE_BYTES = 64 << 20
-# One ranged GET per run of up to 8 adjacent blocks: the GET's fixed cost (~2 ms of
-# client CPU, the server's per-request work) is paid once per 8 MiB instead of per MiB.
-RUN_BLOCKS = 8
+# One ranged GET per run of up to 16 adjacent blocks: the GET's fixed cost (~2 ms of
+# client CPU, the server's per-request work) is paid once per 16 MiB instead of per
+# MiB (16 did better than 8 on s3rver, docs/PERFORMANCE.md).
+RUN_BLOCKS = 16
 # Runs in flight at once: enough to keep a single-stream server and the client busy
 # together, few enough that a read's first runs are not starved by its last.
 RUNS_IN_FLIGHT = 4
