@@ -20,7 +20,7 @@ import trio
 from tierfs import open_store
 from tierfs.contracts.errors import InvalidArgumentError, SegmentSealedError
 from tierfs.contracts.info import DirectoryInfo, SegmentInfo
-from tierfs.engine import journal_format
+from tierfs.engine import journal_format, journal_scan
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import small_config
 
@@ -89,7 +89,7 @@ async def test_frames_of_an_old_journal_still_replay(tmp_path: Path) -> None:
     payload_len = journal_format.APPEND_V1_HEADER.size + len(data)
     path.write_bytes(struct.pack("<IIQ", payload_len, crc, 1) + header[8:] + data)
     result = journal_format.ScanResult(end_lsn=0, next_seq=1)
-    frames = list(journal_format.scan([(0, path)], 1 << 20, result))
+    frames = list(journal_scan.scan([(0, path)], 1 << 20, result))
     assert [(f.segment_id, f.offset, f.data, f.wall_ns) for f in frames] == [(7, 0, data, 0)]
     assert frames[0].end_lsn == path.stat().st_size == result.end_lsn
 
