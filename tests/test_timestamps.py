@@ -20,6 +20,7 @@ import trio
 from tierfs import open_store
 from tierfs.contracts.errors import InvalidArgumentError, SegmentSealedError
 from tierfs.contracts.info import DirectoryInfo, SegmentInfo
+from tierfs.blocks.checksums import crc32c
 from tierfs.engine import journal_format, journal_scan
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import small_config
@@ -85,7 +86,7 @@ async def test_frames_of_an_old_journal_still_replay(tmp_path: Path) -> None:
     path = tmp_path / "old.jnl"
     data = b"old bytes"
     header = struct.pack("<QBQQ", 1, journal_format.KIND_APPEND_V1, 7, 0)
-    crc = journal_format.crc32c(data, journal_format.crc32c(header))
+    crc = crc32c(data, crc32c(header))
     payload_len = journal_format.APPEND_V1_HEADER.size + len(data)
     path.write_bytes(struct.pack("<IIQ", payload_len, crc, 1) + header[8:] + data)
     result = journal_format.ScanResult(end_lsn=0, next_seq=1)
