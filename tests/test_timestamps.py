@@ -18,9 +18,9 @@ import pytest
 import trio
 
 from tierfs import open_store
+from tierfs.blocks.checksums import crc32c
 from tierfs.contracts.errors import InvalidArgumentError, SegmentSealedError
 from tierfs.contracts.info import DirectoryInfo, SegmentInfo
-from tierfs.blocks.checksums import crc32c
 from tierfs.engine import journal_format, journal_scan
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import small_config
