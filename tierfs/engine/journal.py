@@ -34,19 +34,16 @@ from pathlib import Path
 
 import trio
 
-from tierfs.blocks.checksums import crc32c
-from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError, NoSpaceError
+from tierfs.contracts.errors import JournalCorruptionError, NoSpaceError
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.journal_format import (
-    FRAME_HEADER,
     FRAME_OVERHEAD,
-    SEQ,
     TailEntryLike,
-    append_header_size,
     encode_append_header,
     file_name,
     list_files,
+    verified_payloads,
     write_all,
 )
 from tierfs.engine.journal_space import RECLAIM_AFTER_BYTES, SpaceReserver
@@ -220,6 +217,18 @@ class Journal:
         elif self._syncer is None:
             self._sync_wanted_early = True  # else the writer is already scheduled
 
+    def _next_round_due(self) -> bool:
+        """The round in flight has probably returned (its thread waits for the GIL) and
+        as many bytes are queued as it carries: start the next now, mid-batch, so that
+        rounds stay even and the disk does not wait for the loop's batch to end."""
+        syncer = self._syncer
+        return (
+            syncer is not None
+            and syncer.in_flight
+            and self._queued_bytes >= syncer.in_flight_bytes
+            and syncer.probably_done()
+        )
+
     def _write_now(self) -> None:
         """Write the queue and start its round while the loop still has the rest of a
         batch to run: the disk syncs these frames while the loop runs the others."""
@@ -239,7 +248,7 @@ class Journal:
                 raise JournalCorruptionError(f"journal closed before LSN {lsn} was durable")
             if lsn <= self.written_lsn:
                 self._request_sync()
-            elif self._split_countdown == 1:
+            elif self._split_countdown == 1 or self._next_round_due():
                 self._split_countdown = 0
                 self._write_now()
             else:
@@ -397,27 +406,21 @@ class Journal:
         flush of a long evicted backlog costs one read per journal range, not per append.
         """
         results: list[bytes] = []
+        files = self._files
         index = 0
         while index < len(entries):
+            start_lsn = entries[index].frame_lsn
+            file_index = self._file_index(start_lsn)
+            file_end_lsn = files[file_index + 1][0] if 0 <= file_index < len(files) - 1 else self.written_lsn
             run_end = index + 1
             while (
                 run_end < len(entries)
                 and entries[run_end].frame_lsn == entries[run_end - 1].end_lsn
-                and self._file_index(entries[run_end].frame_lsn)
-                == self._file_index(entries[index].frame_lsn)
+                and entries[run_end].end_lsn <= file_end_lsn
             ):
                 run_end += 1
-            start_lsn = entries[index].frame_lsn
-            raw = memoryview(self.read_at(start_lsn, entries[run_end - 1].end_lsn - start_lsn))
-            for entry in entries[index:run_end]:
-                frame = raw[entry.frame_lsn - start_lsn : entry.end_lsn - start_lsn]
-                payload_len, crc, seq = FRAME_HEADER.unpack_from(frame)
-                payload = frame[FRAME_HEADER.size :]
-                if payload_len != len(payload) or crc32c(payload, crc32c(SEQ.pack(seq))) != crc:
-                    raise DataCorruptionError(
-                        f"journal frame at LSN {entry.frame_lsn} failed its CRC32C check"
-                    )
-                results.append(bytes(payload[append_header_size(payload[0]) + entry.frame_skip :]))
+            raw = self.read_at(start_lsn, entries[run_end - 1].end_lsn - start_lsn)
+            results += verified_payloads(raw, start_lsn, entries[index:run_end])
             index = run_end
         return results
 

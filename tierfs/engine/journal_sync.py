@@ -25,14 +25,18 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import threading
+import time
 from collections.abc import Callable
 
 import trio
 
-# How long the event loop waits for an idle sync thread to take a round it hands over:
-# the thread needs the GIL for a few microseconds to start; if it is slow to get a CPU
-# the loop goes on, and the round starts when the loop next releases the GIL.
+# The longest the event loop waits for the sync thread to take a round it hands over
+# (the thread needs the GIL for a few microseconds to start one): past it the loop goes
+# on, and the round starts when the loop next releases the GIL.
 HAND_OVER_WAIT_S = 0.001
+# The typical fdatasync time is the smallest recent one, growing by this factor per
+# round so that it follows a disk that became slower (about x2 in 35 rounds).
+TYPICAL_SYNC_GROWTH = 1.02
 
 @dataclasses.dataclass
 class SyncJob:
@@ -90,7 +94,10 @@ class SyncThread:
         self._report_posted = False
         self._stopped = False
         self.in_flight = False  # read on the loop: a round is running
-        self._taken = threading.Event()  # set once a round is taken (hand-over)
+        self._taken = threading.Event()  # set once a round reaches _hand_over_lsn
+        self._hand_over_lsn: int | None = None
+        self._round_started_s = 0.0  # time.monotonic() when the round in flight started
+        self._typical_sync_s = float("inf")  # none measured yet; see TYPICAL_SYNC_GROWTH
         self._thread = threading.Thread(target=self._loop, name="tierfs-journal-sync", daemon=True)
         self._thread.start()
 
@@ -99,9 +106,11 @@ class SyncThread:
         """Ask for every byte written up to ``lsn`` (which must be written) to become
         durable; ``force``: run a round even if nothing new was written.
 
-        ``hand_over``: the loop has more work to run right now; if the thread is idle,
-        block (without the GIL) until it has taken the round, so the disk starts now
-        rather than once the loop goes idle (at most ``HAND_OVER_WAIT_S``)."""
+        ``hand_over``: the loop has more work to run right now and wants this round to
+        start now, not when the loop next goes idle; it blocks (without the GIL) until
+        the thread has taken the round, at most ``HAND_OVER_WAIT_S`` or about twice a
+        typical sync. Only worth it when the thread is idle or its round is
+        ``probably_done``: otherwise the loop would wait for the disk."""
         with self.lock:
             if lsn > self._requested_lsn:
                 self._requested_lsn = lsn
@@ -109,13 +118,29 @@ class SyncThread:
                 return
             if force:
                 self._forced = True
-            if not self._idle:
+            elif lsn <= self._covered_lsn:
+                return  # the round in flight already covers it
+            if self._idle:
+                self._wake.notify()
+            elif not hand_over:
                 return  # it starts this round by itself once the one in flight ends
-            self._wake.notify()
             if hand_over:
                 self._taken.clear()
+                self._hand_over_lsn = lsn
+                wait_s = min(HAND_OVER_WAIT_S, 2 * self._typical_sync_s + 50e-6)
         if hand_over:
-            self._taken.wait(HAND_OVER_WAIT_S)
+            self._taken.wait(wait_s)
+            self._hand_over_lsn = None
+
+    @property
+    def in_flight_bytes(self) -> int:
+        """Bytes the round in flight makes durable (0 when none is)."""
+        return self._covered_lsn - self._synced_lsn if self.in_flight else 0
+
+    def probably_done(self) -> bool:
+        """The round in flight has run as long as a typical fdatasync: the thread is
+        likely waiting for the GIL to report it and start the next."""
+        return time.monotonic() - self._round_started_s >= self._typical_sync_s
 
     def take_report(self) -> SyncReport:
         """On the loop, in ``on_report``: what completed so far."""
@@ -147,12 +172,16 @@ class SyncThread:
                     self._forced = False
                     self._covered_lsn = max(job.target_lsn, self._covered_lsn)
                     self.in_flight = True
-                self._taken.set()
+                    if self._hand_over_lsn is not None and job.target_lsn >= self._hand_over_lsn:
+                        self._taken.set()
                 error: OSError | None = None
+                self._round_started_s = started_s = time.monotonic()
                 try:
                     self._run_job(job)
                 except OSError as e:
                     error = e
+                took_s = time.monotonic() - started_s  # with the wait for the GIL: an upper bound
+                self._typical_sync_s = min(took_s, self._typical_sync_s * TYPICAL_SYNC_GROWTH)
                 with self.lock:
                     self.in_flight = False
                     if error is None:
