@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import operator
 
 
 @dataclasses.dataclass(eq=False, slots=True)  # one per unflushed append: keep it small
@@ -34,6 +35,9 @@ class TailEntry:
     @property
     def end(self) -> int:
         return self.offset + self.length
+
+
+_offset_of = operator.attrgetter("offset")
 
 
 class Tail:
@@ -53,11 +57,17 @@ class Tail:
         return self._entries[self._head] if self._head < len(self._entries) else None
 
     def drop_through(self, flushed_length: int, budget: TailBudget) -> None:
-        """Forget entries wholly below ``flushed_length``."""
+        """Forget entries wholly below ``flushed_length`` (per entry: runs on the event
+        loop after every flush, for every append it carried)."""
         entries = self._entries
         head = self._head
-        while head < len(entries) and entries[head].end <= flushed_length:
-            budget.release(entries[head])
+        count = len(entries)
+        while head < count:
+            entry = entries[head]
+            if entry.offset + entry.length > flushed_length:
+                break
+            if entry.data is not None:
+                budget.release(entry)
             head += 1
         self._head = head
         if head > 1024 and head * 2 > len(entries):
@@ -71,17 +81,24 @@ class Tail:
         self._head = 0
 
     def pieces(self, start: int, end: int) -> list[tuple[TailEntry, int, int]]:
-        """Entries overlapping [start, end) as (entry, from, to) in entry-relative bytes."""
+        """Entries overlapping [start, end) as (entry, from, to) in entry-relative bytes
+        (per entry: a flush takes every append it carries this way, on the event loop)."""
         entries = self._entries
-        index = bisect.bisect_right(entries, start, lo=self._head, key=lambda e: e.offset) - 1
+        index = bisect.bisect_right(entries, start, lo=self._head, key=_offset_of) - 1
         index = max(index, self._head)
-        result = []
-        while index < len(entries) and entries[index].offset < end:
+        result: list[tuple[TailEntry, int, int]] = []
+        add = result.append
+        count = len(entries)
+        while index < count:
             entry = entries[index]
-            lo = max(start, entry.offset) - entry.offset
-            hi = min(end, entry.end) - entry.offset
+            offset = entry.offset
+            if offset >= end:
+                break
+            length = entry.length
+            lo = start - offset if start > offset else 0
+            hi = end - offset if end - offset < length else length
             if hi > lo:
-                result.append((entry, lo, hi))
+                add((entry, lo, hi))
             index += 1
         return result
 
