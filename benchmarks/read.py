@@ -38,7 +38,9 @@ segment of ``--size-mib`` MiB (default 256) by 1 MiB PD appends, then
   against the bytes appended;
 - bound: raw s3fs ``cat_ranges`` of the same bytes with the request size and the
   concurrency of tierfs's read-ahead at full window (``read_bounds.raw_runs``):
-  s3rver's own throughput for tierfs's requests.
+  s3rver's own throughput for tierfs's requests;
+- (k) the ceiling of (i): raw s3fs ``cat_ranges`` of the whole objects with (i)'s
+  concurrency, joined into one result (``read_bounds.raw_whole_joined``).
 
 Around each of (b), (c), the bound, (a) and (i) the CPU seconds of s3rver (its node
 process) and of the client (this process, or the child for (a): its scan only) are
@@ -121,11 +123,13 @@ from benchmarks.read_bounds import (
     measured,
     process_cpu_s,
     raw_runs,
+    raw_whole_joined,
     readahead_requests,
     s3rver_pid,
 )
 from tierfs import StoreConfig, open_store
 from tierfs.engine.readahead import SegmentReader
+from tierfs.remote.direct_read import RUNS_IN_FLIGHT
 from tierfs.store.facade import SegmentStore
 
 if TYPE_CHECKING:
@@ -191,6 +195,7 @@ class Round:
     raw_cat_file: Throughput
     raw_cat_ranges: Throughput
     raw_runs: Throughput
+    raw_joined: Throughput
     cold: ColdScan
     direct: DirectRead
     cpu: dict[str, CpuUse]
@@ -202,6 +207,10 @@ class Round:
     @property
     def bound_versus_cat_file(self) -> float:
         return self.raw_runs.mb_per_s / self.raw_cat_file.mb_per_s
+
+    @property
+    def direct_versus_joined(self) -> float:
+        return self.direct.throughput.mb_per_s / self.raw_joined.mb_per_s
 
     @property
     def versus_cat_file(self) -> float:
@@ -564,8 +573,9 @@ def measure_round(
     bound, cpu_bound = measured(server_pid, lambda: raw_runs(s3_options, layout, run_bytes, in_flight))
     cold, cpu_a = measured(server_pid, lambda: child.run(spec), lambda scan: scan.scan_cpu_s)
     direct, cpu_i = measured(server_pid, lambda: direct_read(s3_options, layout, payload))
-    cpu = {"b": cpu_b, "c": cpu_c, "bound": cpu_bound, "a": cpu_a, "i": cpu_i}
-    return Round(cat_file, cat_ranges, bound, cold, direct, cpu)
+    joined, cpu_k = measured(server_pid, lambda: raw_whole_joined(s3_options, layout, RUNS_IN_FLIGHT))
+    cpu = {"b": cpu_b, "c": cpu_c, "bound": cpu_bound, "a": cpu_a, "i": cpu_i, "k": cpu_k}
+    return Round(cat_file, cat_ranges, bound, joined, cold, direct, cpu)
 
 
 def measure_all(
@@ -665,6 +675,7 @@ SCAN_ROWS: tuple[tuple[str, Callable[[Round], Throughput]], ...] = (
     ("(b) s3fs cat_file, whole objects one by one", lambda rnd: rnd.raw_cat_file),
     (f"(c) s3fs cat_ranges, 1 MiB, {CEILING_IN_FLIGHT} in flight", lambda rnd: rnd.raw_cat_ranges),
     ("bound: s3fs cat_ranges, read-ahead's GETs", lambda rnd: rnd.raw_runs),
+    ("(k) s3fs whole objects in parallel, joined", lambda rnd: rnd.raw_joined),
 )
 
 
@@ -689,10 +700,12 @@ def format_rounds(r: Results) -> list[str]:
         lines.append(
             f"round {index}: (a) {rnd.cold.throughput.mb_per_s:,.1f}  (i) "
             f"{rnd.direct.throughput.mb_per_s:,.1f}  (b) {rnd.raw_cat_file.mb_per_s:,.1f}  (c) "
-            f"{rnd.raw_cat_ranges.mb_per_s:,.1f}  bound {rnd.raw_runs.mb_per_s:,.1f} MB/s; "
+            f"{rnd.raw_cat_ranges.mb_per_s:,.1f}  bound {rnd.raw_runs.mb_per_s:,.1f}  (k) "
+            f"{rnd.raw_joined.mb_per_s:,.1f} MB/s; "
             f"(a)/(b) {rnd.versus_cat_file:.3f}, (i)/(b) {rnd.direct_versus_cat_file:.3f}, "
             f"(a)/(c) {rnd.versus_cat_ranges:.3f}, (c)/(b) {rnd.ranges_versus_cat_file:.3f}, "
-            f"bound/(b) {rnd.bound_versus_cat_file:.3f}; untimed client set-up a/b/c {setups} ms"
+            f"bound/(b) {rnd.bound_versus_cat_file:.3f}, (i)/(k) {rnd.direct_versus_joined:.3f}; "
+            f"untimed client set-up a/b/c {setups} ms"
         )
         cpu = "; ".join(f"{label} {use.server_s:.2f}/{use.client_s:.2f}" for label, use in rnd.cpu.items())
         lines.append(f"  CPU s, s3rver/client, {r.size_bytes / MiB:g} MiB: {cpu}; "
@@ -769,6 +782,7 @@ def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dic
                 "a_over_c": rnd.versus_cat_ranges,
                 "c_over_b": rnd.ranges_versus_cat_file,
                 "bound_over_b": rnd.bound_versus_cat_file,
+                "i_over_k": rnd.direct_versus_joined,
             }
             for rnd in r.rounds
         ],

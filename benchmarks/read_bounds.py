@@ -11,7 +11,10 @@ and ``benchmarks fuse`` use these).
   for tierfs's requests, without tierfs.
 - fsspec direct reads: ``DirectChunkReader.read`` of the whole segment with the layout
   the daemon hands out, which is what ``TierFileSystem.cat_file`` does after its one
-  layout request: the client reads the chunk objects itself, in runs.
+  layout request: the client reads the chunk objects itself, in runs. Its ceiling
+  (``raw_whole_joined``) does the same work without tierfs: the whole objects with the
+  same concurrency, joined into one result of the segment's size (which whole-object
+  ``cat_file`` one by one, discarding each, never builds).
 """
 
 from __future__ import annotations
@@ -115,6 +118,22 @@ def raw_runs(options: dict[str, Any], layout: list[dict[str, Any]], run_bytes: i
     elapsed_s = perf_counter() - start_s
     label = f"bound: s3fs cat_ranges, {run_bytes // MiB} MiB ranges, {in_flight} in flight"
     return Throughput.of(label, sum(len(piece) for piece in data), elapsed_s, setup_s)
+
+
+def raw_whole_joined(options: dict[str, Any], layout: list[dict[str, Any]], in_flight: int) -> Throughput:
+    """The ceiling for (i): s3fs ``cat_ranges`` of every object whole, ``in_flight`` at
+    a time, joined into one result, as ``cat_file`` of the segment must return it."""
+    from benchmarks.read import new_s3fs
+
+    fs, setup_s = new_s3fs(options, layout[0]["url"])
+    paths = [chunk["url"] for chunk in layout]
+    starts = [0] * len(layout)
+    ends = [chunk["end"] - chunk["start"] for chunk in layout]
+    start_s = perf_counter()
+    data = b"".join(fs.cat_ranges(paths, starts, ends, batch_size=in_flight, on_error="raise"))
+    elapsed_s = perf_counter() - start_s
+    label = f"s3fs cat_ranges, whole objects, {in_flight} in flight, joined"
+    return Throughput.of(label, len(data), elapsed_s, setup_s)
 
 
 @dataclasses.dataclass(frozen=True)
