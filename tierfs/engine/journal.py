@@ -1,6 +1,7 @@
 """Tier-1 journal: CRC-framed append records in rolling local files, group commit.
 
-The frame format, file naming and the recovery scan are in ``journal_format``.
+The frame format is in ``journal_format``, the recovery scan in ``journal_scan``, the
+sync thread and the waiters in ``journal_sync``.
 
 Invariants:
 - Frames are written in LSN order by one writer (this object, on the event loop), so a
@@ -11,7 +12,7 @@ Invariants:
   scheduler batch go out in one write(2) (the journal's writer task runs after them),
   and the sync thread starts the next fdatasync the moment the previous one returns,
   covering everything written meanwhile. One round is in flight at a time, and one is
-  always in flight while written bytes wait to become durable.
+  in flight whenever written bytes were asked to become durable and are not yet.
 - write(2) happens on the event loop: it copies into the page cache (microseconds for a
   batch) and keeping it on one thread keeps frame order trivially right; fdatasync, which
   waits for the disk, always runs in the sync thread (or, at close, a worker thread).
@@ -25,7 +26,6 @@ Invariants:
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import threading
@@ -43,7 +43,8 @@ from tierfs.engine.journal_format import (
     encode_append_header,
     file_name,
     list_files,
-    verified_payloads,
+    read_entries,
+    read_range,
     write_all,
 )
 from tierfs.engine.journal_space import RECLAIM_AFTER_BYTES, SpaceReserver
@@ -200,12 +201,13 @@ class Journal:
     def _request_sync(self, *, force: bool = False, hand_over: bool = False) -> None:
         """Ask the sync thread to make everything written so far durable (``force``: run
         a round even with nothing new written, to sync and close a rolled file;
-        ``hand_over``: wait for an idle thread to start it, see ``SyncThread.request``)."""
+        ``hand_over``: wait for the thread to start it, see ``SyncThread.request``, and
+        take in at once what completed meanwhile)."""
         self._first_unsynced_write_s = None  # the round asked for covers every write
         if self._syncer is None:
             self._sync_wanted_early = True  # run() asks once it has started the thread
-        else:
-            self._syncer.request(self.written_lsn, force=force, hand_over=hand_over)
+        elif self._syncer.request(self.written_lsn, force=force, hand_over=hand_over):
+            self._on_sync_report()
 
     def _write_soon(self) -> None:
         """Have the writer task write the queue after the tasks runnable now have run,
@@ -293,11 +295,9 @@ class Journal:
             self.durable_lsn = report.synced_lsn
             self._on_durable(report.synced_lsn)
             woken = self._waiters.wake_through(report.synced_lsn)
-            # Nothing was asked for while this round ran, so the disk is idle now. If the
-            # woken appenders come back with new frames, the first half of them start a
-            # round as soon as they are queued and the rest form the next one: the disk
-            # and the loop work side by side instead of taking turns (a round of all of
-            # them would start only after the loop ran every one).
+            # With no round in flight the disk is idle now: the first half of the woken
+            # appenders start a round as soon as their frames are queued and the rest
+            # form the next, so disk and loop work side by side instead of taking turns.
             in_flight = self._syncer.in_flight
             self._split_countdown = woken // 2 if woken >= SPLIT_MIN_WAITERS and not in_flight else 0
 
@@ -389,43 +389,12 @@ class Journal:
     # ----------------------------------------------------------------- reading
     def read_at(self, lsn: int, length: int) -> bytes:
         """Blocking pread of written journal bytes (call from a worker thread)."""
-        index = self._file_index(lsn)
-        if index < 0 or lsn + length > self.written_lsn:
-            raise JournalCorruptionError(f"journal has no bytes at LSN {lsn}+{length}")
-        start, path = self._files[index]
-        with open(path, "rb") as f:
-            data = os.pread(f.fileno(), length, lsn - start)
-        if len(data) != length:
-            raise JournalCorruptionError(f"journal file {path.name} is short at LSN {lsn}")
-        return data
+        return read_range(self._files, self.written_lsn, lsn, length)
 
     def read_entries(self, entries: Sequence[TailEntryLike]) -> list[bytes]:
-        """Blocking: re-read tail entries from their frames, CRC-verified.
-
-        Entries whose frames follow each other in one file are read with one pread, so a
-        flush of a long evicted backlog costs one read per journal range, not per append.
-        """
-        results: list[bytes] = []
-        files = self._files
-        index = 0
-        while index < len(entries):
-            start_lsn = entries[index].frame_lsn
-            file_index = self._file_index(start_lsn)
-            file_end_lsn = files[file_index + 1][0] if 0 <= file_index < len(files) - 1 else self.written_lsn
-            run_end = index + 1
-            while (
-                run_end < len(entries)
-                and entries[run_end].frame_lsn == entries[run_end - 1].end_lsn
-                and entries[run_end].end_lsn <= file_end_lsn
-            ):
-                run_end += 1
-            raw = self.read_at(start_lsn, entries[run_end - 1].end_lsn - start_lsn)
-            results += verified_payloads(raw, start_lsn, entries[index:run_end])
-            index = run_end
-        return results
-
-    def _file_index(self, lsn: int) -> int:
-        return bisect.bisect_right(self._files, lsn, key=lambda f: f[0]) - 1
+        """Blocking: re-read tail entries from their frames, CRC-verified (one pread per
+        run of frames that follow each other in one file)."""
+        return read_entries(self._files, self.written_lsn, entries)
 
     # ----------------------------------------------------------- truncation
     def deletable_files(self, checkpoint_lsn: int) -> list[Path]:

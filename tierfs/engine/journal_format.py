@@ -1,5 +1,5 @@
-"""Tier-1 journal format: CRC-framed append records in files named by LSN (the scan
-that recovery runs over them is ``journal_scan``).
+"""Tier-1 journal format: CRC-framed append records in files named by LSN, written with
+writev and read back by LSN, CRC-checked (the scan recovery runs is ``journal_scan``).
 
 Frame layout (little endian)::
 
@@ -22,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import struct
@@ -31,7 +32,7 @@ from typing import Protocol
 
 import crc32c as _crc32c_module
 
-from tierfs.contracts.errors import DataCorruptionError
+from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError
 
 FRAME_HEADER = struct.Struct("<IIQ")  # payload_len, crc32c, seq
 SEQ = struct.Struct("<Q")
@@ -93,6 +94,49 @@ def verified_payloads(raw: bytes, start_lsn: int, entries: Sequence[TailEntryLik
             raise DataCorruptionError(f"journal frame at LSN {entry.frame_lsn} failed its CRC32C check")
         data_at = body + (APPEND_V1_HEADER.size if raw[body] == KIND_APPEND_V1 else _APPEND_HEADER_BYTES)
         results.append(raw[data_at + entry.frame_skip : end])
+    return results
+
+
+def _file_index(files: list[tuple[int, Path]], lsn: int) -> int:
+    return bisect.bisect_right(files, lsn, key=lambda f: f[0]) - 1
+
+
+def read_range(files: list[tuple[int, Path]], written_lsn: int, lsn: int, length: int) -> bytes:
+    """Blocking pread of written journal bytes; ``files`` as (start LSN, path)."""
+    index = _file_index(files, lsn)
+    if index < 0 or lsn + length > written_lsn:
+        raise JournalCorruptionError(f"journal has no bytes at LSN {lsn}+{length}")
+    start, path = files[index]
+    with open(path, "rb") as f:
+        data = os.pread(f.fileno(), length, lsn - start)
+    if len(data) != length:
+        raise JournalCorruptionError(f"journal file {path.name} is short at LSN {lsn}")
+    return data
+
+
+def read_entries(
+    files: list[tuple[int, Path]], written_lsn: int, entries: Sequence[TailEntryLike]
+) -> list[bytes]:
+    """Blocking: the data of tail entries, re-read from their frames, CRC-verified.
+
+    Entries whose frames follow each other in one file are read with one pread, so a
+    flush of a long evicted backlog costs one read per journal range, not per append."""
+    results: list[bytes] = []
+    index = 0
+    while index < len(entries):
+        start_lsn = entries[index].frame_lsn
+        file_index = _file_index(files, start_lsn)
+        file_end_lsn = files[file_index + 1][0] if 0 <= file_index < len(files) - 1 else written_lsn
+        run_end = index + 1
+        while (
+            run_end < len(entries)
+            and entries[run_end].frame_lsn == entries[run_end - 1].end_lsn
+            and entries[run_end].end_lsn <= file_end_lsn  # a frame never spans two files
+        ):
+            run_end += 1
+        raw = read_range(files, written_lsn, start_lsn, entries[run_end - 1].end_lsn - start_lsn)
+        results += verified_payloads(raw, start_lsn, entries[index:run_end])
+        index = run_end
     return results
 
 

@@ -102,7 +102,7 @@ class SyncThread:
         self._thread.start()
 
     # ------------------------------------------------------------- loop side
-    def request(self, lsn: int, *, force: bool = False, hand_over: bool = False) -> None:
+    def request(self, lsn: int, *, force: bool = False, hand_over: bool = False) -> bool:
         """Ask for every byte written up to ``lsn`` (which must be written) to become
         durable; ``force``: run a round even if nothing new was written.
 
@@ -110,27 +110,31 @@ class SyncThread:
         start now, not when the loop next goes idle; it blocks (without the GIL) until
         the thread has taken the round, at most ``HAND_OVER_WAIT_S`` or about twice a
         typical sync. Only worth it when the thread is idle or its round is
-        ``probably_done``: otherwise the loop would wait for the disk."""
+        ``probably_done``: otherwise the loop would wait for the disk. Returns True
+        after such a wait: the thread posts no report for a round that completes
+        meanwhile, so the caller reads it (``take_report``) right away."""
         with self.lock:
             if lsn > self._requested_lsn:
                 self._requested_lsn = lsn
             elif not force or self._forced:
-                return
+                return False
             if force:
                 self._forced = True
             elif lsn <= self._covered_lsn:
-                return  # the round in flight already covers it
+                return False  # the round in flight already covers it
             if self._idle:
                 self._wake.notify()
             elif not hand_over:
-                return  # it starts this round by itself once the one in flight ends
-            if hand_over:
-                self._taken.clear()
-                self._hand_over_lsn = lsn
-                wait_s = min(HAND_OVER_WAIT_S, 2 * self._typical_sync_s + 50e-6)
-        if hand_over:
-            self._taken.wait(wait_s)
+                return False  # it starts this round by itself once the one in flight ends
+            if not hand_over:
+                return False
+            self._taken.clear()
+            self._hand_over_lsn = lsn
+            wait_s = min(HAND_OVER_WAIT_S, 2 * self._typical_sync_s + 50e-6)
+        self._taken.wait(wait_s)
+        with self.lock:
             self._hand_over_lsn = None
+        return True
 
     @property
     def in_flight_bytes(self) -> int:
@@ -190,8 +194,11 @@ class SyncThread:
                     else:
                         self._error = error
                         self._stopped = True  # a failed journal syncs nothing more
-                    post = not self._report_posted
-                    self._report_posted = True
+                    if self._hand_over_lsn is not None:
+                        post = False  # the loop waits to hand a round over: it reads this
+                    else:
+                        post = not self._report_posted
+                        self._report_posted = True
                 if post:
                     self._token.run_sync_soon(self._on_report)
         except trio.RunFinishedError:
