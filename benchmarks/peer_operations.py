@@ -11,6 +11,8 @@ whatever the system behind the mount point.
 - ``settle``: wait until the system has put what it owes S3 (a condition, then no
   PUT/POST/DELETE through the proxy for ``QUIET_S``), so an operation's S3 traffic
   includes uploads a system defers past close;
+- ``wait_idle``: wait until the system's S3 traffic has died down (under 64 KiB in a
+  second), so what it still moves after an operation returned is counted with it;
 - ``create_small_files``: ``open(O_CREAT|O_EXCL)``, ``write(SMALL_FILE_BYTES)``, close;
 - ``list_long``: ``ls -l DIR``, its lines counted;
 - ``tail_latencies``: ``tail -f -s 0.01`` on the file; per line, the time from the
@@ -36,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.common import MiB
-from benchmarks.peer_proxy import Traffic, traffic_difference
+from benchmarks.peer_proxy import Traffic, total, traffic_difference
 
 READ_BYTES = 4096
 BLOCK_BYTES = MiB  # tierfs's cache block; rclone and s3fs fetch at least this much per miss
@@ -46,6 +48,8 @@ QUIET_S = 2.0  # no upload for this long: the system has nothing pending
 SETTLE_POLL_S = 0.2
 SETTLE_TIMEOUT_S = 300.0
 WRITE_METHODS = ("PUT", "POST", "DELETE")
+IDLE_WINDOW_S = 1.0
+IDLE_BYTES = 64 << 10  # tierfs's owner checks and such: a few small requests a second
 TAIL_TIMEOUT_S = 10.0  # a line not shown by then is reported as not visible
 TAIL_GAP_S = (0.05, 0.10)  # pause between lines, random so tail's 10 ms poll phase varies
 LS_TIMEOUT_S = 1800.0
@@ -159,6 +163,21 @@ def settle(snapshot: Callable[[], Traffic], min_s: float, condition: Callable[[]
         if any(m in traffic_difference(now, last) for m in WRITE_METHODS):
             quiet_since = time.monotonic()
         last = now
+
+
+def wait_idle(snapshot: Callable[[], Traffic], timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
+    """Wait until less than ``IDLE_BYTES`` go through the proxy in ``IDLE_WINDOW_S``
+    (a system may still be fetching or uploading after its operation returned: that
+    traffic belongs to the operation). False if it never got that quiet."""
+    deadline = time.monotonic() + timeout_s
+    last = total(snapshot())
+    while time.monotonic() < deadline:
+        time.sleep(IDLE_WINDOW_S)
+        now = total(snapshot())
+        if (now.bytes_up - last.bytes_up) + (now.bytes_down - last.bytes_down) < IDLE_BYTES:
+            return True
+        last = now
+    return False
 
 
 def create_small_files(directory: Path, count: int, deadline_s: float) -> tuple[int, float]:

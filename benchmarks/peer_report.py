@@ -32,12 +32,13 @@ class Row:
     digits: int
 
 
-def rows(size_mib: int, small_files: int, appends: int) -> list[Row]:
+def rows(size_mib: int, small_files: int, appends: int, random_reads: int) -> list[Row]:
     return [
         Row("cold_read", f"cold sequential read, {size_mib} MiB, dd bs=1M", "MB/s", True, 1),
         Row("warm_read", "warm re-read, dd bs=1M", "MB/s", True, 1),
         Row("random_warm", "random 4 KiB pread p50, warm", "ms", False, 3),
         Row("random_cold", "random 4 KiB pread p50, fresh mount", "ms", False, 2),
+        Row("random_cold_total", f"  all {random_reads} of them (first one included)", "s", False, 3),
         Row("appends", f"{appends:,} x (4 KiB append + fsync)", "appends/s", True, 0),
         Row("append_up", "  the appends: sent to S3", "MiB", False, 2),
         Row("append_down", "  the appends: received from S3", "MiB", False, 2),

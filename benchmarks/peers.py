@@ -64,6 +64,7 @@ from benchmarks.peer_mounts import (
 )
 from benchmarks.peer_operations import (
     APPEND_BYTES,
+    SETTLE_TIMEOUT_S,
     OperationError,
     appends,
     create_small_files,
@@ -72,6 +73,7 @@ from benchmarks.peer_operations import (
     sequential_read,
     settle,
     tail_latencies,
+    wait_idle,
 )
 from benchmarks.peer_proxy import CountingProxy, total, traffic_difference
 from benchmarks.peer_report import (
@@ -128,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     return run_in_scratch("peers", args.dir, args.json, lambda d: measure(d, args, log), lambda _: [],
                           lambda machine, results, _, out: report(machine, results, args, out),
                           lambda machine, results, _: {"machine": machine, **results_json(
-                              rows(args.size_mib, args.small_files, args.appends), results["systems"]),
+                              rows(args.size_mib, args.small_files, args.appends, args.random_reads), results["systems"]),
                               "versions": results["versions"]},
                           errors=(S3ServerError, PeerError))
 
@@ -151,7 +153,7 @@ def measure(directory: Path, args: argparse.Namespace, log: TextIO) -> dict[str,
             system_class = SYSTEMS[name]
             if PROGRAM_OF.get(name) in unavailable:
                 result = SystemResult(name, "", system_class.cache_emptying)
-                for row in rows(args.size_mib, args.small_files, args.appends):
+                for row in rows(args.size_mib, args.small_files, args.appends, args.random_reads):
                     result.cells[row.key] = Cell.failed(unavailable[PROGRAM_OF[name]])
                 results.append(result)
                 continue
@@ -185,6 +187,8 @@ class SystemRun:
             error = Cell.failed(f"{type(e).__name__}: {e}" if not isinstance(e, OperationError) else str(e))
             self.result.cells.update({key: error for key in keys if key not in self.result.cells})
             succeeded = False
+        if not wait_idle(self.proxy.snapshot):
+            self.result.notes.append(f"{traffic_key}: S3 traffic had not died down after {SETTLE_TIMEOUT_S:g} s")
         self.result.traffic[traffic_key] = traffic_difference(self.proxy.snapshot(), before)
         return succeeded
 
@@ -201,16 +205,16 @@ class SystemRun:
 
     def run(self) -> SystemResult:
         system, args = self.system, self.args
-        every = tuple(r.key for r in rows(args.size_mib, args.small_files, args.appends))
+        every = tuple(r.key for r in rows(args.size_mib, args.small_files, args.appends, args.random_reads))
         try:
             if not self.step("prepare", every, self.prepare):
                 return self.result
             if self.mount_cold(("cold_read", "warm_read", "random_warm")):
                 if self.step("cold_read", ("cold_read", "warm_read"), lambda: {"cold_read": self.sequential()}):
                     self.step("warm_read", ("warm_read",), lambda: {"warm_read": self.sequential()})
-                self.step("random_warm", ("random_warm",), lambda: {"random_warm": self.random(distinct=False)})
-            if self.mount_cold(("random_cold",)):
-                self.step("random_cold", ("random_cold",), lambda: {"random_cold": self.random(distinct=True)})
+                self.step("random_warm", ("random_warm",), lambda: self.random(distinct=False))
+            if self.mount_cold(("random_cold", "random_cold_total")):
+                self.step("random_cold", ("random_cold", "random_cold_total"), lambda: self.random(distinct=True))
             self.step("appends", ("appends", "append_up", "append_down", "fsync_s3"), self.appends)
             self.step("tail", ("tail",), self.tail)
             created = [0]
@@ -238,10 +242,13 @@ class SystemRun:
         mb_per_s, _ = sequential_read(self.system.path(COLD_FILE), len(self.payload))
         return Cell(mb_per_s)
 
-    def random(self, distinct: bool) -> Cell:
+    def random(self, distinct: bool) -> dict[str, Cell]:
+        """Warm: p50 of the reads; fresh mount (``distinct`` 1 MiB blocks): p50 and the
+        total, which shows a system that fetches the whole file on its first read."""
         seconds = random_reads(self.system.path(COLD_FILE), self.payload, self.args.random_reads,
                                SEED + distinct, distinct_blocks=distinct)
-        return Cell(percentile(sorted(seconds), 0.5) * 1e3)
+        p50 = Cell(percentile(sorted(seconds), 0.5) * 1e3)
+        return {"random_cold": p50, "random_cold_total": Cell(sum(seconds))} if distinct else {"random_warm": p50}
 
     def appends(self) -> dict[str, Cell]:
         system, args = self.system, self.args
@@ -288,7 +295,7 @@ class SystemRun:
 # ------------------------------------------------------------------ report
 def report(machine: dict[str, Any], measured: dict[str, Any], args: argparse.Namespace, out: TextIO) -> None:
     results: list[SystemResult] = measured["systems"]
-    table_rows = rows(args.size_mib, args.small_files, args.appends)
+    table_rows = rows(args.size_mib, args.small_files, args.appends, args.random_reads)
     fs = machine["filesystem"]
     print(f"Peers benchmark: {machine['cpus']} CPUs, {fs['fs_type']} on {fs['device']}; S3 = s3rver 3.7.1 on "
           f"127.0.0.1 behind a counting proxy; tierfs durability {args.tierfs_durability}", file=out)
