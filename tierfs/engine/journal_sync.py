@@ -94,7 +94,10 @@ class SyncThread:
         self._report_posted = False
         self._stopped = False
         self.in_flight = False  # read on the loop: a round is running
-        self._taken = threading.Event()  # set once a round reaches _hand_over_lsn
+        # Held by the loop while it waits to hand a round over; the thread releases it
+        # once it has taken a round reaching _hand_over_lsn (a bare lock: the thread's
+        # path from one fdatasync to the next stays short).
+        self._hand_over = threading.Lock()
         self._hand_over_lsn: int | None = None
         self._round_started_s = 0.0  # time.monotonic() when the round in flight started
         self._typical_sync_s = float("inf")  # none measured yet; see TYPICAL_SYNC_GROWTH
@@ -128,11 +131,13 @@ class SyncThread:
                 return False  # it starts this round by itself once the one in flight ends
             if not hand_over:
                 return False
-            self._taken.clear()
+            self._hand_over.acquire()  # free: only the loop takes it, and gives it back
             self._hand_over_lsn = lsn
             wait_s = min(HAND_OVER_WAIT_S, 2 * self._typical_sync_s + 50e-6)
-        self._taken.wait(wait_s)
+        taken = self._hand_over.acquire(timeout=wait_s)  # the thread releases it
         with self.lock:
+            if taken or self._hand_over_lsn is not None:
+                self._hand_over.release()  # ours: re-taken, or never released (timed out)
             self._hand_over_lsn = None
         return True
 
@@ -177,7 +182,8 @@ class SyncThread:
                     self._covered_lsn = max(job.target_lsn, self._covered_lsn)
                     self.in_flight = True
                     if self._hand_over_lsn is not None and job.target_lsn >= self._hand_over_lsn:
-                        self._taken.set()
+                        self._hand_over_lsn = None
+                        self._hand_over.release()
                 error: OSError | None = None
                 self._round_started_s = started_s = time.monotonic()
                 try:
