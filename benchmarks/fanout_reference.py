@@ -3,7 +3,8 @@ a minimal fan-out server doing a follower server's essential work and nothing el
 
 One trio process listening on a Unix socket (backlog ``BACKLOG``, as the daemon). A
 connection announces itself with one line: ``A <segment>`` (an appender: everything
-it sends next is appended to that segment's log in memory) or ``F <segment>`` (a
+it sends next is appended to that segment's log in memory, and each line is
+acknowledged with one byte, as an append is answered) or ``F <segment>`` (a
 follower: it is sent that log from the start, and then each growth as it happens).
 Each follower has one task that waits for growth and sends what it has not sent yet,
 so a busy server coalesces several appends into one send, as the daemon's streams do.
@@ -46,6 +47,7 @@ async def serve_connection(stream: trio.SocketStream, logs: dict[int, Log]) -> N
     if kind == b"A":
         while piece := await stream.receive_some(RECV_BYTES):
             log.append(piece)
+            await stream.send_all(b"+" * piece.count(b"\n"))  # one acknowledgement per line
         return
     sent = 0
     try:

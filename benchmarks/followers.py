@@ -48,6 +48,7 @@ from benchmarks.common import (
     add_scratch_arguments,
     checks_json,
     format_checks,
+    percentile,
     print_sections,
     run_in_scratch,
 )
@@ -61,6 +62,7 @@ STOP_TIMEOUT_S = 60.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 BUCKET_MS = 0.1  # followers_child.BUCKET_NS
+SAMPLED_FOLLOWERS = 40  # followers (in all) whose every arrival is kept: latency after the acknowledgement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,7 @@ class Phase:
     complete: int
     lines_expected: int
     lines: int
+    pieces: int  # deliveries (a piece carries the lines that became durable meanwhile)
     disorder: int
     errors: dict[str, int]
     ready_s: float
@@ -94,6 +97,8 @@ class Phase:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    after_ack_p50_ms: float  # from the append's acknowledgement (durable) to the follower
+    after_ack_p99_ms: float
     append_seconds: float
     appends: int
     append_p50_ms: float
@@ -111,6 +116,10 @@ class Phase:
     @property
     def server_us_per_line(self) -> float:
         return self.server_cpu_s / max(1, self.lines) * 1e6
+
+    @property
+    def server_us_per_piece(self) -> float:
+        return self.server_cpu_s / max(1, self.pieces) * 1e6
 
     @property
     def rss_per_follower_bytes(self) -> float:
@@ -193,7 +202,8 @@ def run_phase(label: str, opts: Options, address: str, segment_names: list[str],
             stack.callback(close)
         for index, child in enumerate(children):
             send(child, {"source": label, "address": address, "segments": segment_names,
-                         "followers": assignment[index::opts.processes], "ready_timeout_s": READY_TIMEOUT_S})
+                         "followers": assignment[index::opts.processes], "ready_timeout_s": READY_TIMEOUT_S,
+                         "sample_every": max(1, opts.followers // SAMPLED_FOLLOWERS)})
         started = time.monotonic()
         for index, (append, _) in enumerate(appenders):
             append(index, line_of(0, opts.line_bytes))
@@ -204,7 +214,7 @@ def run_phase(label: str, opts: Options, address: str, segment_names: list[str],
               file=log, flush=True)
         pids = [server_pid] + [child.process.pid for child in children]
         cpu_before = [process_cpu_s(pid) for pid in pids]
-        append_latencies_s, append_seconds = append_lines(opts, appenders)
+        append_latencies_s, acked_ns, append_seconds = append_lines(opts, appenders)
         cpu_after = [process_cpu_s(pid) for pid in pids]
         rss, peak_rss = process_rss_bytes(server_pid)
         for child in children:
@@ -212,16 +222,21 @@ def run_phase(label: str, opts: Options, address: str, segment_names: list[str],
         finals = [child.answer() for child in children]
     histogram: Counter[int] = Counter()
     errors: Counter[str] = Counter()
+    after_ack_ms: list[float] = []
     for final in finals:
         histogram.update({int(bucket): count for bucket, count in final["histogram"].items()})
         errors.update(final["errors"])
+        after_ack_ms += [(arrived_ns - acked_ns[segment][seq - 1]) / 1e6 for segment, seq, arrived_ns in final["samples"]]
+    after_ack_ms.sort()
     ordered = sorted(append_latencies_s)
     return Phase(
         label=label, followers=opts.followers, complete=sum(f["complete"] for f in finals),
         lines_expected=opts.followers * (opts.appends_per_segment + 1), lines=sum(f["lines"] for f in finals),
+        pieces=sum(f["pieces"] for f in finals),
         disorder=sum(f["disorder"] for f in finals), errors=dict(errors), ready_s=ready_s, not_ready=not_ready,
         p50_ms=percentile_ms(histogram, 0.50), p99_ms=percentile_ms(histogram, 0.99),
         max_ms=max(histogram, default=-1) * BUCKET_MS + BUCKET_MS if histogram else math.nan,
+        after_ack_p50_ms=percentile(after_ack_ms, 0.50), after_ack_p99_ms=percentile(after_ack_ms, 0.99),
         append_seconds=append_seconds, appends=len(ordered),
         append_p50_ms=ordered[len(ordered) // 2] * 1e3, append_p99_ms=ordered[int(len(ordered) * 0.99)] * 1e3,
         server_cpu_s=cpu_after[0] - cpu_before[0], clients_cpu_s=sum(cpu_after[1:]) - sum(cpu_before[1:]),
@@ -229,10 +244,13 @@ def run_phase(label: str, opts: Options, address: str, segment_names: list[str],
     )
 
 
-def append_lines(opts: Options, appenders: list[tuple[Appender, Callable[[], None]]]) -> tuple[list[float], float]:
-    """Every appender appends lines 1..N at ``rate`` per second (late ones go at once);
-    the append latencies and the seconds it took."""
+def append_lines(opts: Options, appenders: list[tuple[Appender, Callable[[], None]]]
+                 ) -> tuple[list[float], list[list[int]], float]:
+    """Every appender appends lines 1..N at ``rate`` per second (late ones go at once):
+    the append latencies, the time each was acknowledged ([segment][seq - 1], monotonic
+    ns) and the seconds it took."""
     latencies: list[list[float]] = [[] for _ in appenders]
+    acked_ns: list[list[int]] = [[] for _ in appenders]
     started = time.monotonic()
 
     def paced(index: int) -> None:
@@ -241,16 +259,17 @@ def append_lines(opts: Options, appenders: list[tuple[Appender, Callable[[], Non
             delay = started + seq / opts.rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            before = time.monotonic()
+            before = time.monotonic_ns()
             append(index, line_of(seq, opts.line_bytes))
-            latencies[index].append(time.monotonic() - before)
+            acked_ns[index].append(time.monotonic_ns())
+            latencies[index].append((acked_ns[index][-1] - before) / 1e9)
 
     threads = [threading.Thread(target=paced, args=(index,)) for index in range(len(appenders))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return [value for values in latencies for value in values], time.monotonic() - started
+    return [value for values in latencies for value in values], acked_ns, time.monotonic() - started
 
 
 # ------------------------------------------------------------------ the servers
@@ -275,7 +294,12 @@ def reference_appender(path: str) -> Callable[[int], tuple[Appender, Callable[[]
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(path)
         sock.sendall(b"A %d\n" % index)
-        return (lambda _index, line: sock.sendall(line)), sock.close
+
+        def append(_index: int, line: bytes) -> None:
+            sock.sendall(line)
+            if sock.recv(1) != b"+":  # acknowledged, as an append is
+                raise RuntimeError("the fan-out reference closed an appender's connection")
+        return append, sock.close
     return appender_for
 
 
@@ -326,14 +350,18 @@ def phase_rows(p: Phase) -> list[str]:
     errors = ", ".join(f"{count} x {message}" for message, count in p.errors.items()) or "none"
     return [
         f"{p.label}:",
-        f"  followers complete {p.complete}/{p.followers}; lines {p.lines}/{p.lines_expected}; "
-        f"out of order {p.disorder}; errors: {errors}; not ready {p.not_ready}",
+        f"  followers complete {p.complete}/{p.followers}; lines {p.lines}/{p.lines_expected} in {p.pieces} "
+        f"deliveries ({p.lines / max(1, p.pieces):.2f} lines each); out of order {p.disorder}; errors: {errors}; "
+        f"not ready {p.not_ready}",
         f"  all connected with line 0 after {p.ready_s:.2f} s",
-        f"  latency append -> follower: p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms, max {p.max_ms:.1f} ms",
+        f"  latency append -> follower: p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms, max {p.max_ms:.1f} ms; "
+        f"after the acknowledgement ({SAMPLED_FOLLOWERS} followers): p50 {p.after_ack_p50_ms:.1f} ms, "
+        f"p99 {p.after_ack_p99_ms:.1f} ms",
         f"  appends: {p.appends} in {p.append_seconds:.1f} s ({p.appends / p.append_seconds:.0f}/s), "
         f"round trip p50 {p.append_p50_ms:.2f} ms, p99 {p.append_p99_ms:.2f} ms",
         f"  server CPU {p.server_cpu_s:.1f} s ({p.server_cpu_per_s * 100:.0f}% of a core; "
-        f"{p.server_cpu_s / p.followers * 1e3:.1f} ms per follower, {p.server_us_per_line:.1f} us per line); "
+        f"{p.server_cpu_s / p.followers * 1e3:.1f} ms per follower, {p.server_us_per_line:.1f} us per line, "
+        f"{p.server_us_per_piece:.1f} us per delivery); "
         f"client processes CPU {p.clients_cpu_s:.1f} s ({p.clients_cpu_s / p.append_seconds * 100:.0f}% of a core)",
         f"  server RSS {p.server_rss_bytes / 2**20:.1f} MiB (idle {p.server_rss_idle_bytes / 2**20:.1f} MiB, "
         f"peak {p.server_peak_rss_bytes / 2**20:.1f} MiB): {p.rss_per_follower_bytes / 1024:.1f} KiB per follower",

@@ -3,7 +3,7 @@
 
 Request 1: ``{"source": "tierfs" | "reference", "address": URL or socket path,
 "segments": [name, ...], "followers": [segment index of each follower, ...],
-"ready_timeout_s": S}``. It starts one thread per follower, all at once:
+"ready_timeout_s": S, "sample_every": K}``. It starts one thread per follower, all at once:
 
 - ``tierfs``: ``TierClient.follow(segment, 0)``, one client shared by the threads (as
   an fsspec filesystem is shared in a process);
@@ -14,7 +14,8 @@ Every follower checks every line (``<seq> <monotonic ns of the append> <padding>
 sequence numbers must arrive exactly once and in order from 0; the latency of each
 line is the time from just before its append to the arrival of the piece holding it
 (``time.monotonic_ns``, one clock for every process of the machine), counted in
-``BUCKET_NS`` buckets. It answers ``{"ready": n, "waited_s": s, "errors": {...}}`` once
+``BUCKET_NS`` buckets; every ``K``-th follower also keeps each line's arrival time, so
+the parent can tell the time after the append's acknowledgement. It answers ``{"ready": n, "waited_s": s, "errors": {...}}`` once
 every follower has line 0 (or after ``ready_timeout_s``).
 
 Request 2: ``{"last_seq": N, "deadline_s": S}``: it waits until every follower has line
@@ -24,6 +25,7 @@ errors (the parent reads its CPU time from /proc). Follower threads are daemon t
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 import sys
@@ -39,11 +41,14 @@ POLL_S = 0.05
 
 
 class Follower:
-    """One follower's checks: sequence, count, latency histogram, error."""
+    """One follower's checks: sequence, count, latency histogram, error; a sampled one
+    also keeps each line's arrival time (``arrivals``: [seq, monotonic ns])."""
 
-    def __init__(self) -> None:
+    def __init__(self, sampled: bool = False) -> None:
+        self.arrivals: list[tuple[int, int]] | None = [] if sampled else None
         self.next_seq = 0
         self.lines = 0
+        self.pieces = 0  # deliveries: the pieces that brought the lines
         self.disorder = 0  # lines that were not the next sequence number
         self.histogram: Counter[int] = Counter()
         self.error: str | None = None
@@ -51,6 +56,7 @@ class Follower:
 
     def take(self, piece: bytes) -> None:
         now_ns = time.monotonic_ns()
+        self.pieces += 1
         lines = (self._rest + piece).split(b"\n")
         self._rest = lines.pop()
         for line in lines:
@@ -62,6 +68,8 @@ class Follower:
             self.lines += 1
             if seq > 0:  # line 0 is the warm-up every follower waits for
                 self.histogram[(now_ns - int(sent_text)) // BUCKET_NS] += 1
+                if self.arrivals is not None:
+                    self.arrivals.append((seq, now_ns))
 
 
 def follow_tierfs(client: Any, name: str, follower: Follower) -> None:
@@ -100,7 +108,8 @@ def errors_of(followers: list[Follower]) -> dict[str, int]:
 def main() -> int:
     request = json.loads(sys.stdin.readline())
     threading.stack_size(THREAD_STACK_BYTES)
-    followers = [Follower() for _ in request["followers"]]
+    sample_every = request["sample_every"]
+    followers = [Follower(index % sample_every == 0) for index in range(len(request["followers"]))]
     threads = []
     if request["source"] == "tierfs":
         from tierfs.remote.client import TierClient
@@ -113,6 +122,8 @@ def main() -> int:
         for index, f in zip(request["followers"], followers, strict=True):
             threads.append(threading.Thread(target=follow_reference, args=(request["address"], index, f),
                                             daemon=True))
+    gc.collect()  # the process's setup stays out of the collector's full passes (pauses
+    gc.freeze()  # of 15-40 ms that every follower thread of the process would wait out)
     for thread in threads:
         thread.start()
     waited_s = wait_until(followers, 0, request["ready_timeout_s"])
@@ -129,10 +140,13 @@ def main() -> int:
         followers=len(followers),
         complete=sum(f.lines == finish["last_seq"] + 1 and f.disorder == 0 and f.error is None for f in followers),
         lines=sum(f.lines for f in followers),
+        pieces=sum(f.pieces for f in followers),
         disorder=sum(f.disorder for f in followers),
         errors=errors_of(followers),
         histogram={str(bucket): count for bucket, count in histogram.items()},
         drain_s=waited_s,
+        samples=[[segment, seq, arrived_ns] for segment, f in zip(request["followers"], followers, strict=True)
+                 if f.arrivals is not None for seq, arrived_ns in f.arrivals],
     ))
     return 0
 

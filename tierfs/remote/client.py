@@ -13,23 +13,25 @@ Invariants:
   connection (a full accept queue) is retried with backoff, then reported as its
   subclass ``DaemonOverloadedError`` ("daemon overloaded"), never as "no daemon"
   (``connect_retry``).
-- ``follow`` is one streamed response per follower, reopened at the offset reached
-  when it ends: every durable byte once, in order, of the segment it first opened.
+- ``follow`` is one streamed response per follower (on the daemon's follow socket when
+  it has one), reopened at the offset reached when it ends: every durable byte once,
+  in order, of the segment it first opened.
 - Tokens go only into the Authorization header, never into URLs or logs.
 - Names are sent exactly as given (``_path``): the engine alone judges them.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
-from tierfs.contracts.datadir import default_data_dir, socket_path
+from tierfs.contracts.datadir import FOLLOW_SOCKET_NAME, default_data_dir, socket_path
 from tierfs.contracts.error_wire import rebuild_error
 from tierfs.contracts.errors import (
     DaemonOverloadedError,
@@ -40,6 +42,7 @@ from tierfs.contracts.errors import (
 from tierfs.contracts.info import Info, SegmentInfo, info_from_json
 from tierfs.contracts.operations import FORWARDED_HEADER, Operation
 from tierfs.remote.connect_retry import OVERLOAD_RETRY_S, ConnectBackoff, refused_by_live_daemon
+from tierfs.remote.follow_reader import FollowStream, StreamCut, open_follow
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 5.0
@@ -79,6 +82,7 @@ class TierClient:
         self.overload_retry_s = overload_retry_s
         timeout = httpx.Timeout(read_timeout_s, connect=CONNECT_TIMEOUT_S)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS)
+        self._headers = headers
         if self.url.startswith("unix://"):
             transport = httpx.HTTPTransport(uds=self.url[len("unix://"):], limits=limits)
             self._http = httpx.Client(
@@ -96,36 +100,48 @@ class TierClient:
     def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
         """``request``'s response; a daemon that does not accept the connection is
         retried with backoff (nothing was sent), then ``DaemonOverloadedError``."""
+        try:
+            return self._connecting(self.url, lambda: self._http.send(request, stream=stream))
+        except httpx.PoolTimeout as e:
+            raise DaemonUnavailableError(f"no connection to the tierfs daemon at {self.url}: {e}") from None
+        except httpx.TransportError as e:  # sent (maybe in part), then no answer
+            raise ResponseLostError(f"no answer from the tierfs daemon at {self.url}: {e!r}") from None
+
+    def _connecting(self, url: str, attempt: Callable[[], T]) -> T:
+        """``attempt()``, retried with backoff while the daemon at ``url`` is running
+        but refuses the connection; ``DaemonUnavailableError`` when none runs there."""
         backoff = ConnectBackoff(self.overload_retry_s)
         while True:
             try:
-                return self._http.send(request, stream=stream)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-                if not refused_by_live_daemon(self.url, e):
-                    raise DaemonUnavailableError(f"no tierfs daemon at {self.url}: {e}") from None
+                return attempt()
+            except (httpx.ConnectError, httpx.ConnectTimeout, ConnectionRefusedError, BlockingIOError,
+                    FileNotFoundError, TimeoutError) as e:
+                if not refused_by_live_daemon(url, e):
+                    raise DaemonUnavailableError(f"no tierfs daemon at {url}: {e}") from None
                 if not backoff.wait():
                     raise DaemonOverloadedError(
-                        f"tierfs daemon overloaded at {self.url}: it is running but accepted no connection "
+                        f"tierfs daemon overloaded at {url}: it is running but accepted no connection "
                         f"in {backoff.attempts} attempts over {backoff.elapsed_s:.1f} s ({e})") from None
-            except httpx.PoolTimeout as e:
-                raise DaemonUnavailableError(f"no connection to the tierfs daemon at {self.url}: {e}") from None
-            except httpx.TransportError as e:  # sent (maybe in part), then no answer
-                raise ResponseLostError(f"no answer from the tierfs daemon at {self.url}: {e!r}") from None
 
     def _checked(self, response: httpx.Response) -> httpx.Response:
         """``response`` if it is a success, else the daemon's error raised."""
         if response.status_code < 400:
             return response
         try:
-            response.read()
-            error = response.json()["error"]
-        except (ValueError, KeyError, TypeError):
-            raise TierFSError(f"HTTP {response.status_code} from {self.url}: {response.text[:200]}") from None
+            body = response.read()
         except httpx.TransportError as e:
             raise ResponseLostError(f"no answer from the tierfs daemon at {self.url}: {e!r}") from None
         finally:
             response.close()
-        raise rebuild_error(error["code"], error["message"], error.get("details"))
+        raise self._error(response.status_code, body)
+
+    def _error(self, status: int, body: bytes) -> TierFSError:
+        """The daemon's error from an error answer's status and JSON body."""
+        try:
+            error = json.loads(body)["error"]
+            return rebuild_error(error["code"], error["message"], error.get("details"))
+        except (ValueError, KeyError, TypeError):
+            return TierFSError(f"HTTP {status} from {self.url}: {body[:200].decode(errors='replace')}")
 
     @staticmethod
     def _path(name: str) -> str:
@@ -227,36 +243,77 @@ class TierClient:
     def follow(self, name: str, offset: int = 0, poll_timeout_s: float = FOLLOW_IDLE_S) -> Iterator[bytes]:
         """Yield the segment's durable bytes from ``offset`` as they arrive, forever
         (tail -f): one streamed response (``?follow=1&stream=1``) the daemon writes to
-        as the segment grows. When it ends (idle for ``poll_timeout_s``, the daemon
-        stopping, a connection cut) it is reopened at the offset reached, for the same
-        segment only (If-Match): the reopening raises ``SegmentNotFoundError`` once the
-        segment is deleted or its name holds another, ``DaemonUnavailableError`` once
-        the daemon is gone."""
+        as the segment grows, read from its follow socket when it serves one beside
+        its API socket (``follow_reader``), else from the API. When it ends (idle for
+        ``poll_timeout_s``, the daemon stopping, a connection cut) it is reopened at
+        the offset reached, for the same segment only (If-Match): the reopening raises
+        ``SegmentNotFoundError`` once the segment is deleted or its name holds another,
+        ``DaemonUnavailableError`` once the daemon is gone."""
         segment_id: int | None = None
         broken_in_a_row = 0
-        timeout = httpx.Timeout(poll_timeout_s + self.read_timeout_s, connect=CONNECT_TIMEOUT_S)
         while True:
-            params = {"follow": "1", "stream": "1", "offset": str(offset), "timeout": str(poll_timeout_s)}
-            headers = {} if segment_id is None else {"If-Match": f'"{segment_id}"'}
-            request = self._http.build_request("GET", f"/v1/segments/{self._path(name)}", params=params,
-                                               headers=headers, timeout=timeout)
-            response = self._checked(self._send(request, stream=True))
+            query = urlencode({"follow": "1", "stream": "1", "offset": str(offset), "timeout": str(poll_timeout_s)})
+            headers = [] if segment_id is None else [("If-Match", f'"{segment_id}"')]
+            stream = self._open_stream(f"/v1/segments/{self._path(name)}?{query}", headers,
+                                       poll_timeout_s + self.read_timeout_s)
             delivered = False
             try:
-                segment_id = int(response.headers["ETag"].strip('"'))
-                for piece in response.iter_raw():
+                segment_id = int(stream.headers["etag"].strip('"'))
+                for piece in stream.pieces():
                     if piece:
                         offset += len(piece)
                         delivered = True
                         yield piece
                 broken_in_a_row = 0
-            except httpx.TransportError as e:  # cut short: reopen where it stopped
+            except StreamCut as e:  # reopened where it stopped
                 broken_in_a_row = 0 if delivered else broken_in_a_row + 1
                 if broken_in_a_row >= FOLLOW_BROKEN_REOPENS:
                     raise ResponseLostError(f"the follow stream of {name!r} from the tierfs daemon at {self.url} "
-                                            f"broke {broken_in_a_row} times in a row: {e!r}") from None
+                                            f"broke {broken_in_a_row} times in a row: {e}") from None
             finally:
-                response.close()
+                stream.close()
+
+    def _open_stream(self, target: str, headers: list[tuple[str, str]], read_timeout_s: float
+                     ) -> FollowStream | _HttpxStream:
+        """A streamed GET whose head was a success: on the daemon's follow socket when
+        it serves one beside its API socket, else through the API."""
+        if self.url.startswith("unix://"):
+            path = str(Path(self.url[len("unix://"):]).with_name(FOLLOW_SOCKET_NAME))
+            if os.path.exists(path):
+                url = f"unix://{path}"
+                all_headers = [*self._headers.items(), *headers]
+                try:
+                    stream = self._connecting(url, lambda: open_follow(
+                        path, target, all_headers, CONNECT_TIMEOUT_S, read_timeout_s))
+                except StreamCut as e:
+                    raise ResponseLostError(f"no answer from the tierfs daemon at {url}: {e}") from None
+                if stream.status_code >= 400:
+                    try:
+                        raise self._error(stream.status_code, stream.read())
+                    finally:
+                        stream.close()
+                return stream
+        timeout = httpx.Timeout(read_timeout_s, connect=CONNECT_TIMEOUT_S)
+        request = self._http.build_request("GET", target, headers=headers, timeout=timeout)
+        return _HttpxStream(self._checked(self._send(request, stream=True)))
+
+
+class _HttpxStream:
+    """A streamed response of the API read through httpx, as ``FollowStream``."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status_code = response.status_code
+        self.headers = {name.lower(): value for name, value in response.headers.items()}
+
+    def pieces(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.iter_raw()
+        except httpx.TransportError as e:
+            raise StreamCut(f"the stream's connection broke: {e!r}") from None
+
+    def close(self) -> None:
+        self._response.close()
 
 
 def connect_if_serving(data_dir: Path, *, overload_retry_s: float = OVERLOAD_RETRY_S) -> TierClient | None:

@@ -52,6 +52,7 @@ class SegmentFeed:
         self._window_bytes = 0
         self._joined: tuple[int, int, bytes] = (-1, -1, b"")
         self.changed = trio.Event()  # replaced by each publication
+        self.ticks = 0  # wake-ups without growth (every FEED_TICK_S while the segment is quiet)
         self.closed = False
         self.failure: str | None = None  # why reading the segment failed (its streams abort)
         self.streams = 0
@@ -134,6 +135,7 @@ class SegmentFeed:
                     if data:
                         self._publish(data)
                     else:
+                        self.ticks += 1
                         self._wake()  # a tick: streams check how long they have been idle
             except SegmentNotFoundError:
                 pass

@@ -39,7 +39,7 @@ from starlette.responses import Response, StreamingResponse
 from tierfs.contracts.api import SegmentReaderAPI
 from tierfs.contracts.errors import SegmentNotFoundError, StoreClosedError, TierFSError
 from tierfs.contracts.info import SegmentInfo
-from tierfs.server.follow_feed import SegmentFeed
+from tierfs.server.follow_feed import FEED_TICK_S, SegmentFeed
 from tierfs.server.query import query_int, query_seconds
 from tierfs.store.served import ServedStore
 
@@ -112,7 +112,7 @@ class FollowStreams:
     async def _pieces(self, name: str, feed: SegmentFeed, offset: int, idle_s: float) -> AsyncIterator[bytes]:
         feed.joined()
         reader: SegmentReaderAPI | None = None
-        last_byte_s = trio.current_time()
+        quiet_ticks = 0  # the feed's ticks (FEED_TICK_S without growth) since this stream's last byte
         try:
             while True:
                 if offset < feed.window_start:  # behind the feed: read the store at its own pace
@@ -125,14 +125,16 @@ class FollowStreams:
                     data = feed.piece_from(offset, STREAM_PIECE_BYTES)
                 elif feed.failure is not None:
                     raise TierFSError(f"following {name!r} failed: {feed.failure}")
-                elif feed.closed or trio.current_time() - last_byte_s >= idle_s:
+                elif feed.closed or quiet_ticks * FEED_TICK_S >= idle_s:
                     return  # deleted, replaced, stopping, or idle: the client reopens
                 else:
+                    ticks = feed.ticks
                     await feed.changed.wait()
+                    quiet_ticks += feed.ticks - ticks
                     continue
                 yield data
                 offset += len(data)
-                last_byte_s = trio.current_time()
+                quiet_ticks = 0
         except SegmentNotFoundError:
             return
         finally:
