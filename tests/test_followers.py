@@ -13,14 +13,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tierfs.contracts import operations as ops
-from tierfs.contracts.datadir import LOCK_NAME, socket_path
+from tierfs.contracts.datadir import LOCK_NAME, follow_socket_path, socket_path
 from tierfs.contracts.errors import (
     DaemonOverloadedError,
     DaemonUnavailableError,
@@ -29,7 +29,8 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
 )
 from tierfs.remote.client import TierClient, connect_if_serving
-from tierfs.testing.harness import Daemon, start_daemon
+from tierfs.remote.follow_reader import open_follow
+from tierfs.testing.harness import Daemon, free_port, start_daemon
 
 
 def record(index: int) -> bytes:
@@ -226,52 +227,83 @@ def test_hundreds_of_followers_connect_at_once(daemon: Daemon) -> None:
     assert got == [b"hello, all\n"] * 300
 
 
-def rss_bytes(pid: int) -> int:
+def peak_rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
 
-def test_stalled_followers_do_not_grow_the_daemons_memory(tmp_path: Path) -> None:
-    """Followers that read nothing while 32 MiB are appended hold a piece each, not the
-    growth: the daemon's RSS grows about as much as for the same appends unfollowed."""
+def peak_rss_reset(pid: int) -> int:
+    """Start a new peak (Linux: 5 > /proc/PID/clear_refs); the resident size now."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+    return peak_rss_bytes(pid)
+
+
+@pytest.mark.parametrize("socket_name", ["api", "follow"])
+def test_stalled_followers_do_not_grow_the_daemons_memory(tmp_path: Path, socket_name: str) -> None:
+    """Followers that read nothing while 32 MiB are appended, then all catch up at once,
+    hold a piece each, never the growth: the daemon's peak RSS grows about as much as
+    for the same appends unfollowed. On the API socket (hypercorn) and on the follow
+    socket."""
     daemon = start_daemon(tmp_path / "data")
     try:
         client = daemon.client()
         piece = os.urandom(1 << 20)
         appended_bytes = 32 << 20
 
-        def append_all(name: str) -> int:
-            client.create(name)
-            before = rss_bytes(daemon.pid)
+        def append_all(name: str) -> None:
             for _ in range(appended_bytes // len(piece)):
                 client.append(name, piece)
             client.op("flush")
-            return rss_bytes(daemon.pid) - before
 
+        for name in ("warm-up", "unfollowed", "followed"):
+            client.create(name)
         append_all("warm-up")  # the first appends grow the allocator's pools
-        unfollowed_growth = append_all("unfollowed")  # the daemon's own growth for such appends
-        client.create("followed")
-        streams = [raw_stream(daemon, "followed") for _ in range(8)]  # never read until the end
-        before = rss_bytes(daemon.pid)
-        for _ in range(appended_bytes // len(piece)):
-            client.append("followed", piece)
-        client.op("flush")
-        followed_growth = rss_bytes(daemon.pid) - before
-        # buffering the growth per follower would add 8 x 32 MiB
-        assert followed_growth < unfollowed_growth + (48 << 20), (followed_growth, unfollowed_growth)
+        started = peak_rss_reset(daemon.pid)
+        append_all("unfollowed")
+        unfollowed_growth = peak_rss_bytes(daemon.pid) - started  # the daemon's own, for such appends
+        streams = [open_stalled(daemon, socket_name, "followed") for _ in range(8)]
+        started = peak_rss_reset(daemon.pid)
+        append_all("followed")
         expected = hashlib.sha256(piece * (appended_bytes // len(piece))).hexdigest()
-        for http, response in streams:  # and every stalled follower still gets every byte
+        digests: list[tuple[int, str]] = []
+
+        def catch_up(pieces: Iterator[bytes]) -> None:
             digest, got = hashlib.sha256(), 0
-            for data in response.iter_raw():
+            for data in pieces:
                 digest.update(data)
                 got += len(data)
                 if got >= appended_bytes:
                     break
-            assert (got, digest.hexdigest()) == (appended_bytes, expected)
-            response.close()
-            http.close()
+            digests.append((got, digest.hexdigest()))
+
+        readers = [threading.Thread(target=catch_up, args=(pieces,)) for pieces, _ in streams]
+        for reader in readers:  # all at once: each reads the store at its own pace
+            reader.start()
+        for reader in readers:
+            reader.join(timeout=120)
+        followed_growth = peak_rss_bytes(daemon.pid) - started
+        assert digests == [(appended_bytes, expected)] * 8  # every stalled follower gets every byte
+        # buffering the growth per follower would add 8 x 32 MiB
+        assert followed_growth < unfollowed_growth + (64 << 20), (followed_growth, unfollowed_growth)
+        for _, close in streams:
+            close()
     finally:
         daemon.stop()
+
+
+def open_stalled(daemon: Daemon, socket_name: str, name: str) -> tuple[Iterator[bytes], Callable[[], None]]:
+    """A stream opened and not read: its pieces, and how to close it."""
+    if socket_name == "api":
+        http, response = raw_stream(daemon, name)
+
+        def close_api() -> None:
+            response.close()
+            http.close()
+        return response.iter_raw(), close_api
+    stream = open_follow(str(follow_socket_path(daemon.data_dir)), f"/v1/segments/{name}?follow=1&stream=1",
+                         [], 5.0, 30.0)
+    return stream.pieces(), stream.close
 
 
 def test_a_follower_of_a_stopped_daemon_hears_no_daemon(tmp_path: Path) -> None:
@@ -289,6 +321,98 @@ def test_a_follower_of_a_stopped_daemon_hears_no_daemon(tmp_path: Path) -> None:
     with pytest.raises(DaemonUnavailableError) as raised:
         next(stream)
     assert not isinstance(raised.value, DaemonOverloadedError)
+
+
+# ------------------------------------------------------------------ the follow socket
+def exchange(path: Path, request: bytes) -> bytes:
+    """Send one raw request; everything the socket answers until it closes."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(path))
+        sock.sendall(request)
+        answer = b""
+        while data := sock.recv(65536):
+            answer += data
+        return answer
+
+
+def test_the_follow_socket_answers_as_the_api_and_refuses_the_rest(daemon: Daemon) -> None:
+    client = daemon.client()
+    client.create("plain")
+    client.append("plain", b"0123456789")
+    path = follow_socket_path(daemon.data_dir)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    # an ordinary ranged read, and the API's errors as JSON
+    answer = exchange(path, b"GET /v1/segments/plain HTTP/1.1\r\nHost: t\r\nRange: bytes=2-4\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 206 ") and answer.endswith(b"\r\n\r\n234") and b"connection: close" in answer
+    answer = exchange(path, b"GET /v1/segments/absent HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 404 ") and b'"code":"not_found"' in answer
+    answer = exchange(path, b"GET /v1/segments/plain?follow=1&stream=1&timeout=x HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 ") and b'"code":"invalid_argument"' in answer
+    # what this socket does not serve
+    assert exchange(path, b"POST /v1/segments/plain HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx"
+                    ).startswith(b"HTTP/1.1 405 ")
+    assert exchange(path, b"GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\n").startswith(b"HTTP/1.1 404 ")
+    assert exchange(path, b"GET /v1/segments/plain HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc"
+                    ).startswith(b"HTTP/1.1 400 ")
+    assert exchange(path, b"this is not HTTP\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert client.read("plain") == b"0123456789"  # nothing changed
+
+
+def test_a_raw_http_stream_on_the_follow_socket(daemon: Daemon) -> None:
+    """What curl --unix-socket sees: a chunked body (HTTP/1.1), or the bytes until the
+    connection closes (HTTP/1.0); both end when the segment is deleted."""
+    client = daemon.client()
+    path = follow_socket_path(daemon.data_dir)
+    for version, name in ((b"1.1", "raw11"), (b"1.0", "raw10")):
+        client.create(name)
+        client.append(name, b"one\n")
+        answers: list[bytes] = []
+        request = b"GET /v1/segments/%s?follow=1&stream=1 HTTP/%s\r\nHost: t\r\n\r\n" % (name.encode(), version)
+        reader = threading.Thread(target=lambda into=answers, sent=request: into.append(exchange(path, sent)))
+        reader.start()
+        client.append(name, b"two\n")
+        time.sleep(0.3)
+        client.delete(name)
+        reader.join(timeout=30)
+        head, _, body = answers[0].partition(b"\r\n\r\n")
+        head = head.lower()
+        assert head.startswith(b"http/1.1 200 ok") and b'etag: "' in head
+        if version == b"1.1":
+            assert b"transfer-encoding: chunked" in head and body.endswith(b"0\r\n\r\n")
+            assert b"".join(body.split(b"\r\n")[1::2]) == b"one\ntwo\n"
+        else:
+            assert b"transfer-encoding" not in head and body == b"one\ntwo\n"
+
+
+def test_without_the_follow_socket_the_client_streams_through_the_api(tmp_path: Path) -> None:
+    """Over TCP (with the token), and on a Unix socket whose daemon serves no follow
+    socket, the same streamed follow comes through the API."""
+    port = free_port()
+    daemon = start_daemon(tmp_path / "data", "--listen", f"127.0.0.1:{port}")
+    try:
+        token = (tmp_path / "data" / "token").read_text().strip()
+        follow_socket_path(daemon.data_dir).unlink()  # as a daemon without one
+        for client in (TierClient(f"http://127.0.0.1:{port}", token=token), daemon.client()):
+            name = f"via-api-{port}-{client.url[:4]}"
+            client.create(name)
+            expected = b"".join(record(i) for i in range(100))
+            into: list[bytes] = []
+            follower = threading.Thread(target=collect, args=(client, name, 0, len(expected), into))
+            follower.start()
+            for i in range(100):
+                client.append(name, record(i))
+            follower.join(timeout=60)
+            assert b"".join(into) == expected
+            stream = client.follow(name, len(expected))
+            client.append(name, b"last\n")
+            assert next(stream) == b"last\n"
+            client.delete(name)
+            with pytest.raises(SegmentNotFoundError):
+                next(stream)
+            client.close()
+    finally:
+        daemon.stop()
 
 
 # ------------------------------------------------------------------ overload

@@ -30,6 +30,7 @@ import logging
 import os
 import socket
 from functools import partial
+from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -128,9 +129,16 @@ def _refusal(request: h11.Request) -> tuple[int, str, str] | None:
 async def _send_refusal(stream: trio.SocketStream, connection: h11.Connection, status: int, code: str,
                         message: str) -> None:
     body = json.dumps({"error": {"code": code, "message": message, "details": {}}}).encode()
-    head = h11.Response(status_code=status, headers=[
+    head = h11.Response(status_code=status, reason=_reason(status), headers=[
         ("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close")])
     await stream.send_all(connection.send(head) + body)
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 async def _cancel_at_end_of_input(stream: trio.SocketStream, scope: trio.CancelScope) -> None:
@@ -161,7 +169,8 @@ async def _answer(reads: ReadRoutes, stream: trio.SocketStream, connection: h11.
         response = await unexpected_error(asgi_request, e)
     headers = [(key, value) for key, value in response.raw_headers if key != b"connection"]
     chunked = request.http_version == b"1.1" and not any(key == b"content-length" for key, _ in headers)
-    head = h11.Response(status_code=response.status_code, headers=[*headers, (b"connection", b"close")])
+    head = h11.Response(status_code=response.status_code, headers=[*headers, (b"connection", b"close")],
+                        reason=_reason(response.status_code))
     await stream.send_all(connection.send(head))
     if not isinstance(response, StreamingResponse):
         await stream.send_all(response.body)
