@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "cluster": "benchmarks.cluster",
     "peers": "benchmarks.peers",
     "followers": "benchmarks.followers",
+    "scale": "benchmarks.scale",
 }
 
 

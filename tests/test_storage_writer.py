@@ -50,7 +50,7 @@ async def test_flushes_by_size(tmp_path: Path) -> None:
         await store.create("size")
         await store.append("size", b"s" * (40 * KiB))
         start = trio.current_time()
-        await _wait(lambda: store.table.by_name["size"].flushed_length == 40 * KiB, 1.4)
+        await _wait(lambda: store.table.segment("size").flushed_length == 40 * KiB, 1.4)
         assert trio.current_time() - start < config.flush_interval_s  # size, not age
 
 
@@ -63,8 +63,8 @@ async def test_flushes_by_age(tmp_path: Path, mock_clock: MockClock) -> None:
         # flush they trigger does real I/O, which _wait (bounded in real time) tolerates.
         with _autojump(mock_clock):
             await trio.sleep(0.3)
-            assert store.table.by_name["age"].flushed_length == 0
-            await _wait(lambda: store.table.by_name["age"].flushed_length == 100, 5.0)
+            assert store.table.segment("age").flushed_length == 0
+            await _wait(lambda: store.table.segment("age").flushed_length == 100, 5.0)
 
 
 async def test_rolls_over_at_max_chunk_size_and_deletes_journal_files(config) -> None:  # type: ignore[no-untyped-def]

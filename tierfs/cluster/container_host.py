@@ -200,7 +200,7 @@ class ContainerHost:
     def _relay_growth(self, store: SegmentStore, name: str) -> None:
         for listener in self.growth_listeners:
             listener(name)
-        seg = store.table.by_name.get(name)
+        seg = store.table.get(name)
         if seg is not None and self.announcer is not None:  # other hosts' mounts hear of it
             self.announcer.announce(seg.segment_id, name, seg.durable_length)
 

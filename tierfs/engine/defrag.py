@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -57,6 +57,7 @@ from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.defrag_plan import merge_runs, small_chunk_count
 from tierfs.engine.faults import crash_point
 from tierfs.engine.metadata import now_ns
+from tierfs.engine.metadata_sql import SegmentRow
 from tierfs.engine.object_keys import chunk_name
 from tierfs.engine.ports import GarbageSink
 from tierfs.engine.record_types import Chunk, SegmentMeta
@@ -146,7 +147,8 @@ class Defragmenter:
         catalogue: DefragCatalogue,
         garbage: GarbageSink,
         wake_writer: Callable[[], None],
-        segments: Callable[[], list[SegmentState]],
+        walk: Callable[[], Iterator[SegmentState | SegmentRow]],
+        segment_by_id: Callable[[int], SegmentState | None],
     ) -> None:
         self._config = config
         self._epoch = epoch
@@ -155,7 +157,8 @@ class Defragmenter:
         self._catalogue = catalogue
         self._garbage = garbage
         self._wake_writer = wake_writer
-        self._segments = segments
+        self._walk = walk
+        self._segment_by_id = segment_by_id
         self._nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
         self.runs_merged = 0
@@ -184,10 +187,14 @@ class Defragmenter:
                     await self.scan()
 
     async def scan(self) -> None:
-        """One background pass over every segment."""
+        """One background pass over every segment; only those whose records count more
+        chunks than a merge needs get their chunk lists loaded."""
         config = self._config
-        for seg in self._segments():
-            if seg.deleted:
+        for found in self._walk():
+            if found.record.chunk_count <= config.defrag_min_small_chunks:
+                continue
+            seg = self._segment_by_id(found.segment_id) if isinstance(found, SegmentRow) else found
+            if seg is None or seg.deleted:
                 continue
             try:
                 chunks = await self._catalogue.chunks_of(seg)

@@ -120,9 +120,9 @@ class LostFound:
         except (OSError, TierFSError) as e:
             log.error("fenced: journal sync failed, saving what is durable: %s", e)
         with trio.move_on_after(FLUSH_WAIT_S):
-            while any(seg.flushing for seg in self._table.segments()):
+            while any(seg.flushing for seg in self._table.in_memory()):
                 await trio.sleep(0.01)
-        for seg in self._table.segments():
+        for seg in self._table.in_memory():  # every segment with unflushed bytes is
             if seg.durable_length > seg.flushed_length and not seg.deleted:
                 try:
                     await self._save_segment(seg, newer)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from tierfs.contracts.errors import JournalCorruptionError
@@ -52,13 +53,15 @@ class RecoveryReport:
 def recover_journal(
     journal_dir: Path,
     checkpoint_lsn: int,
-    segments_by_id: dict[int, SegmentState],
+    segment_by_id: Callable[[int], SegmentState | None],
     budget: TailBudget,
     max_payload_bytes: int,
     *,
     now_s: float,
-) -> RecoveryReport:
-    """Blocking: run the steps above, filling the segments' tails.
+) -> tuple[RecoveryReport, list[SegmentState]]:
+    """Blocking: run the steps above, filling the segments' tails; returns the report
+    and the segments that got replayed bytes (the caller must hold them: their tails
+    live nowhere else).
 
     Replayed appends are stamped ``now_s``: a ``clock.monotonic_s()`` reading the caller
     takes on the event loop, since this runs in a worker thread, which cannot read the
@@ -78,8 +81,11 @@ def recover_journal(
             keep.append((start, path))
     result = ScanResult(end_lsn=keep[0][0] if keep else checkpoint_lsn, next_seq=1)
     frames = skipped = replayed_bytes = 0
+    replayed: dict[int, SegmentState] = {}  # held here: a lookup's state may be let go
     for frame in scan(keep, max_payload_bytes, result):
-        seg = segments_by_id.get(frame.segment_id)
+        seg = replayed.get(frame.segment_id)
+        if seg is None:
+            seg = segment_by_id(frame.segment_id)
         frame_end = frame.offset + len(frame.data)
         if seg is None or frame_end <= seg.appended_length:
             skipped += 1  # deleted segment, flushed bytes, or a duplicate
@@ -102,6 +108,7 @@ def recover_journal(
             data=data,
         )
         seg.tail.add(entry)
+        replayed[seg.segment_id] = seg
         budget.hold(entry)
         # The frame is in its journal file already: past the budget its bytes are read
         # back from there, so recovery holds no more than a running store would.
@@ -131,7 +138,7 @@ def recover_journal(
                 os.fsync(f.fileno())
     journal_dir.mkdir(parents=True, exist_ok=True)
     fsync_directory(journal_dir)
-    for seg in segments_by_id.values():
+    for seg in replayed.values():
         seg.durable_length = seg.appended_length
     return RecoveryReport(
         files_replayed=len(keep) - len(result.dropped_files),
@@ -142,6 +149,6 @@ def recover_journal(
         files_dropped=len(result.dropped_files),
         end_lsn=result.end_lsn,
         next_seq=result.next_seq,
-    )
+    ), list(replayed.values())
 
 

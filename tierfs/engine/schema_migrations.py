@@ -29,6 +29,18 @@ class Migration:
     ddl: dict[str, tuple[str, ...]]  # dialect -> statements, run in order
 
 
+# The directory part of a canonical name ('' at the top): strip the last component (the
+# trailing characters that are not '/'), then the '/' before it. Same result on both.
+_PARENT_OF_NAME = "rtrim(rtrim(name, replace(name, '/', '')), '/')"
+
+# Segments a mount keeps for descriptors open after an unlink (``names.UNLINKED_PREFIX``):
+# a partial index finds the few of them at open without reading every name. Queries
+# must spell the condition exactly so (``segment_rows``).
+UNLINKED_CONDITION = {
+    SQLITE: "instr(name, '.tierfs-unlinked.') > 0",
+    POSTGRESQL: "strpos(name, '.tierfs-unlinked.') > 0",
+}
+
 # Names are compared bytewise in both engines (COLLATE "C" on PostgreSQL), so a prefix
 # LIKE finds exactly what SQLite finds.
 MIGRATIONS: tuple[Migration, ...] = (
@@ -55,6 +67,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "PRIMARY KEY (segment_id, start_offset))",
             'CREATE TABLE IF NOT EXISTS garbage (name TEXT COLLATE "C" PRIMARY KEY, '
             "queued_ns BIGINT NOT NULL)",
+        ),
+    }),
+    # A directory lists its segments with one index range (``segment_rows``), and the
+    # store opens without loading every segment. Generated, so every writer of the
+    # ``name`` column (renames, imports) keeps it right without knowing it exists.
+    Migration(2, "segments.parent, the directory each segment is in, indexed", {
+        SQLITE: (
+            f"ALTER TABLE segments ADD COLUMN parent TEXT GENERATED ALWAYS AS ({_PARENT_OF_NAME}) VIRTUAL",
+            "CREATE INDEX IF NOT EXISTS segments_by_parent ON segments (parent, name)",
+            f"CREATE INDEX IF NOT EXISTS segments_unlinked ON segments (name) WHERE {UNLINKED_CONDITION[SQLITE]}",
+        ),
+        POSTGRESQL: (
+            f'ALTER TABLE segments ADD COLUMN IF NOT EXISTS parent TEXT COLLATE "C" '
+            f"GENERATED ALWAYS AS ({_PARENT_OF_NAME}) STORED",
+            "CREATE INDEX IF NOT EXISTS segments_by_parent ON segments (parent, name)",
+            f"CREATE INDEX IF NOT EXISTS segments_unlinked ON segments (name) WHERE {UNLINKED_CONDITION[POSTGRESQL]}",
         ),
     }),
 )

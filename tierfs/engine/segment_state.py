@@ -105,6 +105,10 @@ class SegmentState:
                 return append_ns, max(record.changed_ns, append_ns)
         return record.modified_ns, record.changed_ns or record.modified_ns
 
+    def rename(self, name: str) -> None:
+        """The segment is now called ``name`` (a committed rename)."""
+        self.row = dataclasses.replace(self.row, name=name)
+
     def set_chunks(self, chunks: list[Chunk]) -> None:
         self.chunks = chunks
         self.chunk_starts = [c.start_offset for c in chunks]

@@ -15,7 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import trio
 
@@ -35,7 +35,7 @@ class PolicyScheduler:
         self,
         offloader: Offloader,
         chunks: ChunkSource,
-        segments_with_policy: Callable[[], list[tuple[SegmentState, Policy]]],
+        segments_with_policy: Callable[[], Iterable[tuple[SegmentState, Policy]]],
         truncate_head: Callable[[SegmentState, list[Chunk]], Awaitable[None]],
         clock: Callable[[], float],
         interval_s: float,

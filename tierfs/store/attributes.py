@@ -34,6 +34,7 @@ from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.contracts.info import DirectoryInfo, SegmentInfo
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.metadata import now_ns
+from tierfs.engine.metadata_sql import SegmentRow
 from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
@@ -57,26 +58,35 @@ def segment_mode(stored: int, sealed: bool) -> int:
     return mode if mode & WRITE_BITS else mode | stat_bits.S_IWUSR
 
 
-def segment_info(seg: SegmentState) -> SegmentInfo:
-    record = seg.record
-    mtime_ns, ctime_ns = seg.times_ns()
+def segment_info(seg: SegmentState | SegmentRow) -> SegmentInfo:
+    """What stat and ls show of a segment: from its state, or from its metadata row for
+    a segment not in memory (which has no unflushed bytes: every length is flushed)."""
+    if isinstance(seg, SegmentRow):
+        record = seg.record
+        durable = appended = record.flushed_length
+        sealed = record.sealed
+        mtime_ns, ctime_ns = record.modified_ns, record.changed_ns or record.modified_ns
+    else:
+        record = seg.record
+        durable, appended, sealed = seg.durable_length, seg.appended_length, seg.sealed
+        mtime_ns, ctime_ns = seg.times_ns()
     return SegmentInfo(
         name=seg.name,
         segment_id=seg.segment_id,
-        length=seg.durable_length,
-        durable_length=seg.durable_length,
-        appended_length=seg.appended_length,
-        flushed_length=seg.flushed_length,
-        sealed=seg.sealed,
-        durability=seg.durability,
+        length=durable,
+        durable_length=durable,
+        appended_length=appended,
+        flushed_length=record.flushed_length,
+        sealed=sealed,
+        durability=record.durability,
         chunk_count=record.chunk_count,
         created=record.created_ns / 1e9,
         modified=mtime_ns / 1e9,
-        start_offset=seg.start_offset,
+        start_offset=record.start_offset,
         mtime_ns=mtime_ns,
         atime_ns=record.accessed_ns or mtime_ns,
         ctime_ns=ctime_ns,
-        mode=segment_mode(record.mode, seg.sealed),
+        mode=segment_mode(record.mode, sealed),
         uid=record.uid if record.owner_set else PROCESS_UID,
         gid=record.gid if record.owner_set else PROCESS_GID,
     )

@@ -114,6 +114,7 @@ class SegmentStore:
                 self._appender.on_durable, monotonic_s(),
             )
             self.metadata, self.epoch, self.journal = opened.metadata, opened.epoch, opened.journal
+            self._segment_rows = opened.segment_rows
             self._recovery, self.claim = opened.recovery, opened.claim
             self._wire(opened)
         except BaseException:
@@ -145,7 +146,7 @@ class SegmentStore:
         await self.journal.sync()
         with trio.move_on_after(max(10.0, self.config.flush_interval_s * 4)) as scope:
             try:
-                await self.writer.flush_segments(self.table.segments())
+                await self.writer.flush_segments(self.table.in_memory())
             except Tier2Error as e:
                 log.warning("shutdown: tier-2 flush incomplete (data stays in the journal): %s", e)
         if scope.cancelled_caught:
@@ -153,6 +154,7 @@ class SegmentStore:
 
     def _close_files(self) -> None:
         try:
+            self._segment_rows.close()
             self.metadata.close()
         finally:
             self._lock.release()
@@ -262,7 +264,8 @@ class SegmentStore:
 
     async def flush(self, name: str | None = None) -> None:
         """Wait until tier-2 holds every byte durable now (of one segment or all)."""
-        segs = [self.table.segment(name)] if name is not None else self.table.segments()
+        # a segment not in memory has no unflushed bytes
+        segs = [self.table.segment(name)] if name is not None else self.table.in_memory()
         await self.writer.sync_and_flush(segs)
 
     async def seal(self, name: str) -> SegmentInfo:
@@ -303,9 +306,10 @@ class SegmentStore:
     async def _delete_unlinked_leftovers(self) -> None:
         """Segments a mount kept for open descriptors after their unlink: nothing holds
         them once the store opens again (after a crash of the mount's daemon)."""
-        for seg in [s for s in self.table.segments() if names.is_unlinked_leftover(s.name)]:
-            log.info("deleting %r: unlinked while open before the last stop", seg.name)
-            await self._parts.namespace.delete(seg.name)
+        leftovers = await trio.to_thread.run_sync(self._segment_rows.unlinked_leftovers)
+        for name in leftovers:
+            log.info("deleting %r: unlinked while open before the last stop", name)
+            await self._parts.namespace.delete(name)
 
     async def set_attributes(
         self,

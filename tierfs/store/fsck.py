@@ -134,9 +134,12 @@ def _layout_problems(info: SegmentInfo, chunks: list[Chunk]) -> list[Problem]:
 async def fsck(store: FsckTarget) -> FsckReport:
     problems: list[Problem] = []
     segment_total = chunk_total = checked = 0
-    segments = sorted(store.table.segments(), key=lambda s: s.name)
     await trio.lowlevel.checkpoint()
-    for seg in segments:
+    for entry_found in store.table.walk():
+        seg = (entry_found if isinstance(entry_found, SegmentState)
+               else store.table.segment_by_id(entry_found.segment_id))
+        if seg is None:
+            continue  # deleted since the walk's batch was read
         await store.catalogue.chunks_of(seg)
         if seg.deleted:
             continue

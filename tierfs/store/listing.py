@@ -1,5 +1,5 @@
-"""What ``stat``, ``ls`` and the chunk layout report: value types built from the
-in-memory state, with no metadata round trip.
+"""What ``stat``, ``ls`` and the chunk layout report: value types built from a
+segment's state in memory, or from its metadata row when nothing holds it in memory.
 
 Invariant: a segment's reported length is its durable length (LAC); the appended and
 flushed lengths are reported beside it, never instead of it.
@@ -28,30 +28,32 @@ async def stat(table: SegmentTable, name: str) -> Info:
     await trio.lowlevel.checkpoint()
     if canonical == "" or canonical in table.directories:
         return directory_info(canonical, table.directory_record(canonical), table.subdirectories_of(canonical))
-    return segment_info(table.segment(canonical))
+    found = table.row_or_state(canonical)  # no state is made for a segment nobody uses
+    if found is None:
+        table.segment(canonical)  # raises the error a user expects
+    assert found is not None
+    return segment_info(found)
 
 
 async def list_directory(table: SegmentTable, name: str) -> list[Info]:
-    """Entries directly inside a directory, sorted by name."""
+    """Entries directly inside a directory, sorted by name: its subdirectories from
+    memory, its segments with one metadata query (or from memory where loaded)."""
     table.check_open()
     directory = names.canonical(name, allow_root=True)
     table.require_directory(directory)
     await trio.lowlevel.checkpoint()
-    result: list[Info] = []
-    for entry_name in table.children_of(directory):  # sorted, and only this directory's
-        if names.is_unlinked_leftover(entry_name):
-            continue  # unlinked, kept only for the mount's open descriptors
-        record = table.directories.get(entry_name)
-        if record is not None:
-            result.append(directory_info(entry_name, record, table.subdirectories_of(entry_name)))
-        else:
-            result.append(segment_info(table.by_name[entry_name]))
-    return result
+    entries: list[Info] = [directory_info(d, table.directories[d], table.subdirectories_of(d))
+                           for d in table.subdirectory_names(directory)]
+    entries += [segment_info(found) for found in table.segments_in(directory)
+                if not names.is_unlinked_leftover(found.name)]  # kept only for open descriptors
+    entries.sort(key=lambda info: info.name)
+    return entries
 
 
 async def walk_segments(table: SegmentTable) -> list[SegmentInfo]:
+    """Every segment, by name (a walk of the whole store: O(segments))."""
     await trio.lowlevel.checkpoint()
-    return [segment_info(s) for s in sorted(table.segments(), key=lambda s: s.name)]
+    return [segment_info(found) for found in table.walk()]
 
 
 def chunk_layout(

@@ -85,7 +85,7 @@ class Namespace:
             row = await self._catalogue.call(metadata.create_segment, canonical, parent, record, parents)
             seg = SegmentState(row, appended_length=0, durable_length=0)
             seg.set_chunks([])
-            table.add(seg)
+            seg = table.add(seg)
             self._install(parents)
         return segment_info(seg)
 
@@ -102,7 +102,7 @@ class Namespace:
                 if exist_ok:
                     return
                 raise SegmentExistsError(canonical)
-            if canonical in table.by_name:
+            if table.get(canonical) is not None:
                 raise SegmentExistsError(canonical)
             parent = table.check_parent(canonical)
             metadata = self._catalogue.metadata
@@ -116,7 +116,7 @@ class Namespace:
         canonical = names.canonical(name)
         async with table.lock:
             if canonical not in table.directories:
-                if canonical in table.by_name:
+                if table.get(canonical) is not None:
                     raise NotADirectoryError_(canonical)
                 raise SegmentNotFoundError(canonical)
             parents = self._touched([names.parent_of(canonical)], now_ns())
@@ -168,7 +168,8 @@ class Namespace:
             raise InvalidArgumentError(f"cannot move {source!r} inside itself")
         async with table.lock:
             is_directory = source in table.directories
-            if not is_directory and source not in table.by_name:
+            moving = None if is_directory else table.get(source)  # held until it is renamed
+            if not is_directory and moving is None:
                 raise SegmentNotFoundError(source)
             replaced = self._replaced_by_rename(target, is_directory)
             parent = table.check_parent(target)
@@ -203,7 +204,7 @@ class Namespace:
         if target in table.directories:
             if not is_directory:
                 raise IsADirectoryError_(target)
-            if table.children_of(target):
+            if table.has_entries(target):
                 raise DirectoryNotEmptyError(target)
             return None
         seg = table.get(target)

@@ -12,6 +12,9 @@ Invariants:
 - A full disk does not stop the open: the metadata releases the data dir's space
   reserve for the epoch commit (retried once); recovery only cuts and deletes.
 - Memory stays bounded: recovered tails go through the shared tail budget.
+- Nothing here grows with the number of segments: the table reads segment rows on
+  demand (its own read connection), and recovery looks up only the segments the
+  journal names.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore
 from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, take_ownership
 from tierfs.engine.recovery import RecoveryReport, recover_journal
+from tierfs.engine.segment_rows import SegmentRowReader
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.space_reserve import CLAIM_ROOM_BYTES, SpaceReserve
@@ -46,6 +50,8 @@ class OpenedDataDir:
     journal: Journal
     recovery: RecoveryReport
     claim: OwnerClaim
+    replayed: list[SegmentState]  # segments with unflushed bytes: the writer's backlog
+    segment_rows: SegmentRowReader
 
 
 def open_data_dir(
@@ -55,8 +61,9 @@ def open_data_dir(
     on_durable: Callable[[int], None],
     now_s: float,
 ) -> OpenedDataDir:
-    """Blocking: fill ``table`` from the metadata and the segments' tails from the
-    journal; ``on_durable`` becomes the journal's callback for synced LSNs; replayed
+    """Blocking: give ``table`` the directories and a reader of segment rows (segments
+    are loaded when first named), and fill the tails of the segments the journal holds
+    unflushed bytes of; ``on_durable`` becomes the journal's callback for synced LSNs; replayed
     appends count as appended at ``now_s`` (the engine's monotonic clock, read by the
     caller on the event loop)."""
     data_dir = config.data_dir
@@ -99,17 +106,21 @@ def open_data_dir(
     # the root has no record of its own until a policy or an attribute is set on it:
     # it was created with the store
     table.root_directory = root if root.created_ns else dataclasses.replace(root, created_ns=store_record.created_ns)
-    for row in metadata.load_segments():
-        flushed = row.record.flushed_length
-        table.add(SegmentState(row, appended_length=flushed, durable_length=flushed))
-    report = recover_journal(
-        data_dir / "journal",
-        store_record.journal_checkpoint_lsn,
-        table.by_id,
-        tail_budget,
-        config.max_append_bytes + 64,
-        now_s=now_s,
-    )
+    rows = SegmentRowReader(open_database(config.metadata_url, data_dir / "metadata.sqlite"))
+    try:
+        table.attach(rows)
+        report, replayed = recover_journal(
+            data_dir / "journal",
+            store_record.journal_checkpoint_lsn,
+            table.segment_by_id,
+            tail_budget,
+            config.max_append_bytes + 64,
+            now_s=now_s,
+        )
+    except BaseException:
+        rows.close()
+        metadata.close()
+        raise
     journal = Journal(
         data_dir / "journal",
         start_lsn=report.end_lsn,
@@ -122,7 +133,7 @@ def open_data_dir(
     tail_budget.evict(journal.written_lsn)
     log.info(
         "opened %s epoch %d: %d segments, replayed %d appends (%d bytes), cut %d torn bytes",
-        data_dir, epoch, len(table.by_name), report.frames_replayed,
+        data_dir, epoch, table.segment_count, report.frames_replayed,
         report.bytes_replayed, report.torn_bytes_cut,
     )
-    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim)
+    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim, replayed, rows)

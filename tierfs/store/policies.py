@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tierfs.contracts import names
@@ -62,15 +62,23 @@ class PolicyBook:
                 policy = Policy.from_record(record).over(policy)
         return policy
 
-    def segments_with_policy(self) -> list[tuple[SegmentState, Policy]]:
-        """Every segment a policy applies to, with that policy."""
+    def segments_with_policy(self) -> Iterator[tuple[SegmentState, Policy]]:
+        """Every segment a policy applies to, with that policy: a walk of the subtrees
+        of the directories that set one, so segments no policy covers are never read."""
         table = self._table
-        if not table.root_directory.policy_set and not any(
-            r.policy_set for r in table.directories.values()
-        ):
-            return []
-        found = [(seg, self.effective_policy(seg.name)) for seg in table.segments()]
-        return [(seg, policy) for seg, policy in found if not policy.is_empty]
+        if table.root_directory.policy_set:
+            tops = [""]
+        else:
+            with_policy = sorted(d for d, record in table.directories.items() if record.policy_set)
+            tops = [d for d in with_policy if not any(names.is_within(d, outer) for outer in with_policy if outer != d)]
+        for top in tops:
+            for found in table.walk(top):
+                policy = self.effective_policy(found.name)
+                if policy.is_empty:
+                    continue
+                seg = found if isinstance(found, SegmentState) else table.segment_by_id(found.segment_id)
+                if seg is not None and not seg.deleted:
+                    yield seg, policy
 
     async def set_policy(self, name: str, assignments: dict[str, int | None]) -> dict[str, Any]:
         """Set (or, with None, unset) policy keys on a directory ('' is the root)."""

@@ -65,7 +65,7 @@ def collect_statistics(
 ) -> StoreStatistics:
     return StoreStatistics(
         epoch=epoch,
-        segments=len(table.by_name),
+        segments=table.segment_count,
         directories=len(table.directories),
         appends=appender.appends,
         appended_bytes=appender.appended_bytes,

@@ -102,7 +102,7 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     writer = StorageWriter(config, epoch, chunk_storage, limiter, catalogue, tail, shared.tail_budget,
                            journal, garbage, fence)
     shared.appender.attach(journal, writer)
-    for seg in table.segments():
+    for seg in opened.replayed:  # the backlog holds them from now on
         if seg.appended_length > seg.flushed_length:
             writer.appended(seg, seg.appended_length - seg.flushed_length)
     long_term_reads = LongTermReads(long_term, limiter) if long_term else None
@@ -125,7 +125,7 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
         concat=Concatenator(table, catalogue, offloader, flush_one, shared.growth.notify),
         policies=policies, scheduler=scheduler,
         defragmenter=Defragmenter(config, epoch, chunk_storage, limiter, catalogue, garbage, writer.wake,
-                                  table.segments),
+                                  table.walk, table.segment_by_id),
         metadata_backup=(None if is_postgresql_url(config.metadata_url)
                          else MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner)),
     )
