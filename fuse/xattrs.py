@@ -52,8 +52,11 @@ class ExtendedAttributes:
     @fuse_errors
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         key = os.fsdecode(name).removeprefix(XATTR_PREFIX)
+        if key not in XATTR_NAMES or key == os.fsdecode(name):
+            # ls -l asks every entry for security.selinux: answered without a lookup
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         info = await self.store.stat(self.inodes.name_of(inode))
-        if not isinstance(info, SegmentInfo) or key not in XATTR_NAMES or key == os.fsdecode(name):
+        if not isinstance(info, SegmentInfo):
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         return str(await self._xattr_value(info, key)).encode()
 
