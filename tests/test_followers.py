@@ -27,6 +27,7 @@ from tierfs.contracts.errors import (
     InvalidArgumentError,
     IsADirectoryError_,
     SegmentNotFoundError,
+    TruncatedError,
 )
 from tierfs.remote.client import TierClient, connect_if_serving
 from tierfs.remote.follow_reader import open_follow
@@ -176,6 +177,30 @@ def test_a_follow_never_crosses_into_a_segment_that_takes_the_name(daemon: Daemo
     client.call(ops.MV, "other", "named")  # POSIX rename: the name now holds another segment
     with pytest.raises(SegmentNotFoundError):
         next(stream)
+
+
+def test_following_from_bytes_retention_deleted_is_truncated(tmp_path: Path) -> None:
+    """Said before the stream starts (410), not as a stream cut short."""
+    config = tmp_path / "tierfs.toml"
+    config.write_text("flush_interval_s = 0.05\nflush_bytes = 65536\nmax_chunk_bytes = 262144\n"
+                      "max_flush_bytes = 131072\npolicy_interval_s = 0.1\n")
+    daemon = start_daemon(tmp_path / "data", config_file=config)
+    try:
+        client = daemon.client()
+        client.create("r/seg", parents=True)
+        for _ in range(16):
+            client.append("r/seg", os.urandom(64 << 10))
+        client.call(ops.FLUSH, "r/seg")
+        client.call(ops.POLICY_SET, "r", {"retention_bytes": 300 << 10})
+        wait_for(lambda: client.stat("r/seg").start_offset > 0)  # type: ignore[union-attr]
+        start = client.stat("r/seg").start_offset  # type: ignore[union-attr]
+        with pytest.raises(TruncatedError):
+            next(client.follow("r/seg", 0))
+        stream = client.follow("r/seg", start)
+        assert len(next(stream)) > 0  # from the first byte kept, it streams
+        stream.close()
+    finally:
+        daemon.stop()
 
 
 def test_stream_requests_are_checked(daemon: Daemon) -> None:

@@ -270,6 +270,8 @@ class TierClient:
                 if broken_in_a_row >= FOLLOW_BROKEN_REOPENS:
                     raise ResponseLostError(f"the follow stream of {name!r} from the tierfs daemon at {self.url} "
                                             f"broke {broken_in_a_row} times in a row: {e}") from None
+                if not delivered:  # the daemon may be unable to read there: its error, if so
+                    self.read(name, offset, offset + 1, segment_id=segment_id)
             finally:
                 stream.close()
 

@@ -24,7 +24,8 @@ Invariants:
   socket buffer whatever the segment's growth; the feeds' windows are bounded per
   followed segment.
 - Errors before the first byte are answered as for any read (404, 400 is_a_directory,
-  If-Match, 503 ``closed`` while the daemon stops).
+  If-Match, 410 ``truncated`` for an offset retention deleted, 503 ``closed`` while
+  the daemon stops).
 """
 
 
@@ -37,7 +38,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from tierfs.contracts.api import SegmentReaderAPI
-from tierfs.contracts.errors import SegmentNotFoundError, StoreClosedError, TierFSError
+from tierfs.contracts.errors import (
+    SegmentNotFoundError,
+    StoreClosedError,
+    TierFSError,
+    TruncatedError,
+)
 from tierfs.contracts.info import SegmentInfo
 from tierfs.server.follow_feed import FEED_TICK_S, SegmentFeed
 from tierfs.server.query import query_int, query_seconds
@@ -83,6 +89,8 @@ class FollowStreams:
         If-Match by the caller)."""
         offset = query_int(request, "offset", 0) or 0
         idle_s = query_seconds(request, "timeout", STREAM_DEFAULT_IDLE_S, STREAM_MAX_IDLE_S)
+        if offset < info.start_offset:  # said now, as a status: once streaming, it could only cut
+            raise TruncatedError(name, offset, info.start_offset)
         feed = self._feed(name, info)
         headers = {"ETag": f'"{info.segment_id}"', "X-Tierfs-Offset": str(offset),
                    "X-Tierfs-Durable-Length": str(info.durable_length), "Cache-Control": "no-store"}
