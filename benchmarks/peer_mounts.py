@@ -183,6 +183,11 @@ class System(abc.ABC):
     def unmount(self) -> None:
         """Unmount it and wait for its process to exit."""
 
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """SIGKILL its process (a hung mount): calls blocked on the mount return with
+        an error, and the mount point is detached. Safe from another thread."""
+
     def clear_cache(self) -> None:
         """Remove what the system keeps across mounts: its cache directory, if it has one."""
         if self.cache_dir is not None:
@@ -243,6 +248,15 @@ class ProcessSystem(System):
             _fuse_unmount(self.mountpoint, lazy=True)
             raise PeerError(f"{self.name} did not unmount and exit within {UNMOUNT_TIMEOUT_S:g} s "
                             f"({e}); killed") from None
+
+
+    def kill(self) -> None:
+        self.mounted = False
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+        _fuse_unmount(self.mountpoint, lazy=True)
 
 
 class S3fsSystem(ProcessSystem):
@@ -343,6 +357,13 @@ class TierfsSystem(System):
         code, stderr = handle.unmount(timeout_s=UNMOUNT_TIMEOUT_S)
         if code != 0:
             raise PeerError(f"the tierfs mount exited with {code}: {stderr[-2000:]}")
+
+    def kill(self) -> None:
+        self.mounted = False
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.kill9()
+        _fuse_unmount(self.mountpoint, lazy=True)
 
     def prepare_cold_file(self, name: str, payload_file: Path) -> None:
         """tierfs reads its own segment: appended through the daemon's API and flushed,

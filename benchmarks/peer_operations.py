@@ -11,6 +11,9 @@ whatever the system behind the mount point.
 - ``settle``: wait until the system has put what it owes S3 (a condition, then no
   PUT/POST/DELETE through the proxy for ``QUIET_S``), so an operation's S3 traffic
   includes uploads a system defers past close;
+- ``watchdog``: a thread that kills the system's process when the operation makes no
+  progress (``Progress.beat``) for too long, so a hung mount ends as an error, never
+  as a benchmark that never ends;
 - ``wait_idle``: wait until the system's S3 traffic has died down (under 64 KiB in a
   second), so what it still moves after an operation returned is counted with it;
 - ``create_small_files``: ``open(O_CREAT|O_EXCL)``, ``write(SMALL_FILE_BYTES)``, close;
@@ -32,9 +35,10 @@ import os
 import random
 import select
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from benchmarks.common import MiB
@@ -53,10 +57,47 @@ IDLE_BYTES = 64 << 10  # tierfs's owner checks and such: a few small requests a 
 TAIL_TIMEOUT_S = 10.0  # a line not shown by then is reported as not visible
 TAIL_GAP_S = (0.05, 0.10)  # pause between lines, random so tail's 10 ms poll phase varies
 LS_TIMEOUT_S = 1800.0
+WATCHDOG_POLL_S = 1.0
 
 
 class OperationError(RuntimeError):
     """The operation could not be done or gave a wrong result (the message says why)."""
+
+
+class Progress:
+    """The running operation's heartbeat: loops call ``beat`` once per step, and
+    ``watchdog`` calls its ``on_hang`` when no beat came for ``hang_s``."""
+
+    def __init__(self) -> None:
+        self.last_s = time.monotonic()
+
+    def beat(self) -> None:
+        self.last_s = time.monotonic()
+
+
+@contextmanager
+def watchdog(progress: Progress, hang_s: float, on_hang: Callable[[], None]) -> Iterator[list[bool]]:
+    """Watch ``progress`` from a thread while the block runs; when it stalls for
+    ``hang_s``, call ``on_hang`` once (it kills the system's process, so a system call
+    blocked on its mount returns with an error) and set the yielded flag."""
+    fired = [False]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(WATCHDOG_POLL_S):
+            if time.monotonic() - progress.last_s > hang_s:
+                fired[0] = True
+                on_hang()
+                return
+
+    progress.beat()
+    thread = threading.Thread(target=watch, name="peers-watchdog", daemon=True)
+    thread.start()
+    try:
+        yield fired
+    finally:
+        stop.set()
+        thread.join()
 
 
 @contextmanager
@@ -81,7 +122,8 @@ def sequential_read(path: Path, size: int) -> tuple[float, float]:
     return result.mb_per_s, result.seconds
 
 
-def random_reads(path: Path, payload: bytes, count: int, seed: int, *, distinct_blocks: bool) -> list[float]:
+def random_reads(path: Path, payload: bytes, count: int, seed: int, *, distinct_blocks: bool,
+                 beat: Callable[[], None]) -> list[float]:
     """Seconds of each 4 KiB pread (see the module docstring)."""
     rng = random.Random(seed)
     blocks = len(payload) // BLOCK_BYTES
@@ -99,9 +141,13 @@ def random_reads(path: Path, payload: bytes, count: int, seed: int, *, distinct_
             with doing(f"pread of 4 KiB at {offset}"):
                 data = os.pread(fd, READ_BYTES, offset)
             latencies.append(time.perf_counter() - start)
+            beat()
             if data != payload[offset : offset + READ_BYTES]:
                 raise OperationError(f"pread of 4 KiB at {offset} returned wrong bytes")
-    finally:
+    except BaseException:
+        _close_after_error(fd)
+        raise
+    with doing("close"):
         os.close(fd)
     return latencies
 
@@ -118,13 +164,14 @@ class AppendRun:
         return self.appended / self.seconds if self.seconds > 0 else float("nan")
 
 
-def appends(path: Path, count: int, deadline_s: float, bytes_in_s3: Callable[[], int]) -> AppendRun:
+def appends(path: Path, count: int, deadline_s: float, bytes_in_s3: Callable[[], int],
+            beat: Callable[[], None]) -> AppendRun:
     """``count`` × (write 4 KiB + fsync) on one O_APPEND descriptor (see the docstring)."""
     block = random.Random(count).randbytes(APPEND_BYTES)
     with doing("open(O_WRONLY|O_APPEND|O_CREAT) of a new file"):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    done = 0
     try:
-        done = 0
         start = time.perf_counter()
         while done < count and time.perf_counter() - start < deadline_s:
             with doing(f"append {done + 1} (write 4 KiB, fsync)"):
@@ -132,15 +179,24 @@ def appends(path: Path, count: int, deadline_s: float, bytes_in_s3: Callable[[],
                     raise OperationError(f"a short write after {done} appends")
                 os.fsync(fd)
             done += 1
+            beat()
         seconds = time.perf_counter() - start
         held = bytes_in_s3()
-    finally:
-        with doing(f"close after {done} appends"):
-            os.close(fd)
+    except BaseException:
+        _close_after_error(fd)
+        raise
+    with doing(f"close after {done} appends"):
+        os.close(fd)
     return AppendRun(done, seconds, held, done < count)
 
 
-def settle(snapshot: Callable[[], Traffic], min_s: float, condition: Callable[[], bool] = lambda: True,
+def _close_after_error(fd: int) -> None:
+    """Close ``fd`` while another error is on its way (which is the one to report)."""
+    with suppress(OSError):
+        os.close(fd)
+
+
+def settle(snapshot: Callable[[], Traffic], min_s: float, condition: Callable[[], bool], beat: Callable[[], None],
            timeout_s: float = SETTLE_TIMEOUT_S) -> float:
     """Wait at least ``min_s``, then until ``condition()`` holds and no PUT, POST or
     DELETE has gone through the proxy for ``QUIET_S``. Returns the seconds until
@@ -159,6 +215,7 @@ def settle(snapshot: Callable[[], Traffic], min_s: float, condition: Callable[[]
         if time.monotonic() - start > timeout_s:
             raise OperationError(f"still uploading (or incomplete in S3) after {timeout_s:g} s")
         time.sleep(SETTLE_POLL_S)
+        beat()
         now = snapshot()
         if any(m in traffic_difference(now, last) for m in WRITE_METHODS):
             quiet_since = time.monotonic()
@@ -180,7 +237,7 @@ def wait_idle(snapshot: Callable[[], Traffic], timeout_s: float = SETTLE_TIMEOUT
     return False
 
 
-def create_small_files(directory: Path, count: int, deadline_s: float) -> tuple[int, float]:
+def create_small_files(directory: Path, count: int, deadline_s: float, beat: Callable[[], None]) -> tuple[int, float]:
     """Create ``count`` files of ``SMALL_FILE_BYTES`` in ``directory``: (created, seconds)."""
     content = b"s" * SMALL_FILE_BYTES
     start = time.perf_counter()
@@ -189,11 +246,15 @@ def create_small_files(directory: Path, count: int, deadline_s: float) -> tuple[
         with doing(f"file {created + 1} (open O_CREAT|O_EXCL, write, close)"):
             fd = os.open(directory / f"f{created:06d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                if os.write(fd, content) != SMALL_FILE_BYTES:
-                    raise OperationError(f"a short write to file {created + 1}")
-            finally:
-                os.close(fd)
+                written = os.write(fd, content)
+            except BaseException:
+                _close_after_error(fd)
+                raise
+            os.close(fd)
+            if written != SMALL_FILE_BYTES:
+                raise OperationError(f"a short write to file {created + 1}")
         created += 1
+        beat()
     return created, time.perf_counter() - start
 
 
@@ -210,7 +271,7 @@ def list_long(directory: Path, expected: int) -> float:
     return seconds
 
 
-def tail_latencies(path: Path, lines: int, seed: int) -> list[float]:
+def tail_latencies(path: Path, lines: int, seed: int, beat: Callable[[], None]) -> list[float]:
     """Seconds from each ``echo >> FILE`` until ``tail -f -s 0.01`` printed the line."""
     with doing("creating the file (open O_APPEND|O_CREAT, write, close)"), open(path, "ab") as first:
         first.write(b"started\n")
@@ -231,6 +292,7 @@ def tail_latencies(path: Path, lines: int, seed: int) -> list[float]:
                 writer.write(line + b"\n")
             pending = _wait_for_line(tail, line, pending)
             latencies.append(time.perf_counter() - start)
+            beat()
         return latencies
     finally:
         tail.kill()

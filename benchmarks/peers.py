@@ -41,6 +41,7 @@ did by then.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -66,6 +67,7 @@ from benchmarks.peer_operations import (
     APPEND_BYTES,
     SETTLE_TIMEOUT_S,
     OperationError,
+    Progress,
     appends,
     create_small_files,
     list_long,
@@ -74,6 +76,7 @@ from benchmarks.peer_operations import (
     settle,
     tail_latencies,
     wait_idle,
+    watchdog,
 )
 from benchmarks.peer_proxy import CountingProxy, total, traffic_difference
 from benchmarks.peer_report import (
@@ -94,6 +97,7 @@ COLD_FILE = "cold.bin"
 APPEND_FILE = "appends.log"
 TAIL_FILE = "tail.log"
 SMALL_DIR = "small"
+PAGE_CACHE_KEPT = "page cache not dropped"  # the note's start
 ERRORS = (OSError, OperationError, PeerError, S3ServerError, RuntimeError)
 
 
@@ -110,6 +114,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="durability of the files tierfs creates (default pd, tierfs's default)")
     parser.add_argument("--op-timeout-s", type=float, default=600.0,
                         help="an operation stops after this long and reports what it did (default 600)")
+    parser.add_argument("--hang-s", type=float, default=300.0,
+                        help="an operation with no progress for this long is a hang: the system's process is killed, "
+                        "the error is its cell, and it is mounted again for the next operation (default 300)")
     parser.add_argument("--keep-page-cache", action="store_true",
                         help="do not drop the kernel page cache before cold mounts (quick checks only: the cold "
                         "rows may then be served partly from RAM, s3rver's files included)")
@@ -175,16 +182,26 @@ class SystemRun:
         self.system, self.proxy, self.args, self.log = system, proxy, args, log
         self.payload, self.payload_file = payload, payload_file
         self.result = SystemResult(system.name, system.fsync_mechanism(), system.cache_emptying)
+        self.progress = Progress()
 
     def step(self, traffic_key: str, keys: tuple[str, ...], action: Any) -> bool:
-        """Run ``action`` (it returns {key: Cell}); on an error every key gets it."""
+        """Run ``action`` (it returns {key: Cell}) under the watchdog; on an error every
+        key gets it. A system found unmounted (killed after a hang) is mounted first."""
         print(f"[{self.system.name}] {traffic_key} ...", file=self.log, flush=True)
         before = self.proxy.snapshot()
+        hung = [False]
         try:
-            self.result.cells.update(action())
+            if traffic_key != "prepare" and not (self.system.mounted and os.path.ismount(self.system.mountpoint)):
+                self.result.notes.append(f"mounted again before {traffic_key}")
+                self.system.mount()
+            with watchdog(self.progress, self.args.hang_s, self.system.kill) as hung:
+                self.result.cells.update(action())
             succeeded = True
         except ERRORS as e:
-            error = Cell.failed(f"{type(e).__name__}: {e}" if not isinstance(e, OperationError) else str(e))
+            text = f"{type(e).__name__}: {e}" if not isinstance(e, OperationError) else str(e)
+            if hung[0]:
+                text = f"hung: no progress for {self.args.hang_s:g} s, {self.system.name} killed ({text})"
+            error = Cell.failed(text)
             self.result.cells.update({key: error for key in keys if key not in self.result.cells})
             succeeded = False
         if not wait_idle(self.proxy.snapshot):
@@ -200,7 +217,7 @@ class SystemRun:
                 self.result.cells[key] = Cell.failed(f"cold mount failed: {e}")
             return False
         if self.system.page_cache_note and self.system.page_cache_note not in self.result.notes:
-            self.result.notes.append(f"page cache not dropped: {self.system.page_cache_note}")
+            self.result.notes.append(f"{PAGE_CACHE_KEPT}: {self.system.page_cache_note}")
         return True
 
     def run(self) -> SystemResult:
@@ -246,7 +263,7 @@ class SystemRun:
         """Warm: p50 of the reads; fresh mount (``distinct`` 1 MiB blocks): p50 and the
         total, which shows a system that fetches the whole file on its first read."""
         seconds = random_reads(self.system.path(COLD_FILE), self.payload, self.args.random_reads,
-                               SEED + distinct, distinct_blocks=distinct)
+                               SEED + distinct, distinct_blocks=distinct, beat=self.progress.beat)
         p50 = Cell(percentile(sorted(seconds), 0.5) * 1e3)
         return {"random_cold": p50, "random_cold_total": Cell(sum(seconds))} if distinct else {"random_warm": p50}
 
@@ -254,13 +271,13 @@ class SystemRun:
         system, args = self.system, self.args
         before = self.proxy.snapshot()
         run = appends(system.path(APPEND_FILE), args.appends, args.op_timeout_s,
-                      lambda: system.bytes_in_s3(APPEND_FILE))
+                      lambda: system.bytes_in_s3(APPEND_FILE), self.progress.beat)
         expected = run.appended * APPEND_BYTES
         note = f"({run.appended:,} in {run.seconds:.0f} s)" if run.stopped_early else ""
         cells = {"appends": Cell(run.rate, note), "fsync_s3": Cell(run.in_s3_at_last_fsync / MiB)}
         try:
             waited = settle(self.proxy.snapshot, system.settle_min_s,
-                            lambda: system.bytes_in_s3(APPEND_FILE) >= expected)
+                            lambda: system.bytes_in_s3(APPEND_FILE) >= expected, self.progress.beat)
             self.result.notes.append(f"appends: all {expected / MiB:.2f} MiB in S3 {waited:.1f} s after the close")
         except OperationError as e:
             for key in ("append_up", "append_down"):
@@ -272,18 +289,19 @@ class SystemRun:
         return cells
 
     def tail(self) -> dict[str, Cell]:
-        seconds = tail_latencies(self.system.path(TAIL_FILE), self.args.tail_lines, SEED)
+        seconds = tail_latencies(self.system.path(TAIL_FILE), self.args.tail_lines, SEED, self.progress.beat)
         return {"tail": Cell(percentile(sorted(seconds), 0.5) * 1e3)}
 
     def create(self, created: list[int]) -> dict[str, Cell]:
         directory = self.system.path(SMALL_DIR)
         directory.mkdir()
-        count, seconds = create_small_files(directory, self.args.small_files, self.args.op_timeout_s)
+        count, seconds = create_small_files(directory, self.args.small_files, self.args.op_timeout_s,
+                                            self.progress.beat)
         created[0] = count
         note = f"({count:,} in {seconds:.0f} s)" if count < self.args.small_files else ""
         cell = Cell(count / seconds, note)
         try:
-            settle(self.proxy.snapshot, self.system.settle_min_s)
+            settle(self.proxy.snapshot, self.system.settle_min_s, lambda: True, self.progress.beat)
         except OperationError as e:
             self.result.notes.append(f"small files: {e}")
         return {"create": cell}
@@ -312,8 +330,8 @@ def report(machine: dict[str, Any], measured: dict[str, Any], args: argparse.Nam
     print("caches emptied before each cold mount:", file=out)
     for result in results:
         print(f"  {result.name}: {result.cache_emptying}", file=out)
-    kept = sorted({n for r in results for n in r.notes if n.startswith("page cache not dropped")})
-    print("  and the kernel page cache: " + ("; ".join(kept) if kept else
+    kept = sorted({n for r in results for n in r.notes if n.startswith(PAGE_CACHE_KEPT)})
+    print("  and the kernel page cache: " + ("; ".join(n.replace(PAGE_CACHE_KEPT, "not dropped") for n in kept) if kept else
           "dropped (sync, then echo 3 > /proc/sys/vm/drop_caches) before every cold mount"), file=out)
     notes = [f"  {r.name}: {note}" for r in results for note in r.notes if note not in kept]
     if notes:
