@@ -31,7 +31,7 @@ java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | he
 { command -v java >/dev/null && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || apt_missing+=(openjdk-17-jre-headless)
 # the real tools the mount's tests drive (tests/test_fuse_tools.py)
 if [ "$mode" = test ]; then
-  for tool in rsync git vim; do command -v "$tool" >/dev/null || apt_missing+=("$tool"); done
+  for tool in rsync git vim strace; do command -v "$tool" >/dev/null || apt_missing+=("$tool"); done
 fi
 # PostgreSQL (Debian's server) for the metadata tests on a real PostgreSQL; demo mode runs without it
 if [ "$mode" = test ] && ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then

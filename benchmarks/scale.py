@@ -13,13 +13,18 @@ grows, next to the floor of the same work in the same run (issue 19, item 6).
    the metadata). Reported: open, the first read (loads the chunk list: O(chunks),
    once), 300 random 4 KiB reads and ``stat`` after it. Floor of a read: ``pread`` of
    4 KiB of the same chunk files.
-3. **Recovery** (``--recover-mib``, default 512, with 1 KiB and 64 KiB VD appends):
+3. **``ls -l`` on the mount** (``--ls-entries``, default 100k): a store whose one
+   directory holds that many segments (filled as in 1.), mounted (``tierfs mount``,
+   verbose off), and ``ls -l`` of the directory on a fresh mount and again, next to
+   ``ls -l`` of the same number of empty files in a directory of the scratch disk
+   (ext4 here: the ceiling).
+4. **Recovery** (``--recover-mib``, default 512, with 1 KiB and 64 KiB VD appends):
    appends that were never flushed, then the process exits as in a crash; a new
    process opens the store. Reported: open (replay) time and peak RSS, against the
    bound ``tail_memory_bytes`` + 150 MiB and the time to read the journal files.
 
 Targets (issue 19): open <= 0.3 s at 1M segments; stat p99 <= 150 µs at 1M segments;
-recovery peak RSS <= tail memory budget + 150 MiB, time linear in the unflushed bytes.
+``ls -l`` of 100k entries on the mount <= 3 s; recovery peak RSS <= tail memory budget + 150 MiB, time linear in the unflushed bytes.
 A missed target is reported, not an error: the exit code is 0.
 """
 
@@ -57,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--segments", default="1000,10000,100000,1000000", help="store sizes, comma-separated")
     parser.add_argument("--big-dir", type=int, default=100_000, help="segments in the one big directory")
     parser.add_argument("--chunks", default="100,1000,10000,100000", help="chunks per segment, comma-separated")
+    parser.add_argument("--ls-entries", type=int, default=100_000, help="entries of the directory ls -l lists")
     parser.add_argument("--recover-mib", type=int, default=512, help="unflushed journal to recover")
 
 
@@ -166,7 +172,36 @@ def chunk_scaling(directory: Path, sizes: list[int]) -> list[dict[str, Any]]:
     return results
 
 
-# ---------------------------------------------------------------- 3. recovery
+# ---------------------------------------------------------------- 3. ls -l on the mount
+def _ls_l_s(directory: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(["ls", "-l", str(directory)], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def ls_on_mount(directory: Path, entries: int) -> dict[str, Any]:
+    from tierfs.testing.harness import Mount
+
+    data_dir = directory / "ls-store"
+    fill_segments(data_dir, entries + 10, entries)
+    plain = directory / "ls-plain"
+    plain.mkdir()
+    for i in range(entries):
+        (plain / f"s{i:07d}").touch()
+    ceiling = [_ls_l_s(plain) for _ in range(2)]
+    figures: dict[str, Any] = {"entries": entries, "ceiling_s": ceiling}
+    mount = Mount(data_dir, directory / "ls-mnt", verbose=False)
+    try:
+        figures["fresh_s"] = _ls_l_s(mount.path("big"))
+        figures["again_s"] = _ls_l_s(mount.path("big"))
+    finally:
+        mount.unmount()
+    shutil.rmtree(data_dir)
+    shutil.rmtree(plain)
+    return figures
+
+
+# ---------------------------------------------------------------- 4. recovery
 def recovery(directory: Path, mib: int) -> list[dict[str, Any]]:
     results = []
     for append_bytes in (1024, 64 * 1024):
@@ -196,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         segments = segment_scaling(directory, [int(s) for s in args.segments.split(",")], args.big_dir)
         chunk_rows = chunk_scaling(directory, [int(s) for s in args.chunks.split(",")])
+        listing = ls_on_mount(directory, args.ls_entries)
         recovered = recovery(directory, args.recover_mib)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -213,7 +249,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {r['chunks']:>9,}: open {_ms(r['open_s'])}, first read {_ms(r['first_read_s'])}, "
               f"read {r['read']['p50_us']:.0f}/{r['read']['p99_us']:.0f} (floor {r['pread_floor']['p50_us']:.0f}/"
               f"{r['pread_floor']['p99_us']:.0f}), stat {r['stat']['p50_us']:.0f}/{r['stat']['p99_us']:.0f}", file=out)
-    print(f"3. recovery of {args.recover_mib} MiB of unflushed VD appends", file=out)
+    print(f"3. ls -l of {listing['entries']:,} entries: the mount fresh {listing['fresh_s']:.2f} s, again "
+          f"{listing['again_s']:.2f} s; the scratch disk {listing['ceiling_s'][-1]:.2f} s "
+          f"(mount/disk {listing['fresh_s'] / listing['ceiling_s'][-1]:.1f}x)", file=out)
+    print(f"4. recovery of {args.recover_mib} MiB of unflushed VD appends", file=out)
     for r in recovered:
         print(f"  {r['append_bytes']:>6} B appends: open {r['open_s']:.2f} s (reading the journal: {r['read_s']:.2f} s), "
               f"peak RSS {r['peak_kib'] / 1024:.0f} MiB (bound {r['tail_memory_bytes'] / MiB + RSS_SLACK_MIB:.0f})",
@@ -223,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
         Check(f"open at {largest['segments']:,} segments", largest["open_s"], 0.3, at_least=False, unit="s"),
         Check(f"stat p99 at {largest['segments']:,} segments", largest["stat_cold"]["p99_us"], 150, at_least=False,
               unit="µs"),
+        Check(f"ls -l of {listing['entries']:,} on the mount, fresh", listing["fresh_s"], 3.0, at_least=False,
+              unit="s"),
         *(Check(f"recovery peak RSS, {r['append_bytes']} B appends", r["peak_kib"] / 1024,
                 r["tail_memory_bytes"] / MiB + RSS_SLACK_MIB, at_least=False, unit="MiB") for r in recovered),
     ]

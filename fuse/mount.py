@@ -29,7 +29,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 from tierfs.fuse.invalidation import KernelNotifier
-from tierfs.fuse.operations import ATTR_TIMEOUT_S, TierOperations
+from tierfs.fuse.operations import ATTR_TIMEOUT_S, ENTRY_TIMEOUT_S, SHORT_TIMEOUT_S, TierOperations
 
 from tierfs.contracts.config import StoreConfig
 from tierfs.server.daemon import serve
@@ -73,14 +73,19 @@ def check_mountpoint(mountpoint: Path) -> None:
 async def run_mount(
     mountpoint: Path,
     direct_io: bool,
-    attr_timeout_s: float,
+    attr_timeout_s: float | None,
     allow_other: bool,
     store: MountedStore,
     stopping: trio.Event,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``store`` at ``mountpoint`` until unmounted or ``stopping`` is set."""
-    operations = TierOperations(store, direct_io=direct_io, attr_timeout_s=attr_timeout_s)
+    # Entries are cached long only where the store tells of every name change
+    entry_timeout_s = ENTRY_TIMEOUT_S if store.name_listeners is not None else SHORT_TIMEOUT_S
+    if attr_timeout_s is None:
+        attr_timeout_s = ATTR_TIMEOUT_S if store.name_listeners is not None else SHORT_TIMEOUT_S
+    operations = TierOperations(store, direct_io=direct_io, attr_timeout_s=attr_timeout_s,
+                                entry_timeout_s=entry_timeout_s)
     notifier = KernelNotifier(operations.inodes)
     # fsname is what mount(8) and /proc/mounts show as the source: the data dir
     options = {*pyfuse3.default_options, *MOUNT_OPTIONS, f"fsname=tierfs:{store.config.data_dir}"}
@@ -92,6 +97,8 @@ async def run_mount(
         stopping.set()
         raise MountError(f"cannot mount {mountpoint}: {e}") from None
     store.growth_listeners.append(notifier.segment_grew)
+    if store.name_listeners is not None:
+        store.name_listeners.append(notifier.name_changed)
     log.info("mounted %s at %s", store.config.data_dir, mountpoint)
     try:
         async with trio.open_nursery() as nursery:
@@ -102,6 +109,8 @@ async def run_mount(
             nursery.cancel_scope.cancel()
     finally:
         store.growth_listeners.remove(notifier.segment_grew)
+        if store.name_listeners is not None:
+            store.name_listeners.remove(notifier.name_changed)
         pyfuse3.close(unmount=True)
         log.info("unmounted %s", mountpoint)
         stopping.set()
@@ -114,7 +123,7 @@ async def _terminate_on(stopping: trio.Event) -> None:
 
 def mount_command(
     config: StoreConfig, mountpoint: Path, *, listen: str | None, foreground: bool,
-    direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S, allow_other: bool = False,
+    direct_io: bool = True, attr_timeout_s: float | None = None, allow_other: bool = False,
 ) -> int:
     """Run the daemon with the mount; in the background unless ``foreground``."""
     mountpoint = mountpoint.absolute()

@@ -57,8 +57,12 @@ from tierfs.contracts.errors import (
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.store.served import MountedStore
 
-ATTR_TIMEOUT_S = 1.0  # the kernel also hears of growth at once (see invalidation.py)
-ENTRY_TIMEOUT_S = 1.0  # names changed through the API become visible within this
+# The kernel hears of every growth, attribute and name change the store makes at once
+# (invalidation.py), so it may cache long: `ls -l` of a big directory stats each entry
+# after reading them all, and with short timeouts every stat was a round trip.
+ATTR_TIMEOUT_S = 60.0
+ENTRY_TIMEOUT_S = 60.0
+SHORT_TIMEOUT_S = 1.0  # a cluster's names change on other hosts too: nobody tells
 BLOCK_SIZE_BYTES = 1 << 20  # st_blksize: tools size their I/O by it
 DEFAULT_FILE_MODE = 0o644  # what the store reports when nothing was set
 DEFAULT_DIRECTORY_MODE = 0o755
@@ -85,12 +89,14 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     enable_acl = False
 
     def __init__(
-        self, store: MountedStore, *, direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S
+        self, store: MountedStore, *, direct_io: bool = True, attr_timeout_s: float = ATTR_TIMEOUT_S,
+        entry_timeout_s: float = ENTRY_TIMEOUT_S,
     ) -> None:
         super().__init__()
         self.store = store
         self.direct_io = direct_io
         self.attr_timeout_s = attr_timeout_s
+        self.entry_timeout_s = entry_timeout_s
         self.inodes = InodeTable()
         self.rewrites = WholeFileRewrites(store)
         self._files: dict[int, OpenFile] = {}
@@ -104,7 +110,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = inode
         attr.generation = 0
-        attr.entry_timeout = ENTRY_TIMEOUT_S
+        attr.entry_timeout = self.entry_timeout_s
         attr.attr_timeout = self.attr_timeout_s
         attr.st_uid = info.uid
         attr.st_gid = info.gid

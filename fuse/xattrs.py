@@ -5,7 +5,9 @@ state (computed from ``stat`` and the chunk layout, never stored), and
 Invariants:
 - Only ``user.tierfs.durability`` can be set, and only while the segment is empty
   (EPERM once bytes were acknowledged under a level; EINVAL for an unknown level); the
-  others are read-only facts (EPERM), other names are not stored (EOPNOTSUPP/ENOATTR).
+  others are read-only facts (EPERM), other names are not stored: ENOATTR for other
+  ``user.*`` names, EOPNOTSUPP outside the ``user`` namespace (what tools such as
+  ``ls -l`` take as "this device has no SELinux labels or ACLs" and stop asking).
 - Part of ``TierOperations`` (a mixin): its handlers are wrapped by ``fuse_errors``
   like every other handler.
 """
@@ -51,9 +53,15 @@ class ExtendedAttributes:
 
     @fuse_errors
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        key = os.fsdecode(name).removeprefix(XATTR_PREFIX)
-        if key not in XATTR_NAMES or key == os.fsdecode(name):
-            # ls -l asks every entry for security.selinux: answered without a lookup
+        full_name = os.fsdecode(name)
+        key = full_name.removeprefix(XATTR_PREFIX)
+        if not full_name.startswith("user."):
+            # security.*, system.*, trusted.*: not supported here. ls -l asks every entry
+            # for security.selinux and system.posix_acl_access, and stops asking for the
+            # rest of the device once told "not supported" (ENODATA would cost two round
+            # trips per entry: 100k entries, 10 s).
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        if key not in XATTR_NAMES or key == full_name:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         info = await self.store.stat(self.inodes.name_of(inode))
         if not isinstance(info, SegmentInfo):

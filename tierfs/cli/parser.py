@@ -142,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--page-cache", action="store_true",
                    help="read and write through the kernel page cache instead of direct I/O "
                         "(needed for mmap; slower, see docs/PERFORMANCE.md)")
-    p.add_argument("--attr-timeout", type=float, default=1.0, metavar="SECONDS",
-                   help="how long the kernel may cache attributes (default 1; growth is "
-                        "notified at once anyway)")
+    p.add_argument("--attr-timeout", type=float, default=None, metavar="SECONDS",
+                   help="how long the kernel may cache attributes (default 60, 1 on a cluster "
+                        "daemon; the kernel hears of every change at once anyway)")
     p.add_argument("--allow-other", action="store_true",
                    help="let other users use the mount (the kernel checks the stored modes "
                         "and owners; a non-root owner needs user_allow_other in /etc/fuse.conf)")

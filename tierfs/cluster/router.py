@@ -107,6 +107,7 @@ class ClusterStore:
         # flushed bytes of other daemons' containers, read from tier-2 here
         self._direct = DirectChunkReader(config.chunk_store_options)
         self.growth_listeners = host.growth_listeners  # growth of the containers held here
+        self.name_listeners: list[Callable[[str], None]] | None = None  # other hosts rename too
 
     @property
     def epoch(self) -> int:

@@ -1,7 +1,15 @@
-"""Growth notifications: who hears that a segment's durable length advanced.
+"""Change notifications: who hears that a segment grew or changed, and that a name
+appeared or went away.
 
-Invariant: listeners run in the event loop, synchronously, and must not block (the
-FUSE mount only queues an inode for invalidation); they receive the segment's name.
+``listeners`` hear a name whose attributes changed: its durable length advanced (the
+appender, a concat), or it was sealed, unsealed, chmod-ed, touched (the store). The
+FUSE mount invalidates the kernel's cached attributes of that name.
+``name_listeners`` hear every name a namespace change created, removed or moved (both
+names of a rename): the mount invalidates the kernel's directory entry, so its entry
+cache can be long however the change was made (mount, API, CLI).
+
+Invariant: listeners run in the event loop, synchronously, after the change was
+committed, and must not block (the mount only queues the work); they receive names.
 """
 
 from __future__ import annotations
@@ -14,7 +22,17 @@ from tierfs.engine.segment_state import SegmentState
 class GrowthNotifier:
     def __init__(self) -> None:
         self.listeners: list[Callable[[str], None]] = []
+        self.name_listeners: list[Callable[[str], None]] = []
 
     def notify(self, seg: SegmentState) -> None:
+        self.changed(seg.name)
+
+    def changed(self, name: str) -> None:
+        """``name`` (a segment or a directory) has new attributes."""
         for listener in self.listeners:
-            listener(seg.name)
+            listener(name)
+
+    def names_changed(self, *names: str) -> None:
+        for name in names:
+            for listener in self.name_listeners:
+                listener(name)

@@ -73,12 +73,14 @@ class Concatenator:
         offloader: Offloader,
         flush: Callable[[SegmentState], Awaitable[None]],
         notify_growth: Callable[[SegmentState], None],
+        names_changed: Callable[..., None],
     ) -> None:
         self._table = table
         self._catalogue = catalogue
         self._offloader = offloader
         self._flush = flush  # journal sync + tier-2 flush of one segment
         self._notify_growth = notify_growth
+        self._names_changed = names_changed  # the sources' names are gone
 
     async def concat(
         self, target: str, sources: str | list[str], *, writer: str = "", writer_seq: int | None = None
@@ -130,6 +132,7 @@ class Concatenator:
             src.notify_flushed()
         dst.notify_grew()
         self._notify_growth(dst)
+        self._names_changed(*(src.name for src in srcs))
         return segment_info(dst)
 
     async def _commit(

@@ -96,6 +96,7 @@ class SegmentStore:
         # tells the kernel its size changed
         self.growth = GrowthNotifier()
         self.growth_listeners = self.growth.listeners
+        self.name_listeners: list[Callable[[str], None]] | None = self.growth.name_listeners
         self._appender = Appender(config, self.tail_budget, self.growth)
         self._recovery: RecoveryReport | None = None
         # the parts are built once the data dir is open (they need the epoch, the journal,
@@ -288,6 +289,7 @@ class SegmentStore:
                     seg.sealing = False
         if sealed:
             self.writer.request_flush(seg)
+        self.growth.notify(seg)  # the mode the kernel caches lost or got its write bits
         return listing.segment_info(seg)
 
     async def set_durability(self, name: str, durability: str) -> SegmentInfo:
@@ -301,6 +303,7 @@ class SegmentStore:
                     f"durability of {seg.name!r} can only change while it is empty"
                 )
             await self.catalogue.update_record(seg, durability=durability)
+        self.growth.notify(seg)
         return listing.segment_info(seg)
 
     async def _delete_unlinked_leftovers(self) -> None:
@@ -335,6 +338,7 @@ class SegmentStore:
             await set_segment_attributes(self.catalogue, seg, change)
             if seg.record.sealed and not was_sealed:
                 self.writer.request_flush(seg)
+        self.growth.changed(canonical)
         return await listing.stat(self.table, canonical)
 
     # ------------------------------------------------------------------ offload, policies

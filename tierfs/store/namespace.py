@@ -17,6 +17,8 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tierfs.contracts import names
 from tierfs.contracts.config import DURABILITY_LEVELS, StoreConfig
 from tierfs.contracts.errors import (
@@ -49,6 +51,7 @@ class Namespace:
         writer: StorageWriter,
         tail_budget: TailBudget,
         garbage: GarbageCollector,
+        names_changed: Callable[..., None],
     ) -> None:
         self._config = config
         self._table = table
@@ -56,6 +59,7 @@ class Namespace:
         self._writer = writer
         self._tail_budget = tail_budget
         self._garbage = garbage
+        self._names_changed = names_changed  # names created, removed or moved, after commit
 
     async def create(
         self, name: str, *, durability: str | None = None, make_parents: bool = False
@@ -87,6 +91,7 @@ class Namespace:
             seg.set_chunks([])
             seg = table.add(seg)
             self._install(parents)
+        self._names_changed(canonical)
         return segment_info(seg)
 
     async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
@@ -109,6 +114,7 @@ class Namespace:
             directories = self._touched([parent], now_ns())
             table.add_directory(canonical, await self._catalogue.call(metadata.mkdir, canonical, parent, directories))
             self._install(directories)
+        self._names_changed(canonical)
 
     async def rmdir(self, name: str) -> None:
         table = self._table
@@ -123,6 +129,7 @@ class Namespace:
             await self._catalogue.call(self._catalogue.metadata.rmdir, canonical, parents)
             table.remove_directory(canonical)
             self._install(parents)
+        self._names_changed(canonical)
 
     async def delete(self, name: str) -> None:
         """Delete a segment; its chunks are garbage-collected in the background."""
@@ -135,6 +142,7 @@ class Namespace:
             chunk_names = await self._catalogue.call(self._catalogue.metadata.delete_segment, seg.row, parents)
             self._forget(seg)
             self._install(parents)
+        self._names_changed(seg.name)
         if chunk_names:
             self._garbage.collect_soon()
 
@@ -193,6 +201,7 @@ class Namespace:
                     self._forget(replaced)
             table.move(source, target)
             self._install(parents)
+        self._names_changed(source, target)
         if garbage:
             self._garbage.collect_soon()
 

@@ -41,7 +41,11 @@ class ServedStore(SegmentStoreAPI, Protocol):
 
 
 class MountedStore(ServedStore, Protocol):
-    """What the FUSE mount needs on top: growth listeners (called with a segment's name
-    when its durable length grows; they tell the kernel)."""
+    """What the FUSE mount needs on top: growth listeners (called with a segment's or
+    directory's name when its length or attributes change; they tell the kernel) and
+    name listeners (called with every name created, removed or moved), or None where
+    the store cannot tell of every name change (a cluster: other hosts change names
+    too), so the mount keeps its entry cache short."""
 
     growth_listeners: list[Callable[[str], None]]
+    name_listeners: list[Callable[[str], None]] | None
