@@ -45,7 +45,10 @@ def _run_and_kill(data_dir: Path, run_id: int, acks_before_kill: int) -> list[tu
             segment, offset, length, digest = line.decode().split()
             acked.append((segment, int(offset), int(length), digest))
     proc.send_signal(signal.SIGKILL)
-    rest, stderr = proc.communicate(timeout=30)
+    # What the buffered reader already holds comes first: communicate() reads the pipe
+    # itself and would start mid-line after a readline that read ahead.
+    rest = proc.stdout.read()
+    _, stderr = proc.communicate(timeout=30)
     # lines already written to the pipe before the kill were acknowledged too
     for line in rest.splitlines():
         if line and not line.startswith(b"ready"):

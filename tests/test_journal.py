@@ -5,10 +5,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
 from tierfs.engine.journal import Journal
+from tierfs.engine.journal_aio import AioFdatasync
 from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, encode_append, list_files
 from tierfs.engine.journal_scan import scan
 from tierfs.engine.journal_sync import LsnWaiters, SyncJob
@@ -115,31 +117,63 @@ async def test_vd_writes_are_synced_within_the_interval(tmp_path: Path) -> None:
     assert synced == [FRAME_OVERHEAD + 1]
 
 
-class _RecordingSyncs:
-    """Wraps a journal's blocking sync: counts rounds and how many ever ran at once,
-    optionally holds each round for ``hold_s`` (a slow disk), and records each round's
-    target LSN."""
+@pytest.fixture(params=["aio", "thread"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each sync backend: native AIO rounds (where this kernel has them) and the sync
+    thread (elsewhere, or ``TIERFS_JOURNAL_AIO=0``)."""
+    if request.param == "aio":
+        aio = AioFdatasync.open()
+        if aio is None:
+            pytest.skip("no native AIO on this machine")
+        aio.close()
+    monkeypatch.setenv("TIERFS_JOURNAL_AIO", "1" if request.param == "aio" else "0")
+    return str(request.param)
 
-    def __init__(self, journal: Journal, hold_s: float = 0.0) -> None:
-        self._sync = journal._sync_files
-        self._hold_s = hold_s
+
+class _RecordingRounds:
+    """Records a journal's sync rounds on either backend: each round's target LSN and
+    how many ever ran at once; ``hold_s`` makes the disk slow (an AIO fdatasync is
+    submitted that much later, a thread round sleeps first)."""
+
+    def __init__(self, journal: Journal, monkeypatch: pytest.MonkeyPatch, hold_s: float = 0.0,
+                 events: list[tuple[str, int]] | None = None) -> None:
         self._lock = threading.Lock()
         self.running = 0
         self.most_at_once = 0
         self.targets: list[int] = []
-        journal._sync_files = self  # type: ignore[method-assign]  # run() hands it to the thread
+        self.events = events if events is not None else []
+        sync_files, submit, completed = journal._sync_files, AioFdatasync.submit, AioFdatasync.completed
 
-    def __call__(self, job: SyncJob) -> None:
+        def thread_round(job: SyncJob) -> None:
+            self._begin(job.target_lsn)
+            time.sleep(hold_s)
+            sync_files(job)
+            self._end()
+
+        def aio_submit(aio: AioFdatasync, fd: int) -> None:
+            self._begin(journal.written_lsn)  # the round's target: taken just before
+            threading.Timer(hold_s, submit, (aio, fd)).start()
+
+        def aio_completed(aio: AioFdatasync) -> int | None:
+            result = completed(aio)
+            if result is not None:
+                self._end()
+            return result
+
+        journal._sync_files = thread_round  # type: ignore[method-assign]
+        monkeypatch.setattr(AioFdatasync, "submit", aio_submit)
+        monkeypatch.setattr(AioFdatasync, "completed", aio_completed)
+
+    def _begin(self, target_lsn: int) -> None:
         with self._lock:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
-            self.targets.append(job.target_lsn)
-        try:
-            time.sleep(self._hold_s)
-            self._sync(job)
-        finally:
-            with self._lock:
-                self.running -= 1
+            self.targets.append(target_lsn)
+            self.events.append(("round", target_lsn))
+
+    def _end(self) -> None:
+        with self._lock:
+            self.running -= 1
 
 
 async def _appenders(journal: Journal, writers: int, appends_each: int) -> None:
@@ -154,90 +188,90 @@ async def _appenders(journal: Journal, writers: int, appends_each: int) -> None:
             nursery.start_soon(writer, i)
 
 
-async def test_32_appenders_share_rounds_one_in_flight_at_a_time(tmp_path: Path) -> None:
+async def test_32_appenders_share_rounds_one_in_flight_at_a_time(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Closed-loop appenders on a slow disk: rounds never overlap, and each carries
     many frames (counted, not timed)."""
     journal = _journal(tmp_path)
-    syncs = _RecordingSyncs(journal, hold_s=0.002)
+    rounds = _RecordingRounds(journal, monkeypatch, hold_s=0.002)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
         await _appenders(journal, writers=32, appends_each=10)
         nursery.cancel_scope.cancel()
     await journal.close()
-    assert syncs.most_at_once == 1
-    assert syncs.targets == sorted(syncs.targets)
-    assert len(syncs.targets) <= 320 / 8, f"{len(syncs.targets)} rounds for 320 appends"
+    assert rounds.most_at_once == 1
+    assert rounds.targets == sorted(rounds.targets)
+    assert len(rounds.targets) <= 320 / 8, f"{len(rounds.targets)} rounds for 320 appends"
     assert journal.durable_lsn == journal.written_lsn == 320 * (FRAME_OVERHEAD + 100)
 
 
-async def test_woken_appenders_split_into_two_rounds_when_the_disk_is_idle(tmp_path: Path) -> None:
+async def test_woken_appenders_split_into_two_rounds_when_the_disk_is_idle(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """All 32 appenders wait for one round; when it completes nothing else is in flight,
     so the first 16 frames start a round at once and the other 16 form the next one,
     instead of one round of 32 that starts only after the loop ran them all."""
     journal = _journal(tmp_path)
-    syncs = _RecordingSyncs(journal, hold_s=0.02)  # the loop runs 16 appenders far faster
+    rounds = _RecordingRounds(journal, monkeypatch, hold_s=0.02)  # the loop is far faster
     frame_bytes = FRAME_OVERHEAD + 100
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
         await _appenders(journal, writers=32, appends_each=3)
         nursery.cancel_scope.cancel()
     await journal.close()
-    frames_per_round = [
-        (b - a) // frame_bytes for a, b in zip([0, *syncs.targets], syncs.targets, strict=False)
-    ]
+    targets = rounds.targets
+    frames_per_round = [(b - a) // frame_bytes for a, b in zip([0, *targets], targets, strict=False)]
     assert sum(frames_per_round) == 96
     assert max(frames_per_round[1:]) <= 16, frames_per_round  # the first holds all 32
 
 
-async def test_the_sync_thread_starts_the_next_round_without_the_loop(tmp_path: Path) -> None:
-    """A round asked for while one is in flight starts as soon as that one returns, even
-    while the event loop is busy and has not seen the first round complete."""
-    journal = _journal(tmp_path)
-    gate = threading.Event()
-    started: list[int] = []
-    sync_files = journal._sync_files
-
-    def gated_sync(job: SyncJob) -> None:
-        started.append(job.target_lsn)
-        if len(started) == 1:
-            gate.wait(5)
-        sync_files(job)
-
-    journal._sync_files = gated_sync  # type: ignore[method-assign]
+async def test_the_next_round_starts_the_moment_one_completes(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes asked for while a round is in flight go to the disk as soon as that round
+    completes, before the event loop has taken the completed round in (with the thread:
+    even while the loop is busy and runs no callback at all)."""
+    events: list[tuple[str, int]] = []
+    journal = _journal(tmp_path, lambda lsn: events.append(("durable", lsn)))
+    rounds = _RecordingRounds(journal, monkeypatch, hold_s=0.05, events=events)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
         _, first_end = journal.add_append(1, 0, b"a")
         nursery.start_soon(journal.wait_durable, first_end)
         with trio.fail_after(5):
-            while not started:
+            while not rounds.targets:
                 await trio.sleep(0.001)
         _, second_end = journal.add_append(1, 1, b"b")
         nursery.start_soon(journal.wait_durable, second_end)
         with trio.fail_after(5):
             while journal.written_lsn < second_end:  # the writer task wrote it
                 await trio.sleep(0.001)
-        gate.set()
-        deadline_s = time.monotonic() + 5
-        while len(started) < 2 and time.monotonic() < deadline_s:
-            time.sleep(0.001)  # the loop is busy: it runs no callback meanwhile
-        assert started == [first_end, second_end]
-        assert journal.durable_lsn == 0  # the loop has not been told yet
+        if backend == "thread":
+            deadline_s = time.monotonic() + 5
+            while len(rounds.targets) < 2 and time.monotonic() < deadline_s:
+                time.sleep(0.001)  # the loop is busy: it runs no callback meanwhile
+            assert journal.durable_lsn == 0  # the loop has not been told yet
         with trio.fail_after(5):
             await journal.wait_durable(second_end)
         nursery.cancel_scope.cancel()
     await journal.close()
+    assert rounds.targets == [first_end, second_end]
+    assert events.index(("round", second_end)) < events.index(("durable", first_end))
 
 
-async def test_rolls_under_concurrent_appenders_close_every_file(tmp_path: Path) -> None:
+async def test_rolls_under_concurrent_appenders_close_every_file(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Small files roll while rounds run: every frame is durable and in order, and every
     rolled file descriptor is closed by a round."""
     fds_before = len(os.listdir("/proc/self/fd"))
     journal = _journal(tmp_path, file_bytes=1000)
-    syncs = _RecordingSyncs(journal)
+    syncs = _RecordingRounds(journal, monkeypatch)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
         await _appenders(journal, writers=8, appends_each=20)
-        assert len(os.listdir("/proc/self/fd")) <= fds_before + 4  # the open file, the thread's wakeup
+        assert len(os.listdir("/proc/self/fd")) <= fds_before + 4  # the open file, the AIO eventfd
         nursery.cancel_scope.cancel()
     await journal.close()
     assert syncs.most_at_once == 1 and journal.file_count() > 10

@@ -1,21 +1,22 @@
 """Tier-1 journal: CRC-framed append records in rolling local files, group commit.
 
 The frame format is in ``journal_format``, the recovery scan in ``journal_scan``, the
-sync thread and the waiters in ``journal_sync``.
+sync rounds in ``journal_aio`` (native AIO) or ``journal_sync`` (a thread, and the waiters).
 
 Invariants:
 - Frames are written in LSN order by one writer (this object, on the event loop), so a
   file is always a prefix of valid frames followed at most by one torn frame.
 - ``durable_lsn`` only advances after fdatasync of every file holding bytes below it,
   and of the directory for files created since the last sync.
-- Group commit, pipelined (``journal_sync``): the frames queued by the tasks of one
-  scheduler batch go out in one write(2) (the journal's writer task runs after them),
-  and the sync thread starts the next fdatasync the moment the previous one returns,
-  covering everything written meanwhile. One round is in flight at a time, and one is
-  in flight whenever written bytes were asked to become durable and are not yet.
+- Group commit, pipelined: the frames queued by the tasks of one scheduler batch go out
+  in one write(2) (the journal's writer task runs after them), and the next fdatasync
+  starts the moment the previous one completes, covering everything written meanwhile.
+  One round is in flight at a time, and one is in flight whenever written bytes were
+  asked to become durable and are not yet.
 - write(2) happens on the event loop: it copies into the page cache (microseconds for a
   batch) and keeping it on one thread keeps frame order trivially right; fdatasync, which
-  waits for the disk, always runs in the sync thread (or, at close, a worker thread).
+  waits for the disk, never does: the kernel's AIO worker, the sync thread or a worker
+  thread runs it.
 - A waiter is woken once the durable LSN reaches its frame, not once per round.
 - Space (``journal_space``): a frame is queued only once its blocks are reserved, so a
   full disk refuses the append with ``NoSpaceError`` before anything changed, and the
@@ -37,6 +38,7 @@ import trio
 from tierfs.contracts.errors import JournalCorruptionError, NoSpaceError
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.durable_files import fsync_directory
+from tierfs.engine.journal_aio import AioFdatasync, AioRounds
 from tierfs.engine.journal_format import (
     FRAME_OVERHEAD,
     TailEntryLike,
@@ -94,7 +96,7 @@ class Journal:
         # Held while the files being written change (roll) and while the sync thread
         # snapshots them, so a round never sees a half-rolled journal.
         self._files_lock = threading.Lock()
-        self._syncer: SyncThread | None = None
+        self._syncer: SyncThread | AioRounds | None = None
         self._sync_wanted_early = False  # asked for before run() started the thread
         self._writer_task: trio.lowlevel.Task | None = None  # parked until frames wait
         self._waiters = LsnWaiters()
@@ -105,6 +107,7 @@ class Journal:
         self._closed = False
         self._failure: BaseException | None = None
         self.syncs = 0  # sync rounds completed
+        self.sync_backend = ""  # "aio" or "thread" while run() runs
         self._syncs_before_thread = 0
         self._space = SpaceReserver(directory, space_reserve)
         self._open_file(start_lsn)
@@ -219,18 +222,6 @@ class Journal:
         elif self._syncer is None:
             self._sync_wanted_early = True  # else the writer is already scheduled
 
-    def _next_round_due(self) -> bool:
-        """The round in flight has probably returned (its thread waits for the GIL) and
-        as many bytes are queued as it carries: start the next now, mid-batch, so that
-        rounds stay even and the disk does not wait for the loop's batch to end."""
-        syncer = self._syncer
-        return (
-            syncer is not None
-            and syncer.in_flight
-            and self._queued_bytes >= syncer.in_flight_bytes
-            and syncer.probably_done()
-        )
-
     def _write_now(self) -> None:
         """Write the queue and start its round while the loop still has the rest of a
         batch to run: the disk syncs these frames while the loop runs the others."""
@@ -250,7 +241,9 @@ class Journal:
                 raise JournalCorruptionError(f"journal closed before LSN {lsn} was durable")
             if lsn <= self.written_lsn:
                 self._request_sync()
-            elif self._split_countdown == 1 or self._next_round_due():
+            elif self._split_countdown == 1 or (
+                self._syncer is not None and self._syncer.next_round_due(self._queued_bytes)
+            ):
                 self._split_countdown = 0
                 self._write_now()
             else:
@@ -336,20 +329,24 @@ class Journal:
                 self._request_sync()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the sync thread and the writer task, and time the VD bound."""
-        exited = trio.Event()
+        """Own the sync rounds (native AIO, else the sync thread) and the writer task,
+        and time the VD bound."""
         self._syncs_before_thread = self.syncs
-        self._syncer = SyncThread(
-            lock=self._files_lock,
-            take_job=self._take_job,
-            run_job=self._sync_files,
-            token=trio.lowlevel.current_trio_token(),
-            on_report=self._on_sync_report,
-            on_exit=exited.set,
-            synced_lsn=self.durable_lsn,
-        )
+        aio = await AioFdatasync.open_probed(self._fd)
         try:
             async with trio.open_nursery() as nursery:
+                if aio is not None:
+                    rounds = AioRounds(
+                        aio, lock=self._files_lock, take_job=self._take_job,
+                        run_job=self._sync_files, on_report=self._on_sync_report,
+                        synced_lsn=self.durable_lsn,
+                    )
+                    await nursery.start(rounds.run)
+                    self._syncer = rounds
+                    self.sync_backend = "aio"
+                else:
+                    await nursery.start(self._own_sync_thread)
+                    self.sync_backend = "thread"
                 nursery.start_soon(self._write_batches)
                 nursery.start_soon(self._vd_timer)
                 if self._sync_wanted_early or self._queued:
@@ -358,10 +355,27 @@ class Journal:
                     self._request_sync()
                 task_status.started()
         finally:
-            with trio.CancelScope(shield=True):
-                self._syncer.stop()  # the round in flight completes and reports first
-                await exited.wait()
             self._syncer = None
+
+    async def _own_sync_thread(self, *, task_status: trio.TaskStatus[None]) -> None:
+        exited = trio.Event()
+        thread = SyncThread(
+            lock=self._files_lock,
+            take_job=self._take_job,
+            run_job=self._sync_files,
+            token=trio.lowlevel.current_trio_token(),
+            on_report=self._on_sync_report,
+            on_exit=exited.set,
+            synced_lsn=self.durable_lsn,
+        )
+        self._syncer = thread
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                thread.stop()  # the round in flight completes and reports first
+                await exited.wait()
 
     async def close(self) -> None:
         """Sync everything and close the files; the journal accepts nothing after.

@@ -1,5 +1,6 @@
-"""The journal's sync side: a dedicated thread that keeps one fdatasync in flight while
-synced bytes are asked for, and the tasks waiting for a durable LSN.
+"""The journal's sync thread, used where native AIO (``journal_aio``) is missing: it
+keeps one fdatasync in flight while synced bytes are asked for. Also the tasks waiting
+for a durable LSN (both backends).
 
 The event loop writes frames (write(2)) and asks for a sync up to what it wrote
 (``SyncThread.request``). The thread runs rounds back to back on its own: the moment a
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -151,6 +153,12 @@ class SyncThread:
         likely waiting for the GIL to report it and start the next."""
         return time.monotonic() - self._round_started_s >= self._typical_sync_s
 
+    def next_round_due(self, queued_bytes: int) -> bool:
+        """Should the loop write its queue and hand the round over now (mid-batch)? Yes
+        once the round in flight has probably returned and as many bytes are queued as
+        it carries: rounds stay even, and the disk does not wait for the batch to end."""
+        return self.in_flight and queued_bytes >= self.in_flight_bytes and self.probably_done()
+
     def take_report(self) -> SyncReport:
         """On the loop, in ``on_report``: what completed so far."""
         with self.lock:
@@ -191,7 +199,11 @@ class SyncThread:
                 except OSError as e:
                     error = e
                 took_s = time.monotonic() - started_s  # with the wait for the GIL: an upper bound
-                self._typical_sync_s = min(took_s, self._typical_sync_s * TYPICAL_SYNC_GROWTH)
+                if os.environ.get("EST") == "ewma":
+                    t = self._typical_sync_s
+                    self._typical_sync_s = took_s if t == float("inf") else t + 0.1 * (took_s - t)
+                else:
+                    self._typical_sync_s = min(took_s, self._typical_sync_s * TYPICAL_SYNC_GROWTH)
                 with self.lock:
                     self.in_flight = False
                     if error is None:
