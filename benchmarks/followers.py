@@ -74,6 +74,7 @@ class Options:
     processes: int
     line_bytes: int
     durability: str
+    clients: str  # "trio": a trio task per follower; "threads": a thread per follower (TierClient.follow)
 
     @property
     def appends_per_segment(self) -> int:
@@ -105,6 +106,8 @@ class Phase:
     append_p99_ms: float
     server_cpu_s: float
     clients_cpu_s: float
+    machine_busy_cores: float  # all CPUs' busy time over the phase, in cores (anything running)
+    others_busy_cores: float  # of which not this benchmark (other tenants of the machine)
     server_rss_idle_bytes: int
     server_rss_bytes: int
     server_peak_rss_bytes: int
@@ -139,6 +142,13 @@ def process_cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all CPUs spent busy so far (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(value) for value in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / CLOCK_TICKS
 
 
 def process_rss_bytes(pid: int) -> tuple[int, int]:
@@ -203,7 +213,7 @@ def run_phase(label: str, opts: Options, address: str, segment_names: list[str],
         for index, child in enumerate(children):
             send(child, {"source": label, "address": address, "segments": segment_names,
                          "followers": assignment[index::opts.processes], "ready_timeout_s": READY_TIMEOUT_S,
-                         "sample_every": max(1, opts.followers // SAMPLED_FOLLOWERS)})
+                         "sample_every": max(1, opts.followers // SAMPLED_FOLLOWERS), "clients": opts.clients})
         started = time.monotonic()
         for index, (append, _) in enumerate(appenders):
             append(index, line_of(0, opts.line_bytes))
@@ -212,10 +222,11 @@ def run_phase(label: str, opts: Options, address: str, segment_names: list[str],
         not_ready = opts.followers - sum(r["ready"] for r in readies)
         print(f"{label}: ready in {ready_s:.1f} s ({not_ready} not ready); appending for {opts.seconds:g} s ...",
               file=log, flush=True)
-        pids = [server_pid] + [child.process.pid for child in children]
-        cpu_before = [process_cpu_s(pid) for pid in pids]
+        pids = [server_pid, os.getpid()] + [child.process.pid for child in children]
+        cpu_before, busy_before = [process_cpu_s(pid) for pid in pids], machine_busy_s()
         append_latencies_s, acked_ns, append_seconds = append_lines(opts, appenders)
-        cpu_after = [process_cpu_s(pid) for pid in pids]
+        cpu_after, busy_after = [process_cpu_s(pid) for pid in pids], machine_busy_s()
+        ours_s = sum(cpu_after) - sum(cpu_before)
         rss, peak_rss = process_rss_bytes(server_pid)
         for child in children:
             send(child, {"last_seq": opts.appends_per_segment, "deadline_s": DRAIN_TIMEOUT_S})
@@ -239,7 +250,9 @@ def run_phase(label: str, opts: Options, address: str, segment_names: list[str],
         after_ack_p50_ms=percentile(after_ack_ms, 0.50), after_ack_p99_ms=percentile(after_ack_ms, 0.99),
         append_seconds=append_seconds, appends=len(ordered),
         append_p50_ms=ordered[len(ordered) // 2] * 1e3, append_p99_ms=ordered[int(len(ordered) * 0.99)] * 1e3,
-        server_cpu_s=cpu_after[0] - cpu_before[0], clients_cpu_s=sum(cpu_after[1:]) - sum(cpu_before[1:]),
+        server_cpu_s=cpu_after[0] - cpu_before[0], clients_cpu_s=sum(cpu_after[2:]) - sum(cpu_before[2:]),
+        machine_busy_cores=(busy_after - busy_before) / append_seconds,
+        others_busy_cores=max(0.0, busy_after - busy_before - ours_s) / append_seconds,
         server_rss_idle_bytes=idle_rss, server_rss_bytes=rss, server_peak_rss_bytes=peak_rss,
     )
 
@@ -359,10 +372,12 @@ def phase_rows(p: Phase) -> list[str]:
         f"p99 {p.after_ack_p99_ms:.1f} ms",
         f"  appends: {p.appends} in {p.append_seconds:.1f} s ({p.appends / p.append_seconds:.0f}/s), "
         f"round trip p50 {p.append_p50_ms:.2f} ms, p99 {p.append_p99_ms:.2f} ms",
-        f"  server CPU {p.server_cpu_s:.1f} s ({p.server_cpu_per_s * 100:.0f}% of a core; "
-        f"{p.server_cpu_s / p.followers * 1e3:.1f} ms per follower, {p.server_us_per_line:.1f} us per line, "
+        f"  server CPU {p.server_cpu_s:.1f} s ({p.server_cpu_per_s * 100:.0f}% of a core; per follower "
+        f"{p.server_cpu_per_s / p.followers * 1e6:.0f} us/s; {p.server_us_per_line:.1f} us per line, "
         f"{p.server_us_per_piece:.1f} us per delivery); "
         f"client processes CPU {p.clients_cpu_s:.1f} s ({p.clients_cpu_s / p.append_seconds * 100:.0f}% of a core)",
+        f"  the machine's CPUs busy {p.machine_busy_cores:.2f} cores, of which {p.others_busy_cores:.2f} "
+        f"not this benchmark's",
         f"  server RSS {p.server_rss_bytes / 2**20:.1f} MiB (idle {p.server_rss_idle_bytes / 2**20:.1f} MiB, "
         f"peak {p.server_peak_rss_bytes / 2**20:.1f} MiB): {p.rss_per_follower_bytes / 1024:.1f} KiB per follower",
     ]
@@ -372,8 +387,8 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
     o, t, ref = r.opts, r.tierfs, r.reference
     print_sections([
         [f"machine: {machine['cpus']} CPUs, {machine['platform']}, Python {machine['python']}",
-         f"{o.followers} followers in {o.processes} processes, {o.segments} segments ({o.durability}) appended "
-         f"{o.rate:g}/s each for {o.seconds:g} s, {o.line_bytes}-byte lines"],
+         f"{o.followers} followers ({o.clients}) in {o.processes} processes, {o.segments} segments ({o.durability}) "
+        f"appended {o.rate:g}/s each for {o.seconds:g} s, {o.line_bytes}-byte lines"],
         phase_rows(ref),
         phase_rows(t),
         [f"ratios tierfs / reference: p50 {t.p50_ms / ref.p50_ms:.1f}x, p99 {t.p99_ms / ref.p99_ms:.1f}x, "
@@ -398,12 +413,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--line-bytes", type=int, default=100, help="bytes per line (default 100)")
     parser.add_argument("--durability", choices=("pd", "vd", "tier2"), default="pd",
                         help="durability of the followed segments (default pd)")
+    parser.add_argument("--clients", choices=("trio", "threads"), default="trio",
+                        help="followers in each process: a trio task each (default) or a thread each "
+                        "(TierClient.follow, as fs.follow and tierfs tail -f)")
     add_scratch_arguments(parser, "the daemon's data dir")
 
 
 def run(args: argparse.Namespace) -> int:
     opts = Options(args.followers, args.segments, args.rate, args.seconds, args.processes, args.line_bytes,
-                   args.durability)
+                   args.durability, args.clients)
     if min(opts.followers, opts.segments, opts.processes) < 1 or opts.rate <= 0 or opts.seconds <= 0:
         print("--followers, --segments, --processes, --rate and --seconds must be > 0", file=sys.stderr)
         return 2

@@ -3,12 +3,15 @@
 
 Request 1: ``{"source": "tierfs" | "reference", "address": URL or socket path,
 "segments": [name, ...], "followers": [segment index of each follower, ...],
-"ready_timeout_s": S, "sample_every": K}``. It starts one thread per follower, all at once:
+"ready_timeout_s": S, "sample_every": K, "clients": "threads" | "trio"}``. With
+``threads`` it starts one thread per follower, all at once:
 
 - ``tierfs``: ``TierClient.follow(segment, 0)``, one client shared by the threads (as
   an fsspec filesystem is shared in a process);
 - ``reference``: a Unix socket to ``fanout_reference`` announcing the segment, then
   ``recv`` until it closes: the same bytes with no HTTP, no store, no durability.
+
+With ``trio`` one thread runs a trio task per follower (``followers_async``).
 
 Every follower checks every line (``<seq> <monotonic ns of the append> <padding>``):
 sequence numbers must arrive exactly once and in order from 0; the latency of each
@@ -111,7 +114,12 @@ def main() -> int:
     sample_every = request["sample_every"]
     followers = [Follower(index % sample_every == 0) for index in range(len(request["followers"]))]
     threads = []
-    if request["source"] == "tierfs":
+    if request["clients"] == "trio":
+        from benchmarks.followers_async import run_followers
+
+        threads.append(threading.Thread(target=run_followers, daemon=True, args=(
+            request["source"], request["address"], request["segments"], request["followers"], followers)))
+    elif request["source"] == "tierfs":
         from tierfs.remote.client import TierClient
 
         client = TierClient(request["address"])
