@@ -419,8 +419,8 @@ def test_without_the_follow_socket_the_client_streams_through_the_api(tmp_path: 
         token = (tmp_path / "data" / "token").read_text().strip()
         follow_socket_path(daemon.data_dir).unlink()  # as a daemon without one
         for client in (TierClient(f"http://127.0.0.1:{port}", token=token), daemon.client()):
-            name = f"via-api-{port}-{client.url[:4]}"
-            client.create(name)
+            name = f"via api/{client.url[:4]}.log"  # '/', '.' and ' ' travel as given
+            client.create(name, parents=True)
             expected = b"".join(record(i) for i in range(100))
             into: list[bytes] = []
             follower = threading.Thread(target=collect, args=(client, name, 0, len(expected), into))

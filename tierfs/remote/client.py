@@ -114,8 +114,9 @@ class TierClient:
         while True:
             try:
                 return attempt()
-            except (httpx.ConnectError, httpx.ConnectTimeout, ConnectionRefusedError, BlockingIOError,
-                    FileNotFoundError, TimeoutError) as e:
+            except StreamCut:  # connected: not a question of reaching the daemon
+                raise
+            except (httpx.ConnectError, httpx.ConnectTimeout, OSError) as e:
                 if not refused_by_live_daemon(url, e):
                     raise DaemonUnavailableError(f"no tierfs daemon at {url}: {e}") from None
                 if not backoff.wait():

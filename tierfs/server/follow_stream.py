@@ -80,10 +80,6 @@ class FollowStreams:
         for feed in list(self._feeds.values()):
             feed.close()
 
-    @property
-    def feeds(self) -> int:
-        return len(self._feeds)
-
     def respond(self, request: Request, name: str, info: SegmentInfo) -> Response:
         """The stream of segment ``name`` (``info``: its stat, already matched against
         If-Match by the caller)."""
