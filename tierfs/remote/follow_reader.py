@@ -1,10 +1,10 @@
 """Reading a streamed follow from the daemon's follow socket (``tierfs-follow.sock``):
 one blocking Unix socket and h11 per stream, no connection pool.
 
-Why not httpx: a follower receives many small pieces, and httpx spends about 30 us of
+Why not httpx: a follower receives many small pieces, and httpx spends about 35 us of
 Python on each (its stream layers, h11's event machinery, a poll before every read),
-more than the follower's own work; with a thousand followers in a few processes that
-is a core. Here the head is parsed by h11 and each piece costs one ``recv`` (a blocking
+twice the follower's own work; with a thousand followers in a few processes that is
+most of a core. Here the head is parsed by h11 and each piece costs one ``recv`` (a blocking
 socket with kernel timeouts) and a few slices of the chunked framing.
 
 Invariants:
