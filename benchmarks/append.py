@@ -41,8 +41,11 @@ measured seconds apart on the same disk are what the targets (issue 2) are set o
 - VD, 1 writer: appends/s >= 25 % of (c)'s rate.
 
 The report also gives records per journal sync (group-commit batch size), the number of
-tier-2 flushes in each window, and how the journal ran its fdatasyncs (native AIO, or
-its sync thread where AIO is missing or ``TIERFS_JOURNAL_AIO=0``). A missed target is reported, not an error:
+tier-2 flushes in each window, how the journal ran its fdatasyncs (native AIO, or its
+sync thread where AIO is missing or ``TIERFS_JOURNAL_AIO=0``), and the CPU bound: the
+shares of the window the measuring thread (for tierfs, the event loop, which runs every
+append) spent on a CPU and runnable but waiting for one (the scheduler's accounting in
+``/proc/thread-self/schedstat``; other tenants of a shared machine show up there). A missed target is reported, not an error:
 the exit code is 0 either way.
 """
 
@@ -54,6 +57,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,6 +115,17 @@ class Window:
         return self.last_end_s - self.measure_from_s
 
 
+def thread_cpu_s() -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for a CPU) of the calling thread
+    so far, from the scheduler's own accounting (``/proc/thread-self/schedstat``)."""
+    try:
+        with open("/proc/thread-self/schedstat") as stats:
+            on_cpu_ns, waiting_ns, _ = stats.read().split()
+    except (OSError, ValueError):
+        return time.thread_time(), math.nan
+    return int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9
+
+
 @dataclasses.dataclass(frozen=True)
 class Measurement:
     label: str
@@ -125,6 +140,23 @@ class Measurement:
     tier2_flushes: int | None = None
     unflushed_bytes_at_end: int | None = None
     journal_sync: str | None = None  # how the journal ran its fdatasyncs: "aio" or "thread"
+    # Shares of the window the measuring thread (tierfs: the event loop) spent on a CPU,
+    # and runnable but waiting for one (other tenants of the machine): the CPU bound.
+    on_cpu_share: float | None = None
+    cpu_wait_share: float | None = None
+
+
+def with_cpu_shares(
+    measurement: Measurement, start: tuple[float, float], end: tuple[float, float], elapsed_s: float
+) -> Measurement:
+    """``measurement`` with the thread's CPU shares between two ``thread_cpu_s``."""
+    if elapsed_s <= 0:
+        return measurement
+    return dataclasses.replace(
+        measurement,
+        on_cpu_share=(end[0] - start[0]) / elapsed_s,
+        cpu_wait_share=(end[1] - start[1]) / elapsed_s,
+    )
 
 
 def summarize(
@@ -167,14 +199,19 @@ RAW_CASES = (
 )
 
 
-def time_loop(operation: Callable[[], None], window: Window) -> Window:
+def time_loop(operation: Callable[[], None], window: Window) -> tuple[Window, tuple[float, float]]:
+    """Run ``operation`` until the window closes; also returns the thread's CPU clock
+    (``thread_cpu_s``) as the window opened."""
     start_s = perf_counter()
+    at_open: tuple[float, float] | None = None
     while window.is_open(start_s):
+        if at_open is None and start_s >= window.measure_from_s:
+            at_open = thread_cpu_s()
         operation()
         end_s = perf_counter()
         window.record(start_s, end_s)
         start_s = end_s
-    return window
+    return window, at_open or thread_cpu_s()
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -203,11 +240,15 @@ def measure_raw(case: RawCase, path: Path, warmup_s: float, duration_s: float) -
             if case.sync:
                 os.fdatasync(fd)
 
-        window = time_loop(operation, Window.after_warmup(warmup_s, duration_s))
+        window, cpu_at_open = time_loop(operation, Window.after_warmup(warmup_s, duration_s))
+        cpu_at_close = thread_cpu_s()
         # Untimed: write back what (c) left dirty now, not during the next measurement.
         os.fdatasync(fd)
     syncs = len(window.latencies_s) if case.sync else None
-    return summarize(case.label, window, records_per_operation=case.records_per_write, syncs=syncs)
+    measurement = summarize(
+        case.label, window, records_per_operation=case.records_per_write, syncs=syncs
+    )
+    return with_cpu_shares(measurement, cpu_at_open, cpu_at_close, window.elapsed_s)
 
 
 # ----------------------------------------------------------------------- tierfs
@@ -278,14 +319,17 @@ async def measure_store(
             await trio.sleep(max(0.0, window.measure_from_s - perf_counter()))
             before = store.statistics()
             journal_sync = store.journal.sync_backend
+            cpu_at_open = thread_cpu_s()
+        cpu_at_close = thread_cpu_s()
         after = store.statistics()
     measurement = summarize(case.label, window, syncs=after.journal_syncs - before.journal_syncs)
-    return dataclasses.replace(
+    measurement = dataclasses.replace(
         measurement,
         tier2_flushes=after.flushes - before.flushes,
         unflushed_bytes_at_end=after.unflushed_bytes,
         journal_sync=journal_sync,
     )
+    return with_cpu_shares(measurement, cpu_at_open, cpu_at_close, window.elapsed_s)
 
 
 # ------------------------------------------------------------------------ run
@@ -356,14 +400,15 @@ def _optional(value: float | None, spec: str) -> str:
 def format_table(results: dict[str, Measurement]) -> list[str]:
     header = (
         f"{'measurement':<38} {'records/s':>10} {'p50 us':>8} {'p99 us':>9} "
-        f"{'records/sync':>12} {'flushes':>7}"
+        f"{'records/sync':>12} {'flushes':>7} {'on CPU':>6} {'waits':>6}"
     )
     lines = [header, "-" * len(header)]
     for m in results.values():
         lines.append(
             f"{m.label:<38} {m.records_per_s:>10,.0f} {m.p50_latency_us:>8,.1f} "
             f"{m.p99_latency_us:>9,.1f} {_optional(m.records_per_sync, ',.1f'):>12} "
-            f"{_optional(m.tier2_flushes, ','):>7}"
+            f"{_optional(m.tier2_flushes, ','):>7} {_optional(m.on_cpu_share, '.0%'):>6} "
+            f"{_optional(m.cpu_wait_share, '.0%'):>6}"
         )
     return lines
 
@@ -385,7 +430,9 @@ def print_report(
     print(
         f"{duration_s:g} s per measurement; latencies are per operation (raw (b): per "
         f"{BATCH_RECORDS} KiB write + fdatasync);\nflushes: tier-2 flushes in the window; "
-        f"journal fdatasyncs through: {', '.join(backends) or '-'}",
+        f"journal fdatasyncs through: {', '.join(backends) or '-'};\non CPU / waits: shares "
+        f"of the window the measuring thread (tierfs: its event loop) ran on a CPU / was "
+        f"runnable but waited for one",
         file=out,
     )
     print(file=out)
