@@ -213,7 +213,7 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
             raise BenchError(f"{tool} is not installed")
     if not os.path.exists("/dev/fuse"):
         raise BenchError("/dev/fuse is missing")
-    from benchmarks.read import raw_cat_file, raw_cat_ranges
+    from benchmarks.read import new_s3fs, raw_cat_file, raw_cat_ranges
     from benchmarks.read_bounds import (
         measured,
         process_cpu_of,
@@ -269,11 +269,13 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
                     print(f"[{mode}] round {r + 1}/{opts.rounds}: cold and warm read ...",
                           file=log, flush=True)
                     if mode == DEFAULT_MODE:  # the ceilings seconds before the cold read
-                        whole, use = measured(server_pid, functools.partial(raw_cat_file, options, layouts[r]))
+                        whole, use = measured(server_pid, functools.partial(
+                            raw_cat_file, options, layouts[r], new_s3fs(options, layouts[r][0]["url"])))
                         raw.append(whole)
                         raw_cpu["cat_file"].append(use)
-                        bound, use = measured(
-                            server_pid, functools.partial(raw_runs, options, layouts[r], run_bytes, in_flight))
+                        bound, use = measured(server_pid, functools.partial(
+                            raw_runs, options, layouts[r], run_bytes, in_flight,
+                            new_s3fs(options, layouts[r][0]["url"])))
                         runs.append(bound)
                         raw_cpu["bound"].append(use)
                     before = tier2_gets(mount)

@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -273,9 +274,11 @@ def new_s3fs(options: dict[str, Any], probe_url: str) -> tuple[Any, float]:
 
 
 # --------------------------------------------------------------- raw ceilings
-def raw_cat_file(options: dict[str, Any], layout: list[dict[str, Any]]) -> Throughput:
-    """(b) every chunk object whole, one GET after another."""
-    fs, setup_s = new_s3fs(options, layout[0]["url"])
+def raw_cat_file(options: dict[str, Any], layout: list[dict[str, Any]],
+                 client: tuple[Any, float] | None = None) -> Throughput:
+    """(b) every chunk object whole, one GET after another (``client``: an s3fs set up
+    by ``new_s3fs`` beforehand, or one is set up here)."""
+    fs, setup_s = client or new_s3fs(options, layout[0]["url"])
     total = 0
     start_s = perf_counter()
     for chunk in layout:
@@ -299,9 +302,10 @@ def block_ranges(layout: list[dict[str, Any]]) -> tuple[list[str], list[int], li
     return paths, starts, ends
 
 
-def raw_cat_ranges(options: dict[str, Any], layout: list[dict[str, Any]]) -> Throughput:
+def raw_cat_ranges(options: dict[str, Any], layout: list[dict[str, Any]],
+                   client: tuple[Any, float] | None = None) -> Throughput:
     """(c) the same bytes as 1 MiB ranged GETs, CEILING_IN_FLIGHT in flight."""
-    fs, setup_s = new_s3fs(options, layout[0]["url"])
+    fs, setup_s = client or new_s3fs(options, layout[0]["url"])
     paths, starts, ends = block_ranges(layout)
     start_s = perf_counter()
     blocks = fs.cat_ranges(paths, starts, ends, batch_size=CEILING_IN_FLIGHT, on_error="raise")
@@ -571,15 +575,21 @@ def measure_round(
     index: int,
 ) -> Round:
     run_bytes, in_flight = readahead_requests(StoreConfig().readahead_max_bytes)
-    cat_file, cpu_b = measured(server_pid, lambda: raw_cat_file(s3_options, layout))
-    cat_ranges, cpu_c = measured(server_pid, lambda: raw_cat_ranges(s3_options, layout))
-    bound, cpu_bound = measured(server_pid, lambda: raw_runs(s3_options, layout, run_bytes, in_flight))
+
+    def client() -> tuple[Any, float]:  # set up outside the CPU measurement, as (a)'s is
+        return new_s3fs(s3_options, layout[0]["url"])
+
+    cat_file, cpu_b = measured(server_pid, functools.partial(raw_cat_file, s3_options, layout, client()))
+    cat_ranges, cpu_c = measured(server_pid, functools.partial(raw_cat_ranges, s3_options, layout, client()))
+    bound, cpu_bound = measured(
+        server_pid, functools.partial(raw_runs, s3_options, layout, run_bytes, in_flight, client()))
     cold, cpu_a = measured(server_pid, lambda: child.run(spec), lambda scan: scan.scan_cpu_s)
     def measure_i() -> tuple[DirectRead, CpuUse]:
         return measured(server_pid, lambda: direct_read(s3_options, layout, payload))
 
     def measure_k() -> tuple[Throughput, CpuUse]:
-        return measured(server_pid, lambda: raw_whole_joined(s3_options, layout, RUNS_IN_FLIGHT))
+        return measured(
+            server_pid, functools.partial(raw_whole_joined, s3_options, layout, RUNS_IN_FLIGHT, client()))
 
     if index % 2:  # (i) and (k) take turns going first: neither always follows (a)
         (direct, cpu_i), (joined, cpu_k) = measure_i(), measure_k()

@@ -3,7 +3,8 @@ and ``benchmarks fuse`` use these).
 
 - CPU accounting: the S3 server's CPU (``/proc/<pid>/stat`` of s3rver's node process,
   found by its data directory on the command line) and the client's (``getrusage`` of
-  the measuring process, or of the child that measured) around each measurement, so a
+  the measuring process, or of the child that measured) around each measurement, the
+  clients set up before it (creating a botocore client costs ~0.1-0.2 s of CPU), so a
   report can say where the time went: s3rver is one Node thread on the same 2 CPUs.
 - The bound: raw s3fs ``cat_ranges`` of the same bytes with the request sizes and the
   concurrency tierfs's read-ahead uses (runs of ``run_blocks_for(readahead_max_bytes)``
@@ -106,12 +107,14 @@ def readahead_requests(readahead_max_bytes: int) -> tuple[int, int]:
     return run_blocks_for(readahead_max_bytes) * MiB, RUNS_PER_WINDOW
 
 
-def raw_runs(options: dict[str, Any], layout: list[dict[str, Any]], run_bytes: int, in_flight: int) -> Throughput:
+def raw_runs(options: dict[str, Any], layout: list[dict[str, Any]], run_bytes: int, in_flight: int,
+             client: tuple[Any, float] | None = None) -> Throughput:
     """The bound: s3fs ``cat_ranges`` of the segment's objects in ``run_bytes`` ranges,
-    ``in_flight`` at a time (same client library and options as tierfs)."""
+    ``in_flight`` at a time (same client library and options as tierfs; ``client``: an
+    s3fs set up beforehand by ``new_s3fs``, or one is set up here)."""
     from benchmarks.read import new_s3fs
 
-    fs, setup_s = new_s3fs(options, layout[0]["url"])
+    fs, setup_s = client or new_s3fs(options, layout[0]["url"])
     paths, starts, ends = run_ranges(layout, run_bytes)
     start_s = perf_counter()
     data = fs.cat_ranges(paths, starts, ends, batch_size=in_flight, on_error="raise")
@@ -120,12 +123,13 @@ def raw_runs(options: dict[str, Any], layout: list[dict[str, Any]], run_bytes: i
     return Throughput.of(label, sum(len(piece) for piece in data), elapsed_s, setup_s)
 
 
-def raw_whole_joined(options: dict[str, Any], layout: list[dict[str, Any]], in_flight: int) -> Throughput:
+def raw_whole_joined(options: dict[str, Any], layout: list[dict[str, Any]], in_flight: int,
+                     client: tuple[Any, float] | None = None) -> Throughput:
     """The ceiling for (i): s3fs ``cat_ranges`` of every object whole, ``in_flight`` at
     a time, joined into one result, as ``cat_file`` of the segment must return it."""
     from benchmarks.read import new_s3fs
 
-    fs, setup_s = new_s3fs(options, layout[0]["url"])
+    fs, setup_s = client or new_s3fs(options, layout[0]["url"])
     paths = [chunk["url"] for chunk in layout]
     starts = [0] * len(layout)
     ends = [chunk["end"] - chunk["start"] for chunk in layout]
