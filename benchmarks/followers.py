@@ -75,6 +75,7 @@ class Options:
     line_bytes: int
     durability: str
     clients: str  # "trio": a trio task per follower; "threads": a thread per follower (TierClient.follow)
+    via: str  # "follow": the daemon's follow socket; "api": its API socket (hypercorn), as over TCP
 
     @property
     def appends_per_segment(self) -> int:
@@ -213,7 +214,8 @@ def run_phase(label: str, opts: Options, address: str, segment_names: list[str],
         for index, child in enumerate(children):
             send(child, {"source": label, "address": address, "segments": segment_names,
                          "followers": assignment[index::opts.processes], "ready_timeout_s": READY_TIMEOUT_S,
-                         "sample_every": max(1, opts.followers // SAMPLED_FOLLOWERS), "clients": opts.clients})
+                         "sample_every": max(1, opts.followers // SAMPLED_FOLLOWERS), "clients": opts.clients,
+                         "via": opts.via})
         started = time.monotonic()
         for index, (append, _) in enumerate(appenders):
             append(index, line_of(0, opts.line_bytes))
@@ -329,6 +331,7 @@ def tierfs_appender(url: str, names: list[str]) -> Callable[[int], tuple[Appende
 
 
 def measure(directory: Path, opts: Options, log: TextIO) -> Results:
+    from tierfs.contracts.datadir import follow_socket_path
     from tierfs.testing.harness import start_daemon
 
     with reference_server(directory) as (path, pid):
@@ -337,6 +340,8 @@ def measure(directory: Path, opts: Options, log: TextIO) -> Results:
     daemon = start_daemon(directory / "daemon", drop_tierfs_env=True, log_path=directory / "daemon.log",
                           verbose=False)
     try:
+        if opts.via == "api":  # TierClient.follow streams through the API when there is no follow socket
+            follow_socket_path(daemon.data_dir).unlink()
         client = daemon.client()
         names = [f"followed/{index}.log" for index in range(opts.segments)]
         for name in names:
@@ -387,7 +392,7 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
     o, t, ref = r.opts, r.tierfs, r.reference
     print_sections([
         [f"machine: {machine['cpus']} CPUs, {machine['platform']}, Python {machine['python']}",
-         f"{o.followers} followers ({o.clients}) in {o.processes} processes, {o.segments} segments ({o.durability}) "
+         f"{o.followers} followers ({o.clients}, via the {o.via} socket) in {o.processes} processes, {o.segments} segments ({o.durability}) "
         f"appended {o.rate:g}/s each for {o.seconds:g} s, {o.line_bytes}-byte lines"],
         phase_rows(ref),
         phase_rows(t),
@@ -416,12 +421,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", choices=("trio", "threads"), default="trio",
                         help="followers in each process: a trio task each (default) or a thread each "
                         "(TierClient.follow, as fs.follow and tierfs tail -f)")
+    parser.add_argument("--via", choices=("follow", "api"), default="follow",
+                        help="the daemon socket the followers stream from: its follow socket (default, what "
+                        "TierClient.follow uses on the same host) or its API socket (hypercorn, as over TCP)")
     add_scratch_arguments(parser, "the daemon's data dir")
 
 
 def run(args: argparse.Namespace) -> int:
     opts = Options(args.followers, args.segments, args.rate, args.seconds, args.processes, args.line_bytes,
-                   args.durability, args.clients)
+                   args.durability, args.clients, args.via)
     if min(opts.followers, opts.segments, opts.processes) < 1 or opts.rate <= 0 or opts.seconds <= 0:
         print("--followers, --segments, --processes, --rate and --seconds must be > 0", file=sys.stderr)
         return 2

@@ -6,7 +6,8 @@ queue for every few appends, and every process on the machine (the daemon includ
 waits its turn behind them; an async consumer does not. These followers speak the
 streamed follow themselves (a Unix socket, h11 for the response head, the chunked body
 parsed by hand, as ``tierfs.remote.follow_reader`` does with a blocking socket), on the
-daemon's follow socket; for the reference, they read its raw fan-out. Each follower
+daemon's follow socket (or its API socket); for the reference, they read its raw
+fan-out. Each follower
 checks its lines with the same ``Follower`` as the threads do.
 """
 
@@ -25,18 +26,21 @@ RECV_BYTES = 1 << 16
 STREAM_IDLE_S = 300  # the longest the daemon may keep a stream without a byte; runs are shorter
 
 
-def run_followers(source: str, address: str, segments: list[str], assignment: list[int], followers: list[Any]) -> None:
-    """Follow until the process ends (run it in a daemon thread)."""
-    trio.run(_follow_all, source, address, segments, assignment, followers)
+def run_followers(source: str, address: str, segments: list[str], assignment: list[int], followers: list[Any],
+                  via: str) -> None:
+    """Follow until the process ends (run it in a daemon thread); ``via``: the daemon's
+    ``follow`` or ``api`` socket."""
+    trio.run(_follow_all, source, address, segments, assignment, followers, via)
 
 
 async def _follow_all(source: str, address: str, segments: list[str], assignment: list[int],
-                      followers: list[Any]) -> None:
+                      followers: list[Any], via: str) -> None:
+    api_socket = Path(address[len("unix://"):])
+    path = str(api_socket if via == "api" else follow_socket_path(api_socket.parent))
     async with trio.open_nursery() as nursery:
         for index, follower in zip(assignment, followers, strict=True):
             if source == "tierfs":
-                path = follow_socket_path(Path(address[len("unix://"):]).parent)
-                nursery.start_soon(_guarded, follower, _follow_tierfs, str(path), segments[index], follower)
+                nursery.start_soon(_guarded, follower, _follow_tierfs, path, segments[index], follower)
             else:
                 nursery.start_soon(_guarded, follower, _follow_reference, address, index, follower)
 

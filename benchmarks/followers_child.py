@@ -3,7 +3,8 @@
 
 Request 1: ``{"source": "tierfs" | "reference", "address": URL or socket path,
 "segments": [name, ...], "followers": [segment index of each follower, ...],
-"ready_timeout_s": S, "sample_every": K, "clients": "threads" | "trio"}``. With
+"ready_timeout_s": S, "sample_every": K, "clients": "threads" | "trio", "via":
+"follow" | "api"}``. With
 ``threads`` it starts one thread per follower, all at once:
 
 - ``tierfs``: ``TierClient.follow(segment, 0)``, one client shared by the threads (as
@@ -118,7 +119,8 @@ def main() -> int:
         from benchmarks.followers_async import run_followers
 
         threads.append(threading.Thread(target=run_followers, daemon=True, args=(
-            request["source"], request["address"], request["segments"], request["followers"], followers)))
+            request["source"], request["address"], request["segments"], request["followers"], followers,
+            request["via"])))
     elif request["source"] == "tierfs":
         from tierfs.remote.client import TierClient
 
