@@ -1,6 +1,6 @@
 """The systems ``benchmarks peers`` compares, each mounted on the same s3rver through the
 counting proxy: tierfs, s3fs-fuse, and rclone mount with ``--vfs-cache-mode`` off and
-full. Also the benchmark's own set-up: installing s3fs and rclone (Debian packages) when
+full; and the ceiling, a plain directory on the scratch disk. Also the benchmark's own set-up: installing s3fs and rclone (Debian packages) when
 they are missing, and dropping the kernel page cache.
 
 Each system has its own bucket (its listings see only its own files) and is mounted
@@ -151,6 +151,15 @@ class System(abc.ABC):
 
     # the time after a close until the system starts uploading (0: at close or sooner)
     settle_min_s = 0.0
+    has_s3 = True  # False: the local-disk ceiling, which keeps everything on the disk
+
+    def is_mounted(self) -> bool:
+        return self.mounted and os.path.ismount(self.mountpoint)
+
+    def uploads_pending(self) -> bool:
+        """Whether the system says it still has bytes to upload (False when it cannot
+        tell: then only the proxy's quiet shows it is done)."""
+        return False
 
     def path(self, name: str) -> Path:
         return self.mountpoint / name
@@ -388,6 +397,9 @@ class TierfsSystem(System):
     def bytes_in_s3(self, name: str) -> int:
         return int(os.getxattr(self.path(name), "user.tierfs.flushed_length"))
 
+    def uploads_pending(self) -> bool:
+        return self.handle is not None and self.handle.metrics()["tierfs_flush_backlog_bytes"] > 0
+
     def fsync_mechanism(self) -> str:
         if self.durability == "tier2":
             return "in S3: each append waits until it is flushed to S3 (durability tier2)"
@@ -398,7 +410,43 @@ class TierfsSystem(System):
                 "none; S3 later (storage writer)")
 
 
+class LocalDiskSystem(System):
+    """The ceiling: the same operations on a directory of the scratch disk (ext4 or
+    whatever ``--dir`` is on), no FUSE, no S3. Not a peer: never the "best peer"."""
+
+    name = "local-disk"
+    cache_emptying = "nothing of its own (the page cache, below)"
+    has_s3 = False
+
+    def create_bucket(self) -> None:
+        """No bucket: nothing goes to S3."""
+
+    def mount(self) -> None:
+        self.mounted = True
+
+    def unmount(self) -> None:
+        self.mounted = False
+
+    def kill(self) -> None:
+        self.mounted = False
+
+    def is_mounted(self) -> bool:
+        return self.mounted
+
+    def prepare_cold_file(self, name: str, payload_file: Path) -> None:
+        shutil.copyfile(payload_file, self.path(name))
+        with open(self.path(name), "rb+") as copy:
+            os.fsync(copy.fileno())
+
+    def bytes_in_s3(self, name: str) -> int:
+        return 0
+
+    def fsync_mechanism(self) -> str:
+        return "on the local disk: fsync of the file (no S3)"
+
+
 SYSTEMS: dict[str, type[System]] = {
-    cls.name: cls for cls in (TierfsSystem, S3fsSystem, RcloneOffSystem, RcloneFullSystem)
+    cls.name: cls for cls in (TierfsSystem, S3fsSystem, RcloneOffSystem, RcloneFullSystem, LocalDiskSystem)
 }
+CEILING = LocalDiskSystem.name
 PROGRAM_OF = {"s3fs": "s3fs", "rclone-off": "rclone", "rclone-full": "rclone"}

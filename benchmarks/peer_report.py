@@ -16,8 +16,10 @@ import math
 from typing import Any, TextIO
 
 from benchmarks.common import MiB
+from benchmarks.peer_mounts import CEILING
 from benchmarks.peer_proxy import Traffic, total
 
+NO_S3 = "(no S3)"  # the note of a figure that has no S3 side (the local-disk ceiling)
 CELL_WIDTH = 17
 LABEL_WIDTH = 44
 ERROR_CHARS = 400  # an error's text in the footnotes and the markdown table
@@ -90,7 +92,7 @@ class SystemResult:
         held = self.cells.get("fsync_s3", Cell())
         written = appends * 4096 / MiB
         facts = self.fsync_mechanism
-        if held.ok:
+        if held.ok and held.note != NO_S3:
             facts += f"; measured: S3 held {held.value:.3f} of {written:.3f} MiB right after the last fsync"
         elif held.error:
             facts += f"; not measured: {held.error}"
@@ -102,7 +104,7 @@ def ratio(row: Row, results: list[SystemResult]) -> float | None:
     if row.higher_is_better is None:
         return None
     tierfs = next((r.cells.get(row.key) for r in results if r.name == "tierfs"), None)
-    peers = [c.value for r in results if r.name != "tierfs" for c in [r.cells.get(row.key)]
+    peers = [c.value for r in results if r.name not in ("tierfs", CEILING) for c in [r.cells.get(row.key)]
              if c and c.ok and c.value is not None]
     if tierfs is None or not tierfs.ok or not peers or tierfs.value is None:
         return None
@@ -166,11 +168,15 @@ def format_traffic(table_rows: list[Row], results: list[SystemResult], out: Text
 
 
 def traffic_rows(table_rows: list[Row]) -> list[tuple[str, str]]:
+    """(traffic key, label) in the order of the run, remounts included."""
     keyed = {row.key: row.label.strip() for row in table_rows}
-    return [("prepare", "set-up (write/upload the cold file)")] + [
-        (k, keyed[k]) for k in ("cold_read", "warm_read", "random_warm", "random_cold", "appends", "tail", "create",
-                                "ls_fresh", "ls_again")
-    ]
+    order = ["prepare", "remount:cold_read", "cold_read", "warm_read", "random_warm", "remount:random_cold",
+             "random_cold", "appends", "tail", "create", "remount:ls_fresh", "ls_fresh", "ls_again"]
+    labels = {"prepare": "set-up (write/upload the cold file)"}
+    for key in order:
+        if key.startswith("remount:"):
+            labels[key] = f"unmount + cold mount before: {keyed[key.split(':')[1]]}"
+    return [(key, labels.get(key) or keyed[key]) for key in order]
 
 
 def describe_traffic(traffic: Traffic) -> str:

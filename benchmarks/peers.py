@@ -41,7 +41,6 @@ did by then.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -55,6 +54,7 @@ from benchmarks.common import (
     run_in_scratch,
 )
 from benchmarks.peer_mounts import (
+    CEILING,
     PROGRAM_OF,
     SYSTEMS,
     PeerError,
@@ -80,6 +80,7 @@ from benchmarks.peer_operations import (
 )
 from benchmarks.peer_proxy import CountingProxy, total, traffic_difference
 from benchmarks.peer_report import (
+    NO_S3,
     Cell,
     SystemResult,
     format_markdown,
@@ -109,7 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-reads", type=int, default=100, help="4 KiB preads per random-read row (default 100)")
     parser.add_argument("--tail-lines", type=int, default=20, help="lines whose tail -f latency is measured (default 20)")
     parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all)")
+                        help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; {CEILING} is the "
+                        "ceiling: a directory on the scratch disk, never counted as a peer)")
     parser.add_argument("--tierfs-durability", choices=("vd", "pd", "tier2"), default="pd",
                         help="durability of the files tierfs creates (default pd, tierfs's default)")
     parser.add_argument("--op-timeout-s", type=float, default=600.0,
@@ -191,7 +193,7 @@ class SystemRun:
         before = self.proxy.snapshot()
         hung = [False]
         try:
-            if traffic_key != "prepare" and not (self.system.mounted and os.path.ismount(self.system.mountpoint)):
+            if traffic_key != "prepare" and not self.system.is_mounted():
                 self.result.notes.append(f"mounted again before {traffic_key}")
                 self.system.mount()
             with watchdog(self.progress, self.args.hang_s, self.system.kill) as hung:
@@ -210,12 +212,17 @@ class SystemRun:
         return succeeded
 
     def mount_cold(self, keys: tuple[str, ...]) -> bool:
+        """Unmount, empty the caches, mount; the S3 traffic of it all (an unmount may
+        upload what was pending) is kept as ``remount:<first key>``."""
+        before = self.proxy.snapshot()
         try:
             self.system.mount_cold()
         except ERRORS as e:
             for key in keys:
                 self.result.cells[key] = Cell.failed(f"cold mount failed: {e}")
             return False
+        finally:
+            self.result.traffic[f"remount:{keys[0]}"] = traffic_difference(self.proxy.snapshot(), before)
         if self.system.page_cache_note and self.system.page_cache_note not in self.result.notes:
             self.result.notes.append(f"{PAGE_CACHE_KEPT}: {self.system.page_cache_note}")
         return True
@@ -275,6 +282,8 @@ class SystemRun:
         expected = run.appended * APPEND_BYTES
         note = f"({run.appended:,} in {run.seconds:.0f} s)" if run.stopped_early else ""
         cells = {"appends": Cell(run.rate, note), "fsync_s3": Cell(run.in_s3_at_last_fsync / MiB)}
+        if not system.has_s3:
+            return cells | {"append_up": Cell(0.0), "append_down": Cell(0.0), "fsync_s3": Cell(0.0, NO_S3)}
         try:
             waited = settle(self.proxy.snapshot, system.settle_min_s,
                             lambda: system.bytes_in_s3(APPEND_FILE) >= expected, self.progress.beat)
@@ -301,7 +310,8 @@ class SystemRun:
         note = f"({count:,} in {seconds:.0f} s)" if count < self.args.small_files else ""
         cell = Cell(count / seconds, note)
         try:
-            settle(self.proxy.snapshot, self.system.settle_min_s, lambda: True, self.progress.beat)
+            settle(self.proxy.snapshot, self.system.settle_min_s, lambda: not self.system.uploads_pending(),
+                   self.progress.beat)
         except OperationError as e:
             self.result.notes.append(f"small files: {e}")
         return {"create": cell}
