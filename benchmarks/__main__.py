@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, str] = {
     "peers": "benchmarks.peers",
     "followers": "benchmarks.followers",
     "scale": "benchmarks.scale",
+    "mixed": "benchmarks.mixed",
 }
 
 
