@@ -144,6 +144,10 @@ class Measurement:
     # and runnable but waiting for one (other tenants of the machine): the CPU bound.
     on_cpu_share: float | None = None
     cpu_wait_share: float | None = None
+    # tierfs: share of the window a journal fdatasync was in flight, and its mean time
+    # (raw (a)/(b): every operation's fdatasync), so the disk's part of the bound
+    sync_busy_share: float | None = None
+    sync_mean_us: float | None = None
 
 
 def with_cpu_shares(
@@ -233,12 +237,15 @@ def journal_like_file(path: Path) -> Iterator[int]:
 def measure_raw(case: RawCase, path: Path, warmup_s: float, duration_s: float) -> Measurement:
     """Records/s counts 1 KiB records; latencies are per write (+ fdatasync)."""
     buffer = b"r" * (RECORD_BYTES * case.records_per_write)
+    syncs_s: list[tuple[float, float]] = []  # (start, duration) of each fdatasync
     with journal_like_file(path) as fd:
 
         def operation() -> None:
             write_all(fd, buffer)
             if case.sync:
+                start_s = perf_counter()
                 os.fdatasync(fd)
+                syncs_s.append((start_s, perf_counter() - start_s))
 
         window, cpu_at_open = time_loop(operation, Window.after_warmup(warmup_s, duration_s))
         cpu_at_close = thread_cpu_s()
@@ -248,6 +255,13 @@ def measure_raw(case: RawCase, path: Path, warmup_s: float, duration_s: float) -
     measurement = summarize(
         case.label, window, records_per_operation=case.records_per_write, syncs=syncs
     )
+    in_window = [took_s for start_s, took_s in syncs_s if start_s >= window.measure_from_s]
+    if in_window and window.elapsed_s > 0:
+        measurement = dataclasses.replace(
+            measurement,
+            sync_busy_share=sum(in_window) / window.elapsed_s,
+            sync_mean_us=sum(in_window) / len(in_window) * 1e6,
+        )
     return with_cpu_shares(measurement, cpu_at_open, cpu_at_close, window.elapsed_s)
 
 
@@ -319,9 +333,11 @@ async def measure_store(
             await trio.sleep(max(0.0, window.measure_from_s - perf_counter()))
             before = store.statistics()
             journal_sync = store.journal.sync_backend
+            busy_before_s = store.journal.sync_busy_s
             cpu_at_open = thread_cpu_s()
         cpu_at_close = thread_cpu_s()
         after = store.statistics()
+        busy_s = store.journal.sync_busy_s - busy_before_s
     measurement = summarize(case.label, window, syncs=after.journal_syncs - before.journal_syncs)
     measurement = dataclasses.replace(
         measurement,
@@ -329,6 +345,13 @@ async def measure_store(
         unflushed_bytes_at_end=after.unflushed_bytes,
         journal_sync=journal_sync,
     )
+    rounds = after.journal_syncs - before.journal_syncs
+    if rounds and window.elapsed_s > 0:
+        measurement = dataclasses.replace(
+            measurement,
+            sync_busy_share=busy_s / window.elapsed_s,
+            sync_mean_us=busy_s / rounds * 1e6,
+        )
     return with_cpu_shares(measurement, cpu_at_open, cpu_at_close, window.elapsed_s)
 
 
@@ -400,13 +423,14 @@ def _optional(value: float | None, spec: str) -> str:
 def format_table(results: dict[str, Measurement]) -> list[str]:
     header = (
         f"{'measurement':<38} {'records/s':>10} {'p50 us':>8} {'p99 us':>9} "
-        f"{'records/sync':>12} {'flushes':>7} {'on CPU':>6} {'waits':>6}"
+        f"{'records/sync':>12} {'sync us':>7} {'disk':>5} {'flushes':>7} {'on CPU':>6} {'waits':>6}"
     )
     lines = [header, "-" * len(header)]
     for m in results.values():
         lines.append(
             f"{m.label:<38} {m.records_per_s:>10,.0f} {m.p50_latency_us:>8,.1f} "
             f"{m.p99_latency_us:>9,.1f} {_optional(m.records_per_sync, ',.1f'):>12} "
+            f"{_optional(m.sync_mean_us, ',.0f'):>7} {_optional(m.sync_busy_share, '.0%'):>5} "
             f"{_optional(m.tier2_flushes, ','):>7} {_optional(m.on_cpu_share, '.0%'):>6} "
             f"{_optional(m.cpu_wait_share, '.0%'):>6}"
         )
@@ -430,7 +454,9 @@ def print_report(
     print(
         f"{duration_s:g} s per measurement; latencies are per operation (raw (b): per "
         f"{BATCH_RECORDS} KiB write + fdatasync);\nflushes: tier-2 flushes in the window; "
-        f"journal fdatasyncs through: {', '.join(backends) or '-'};\non CPU / waits: shares "
+        f"journal fdatasyncs through: {', '.join(backends) or '-'};\nsync us / disk: mean "
+        f"fdatasync (tierfs: journal round) time / share of the window one was in flight;\n"
+        f"on CPU / waits: shares "
         f"of the window the measuring thread (tierfs: its event loop) ran on a CPU / was "
         f"runnable but waited for one",
         file=out,

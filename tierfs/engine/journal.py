@@ -108,6 +108,8 @@ class Journal:
         self._failure: BaseException | None = None
         self.syncs = 0  # sync rounds completed
         self.sync_backend = ""  # "aio" or "thread" while run() runs
+        self.sync_busy_s = 0.0  # time sync rounds were in flight, summed (run() rounds)
+        self._busy_before_thread = 0.0
         self._syncs_before_thread = 0
         self._space = SpaceReserver(directory, space_reserve)
         self._open_file(start_lsn)
@@ -279,6 +281,7 @@ class Journal:
         assert self._syncer is not None
         report = self._syncer.take_report()
         self.syncs = self._syncs_before_thread + report.rounds
+        self.sync_busy_s = self._busy_before_thread + report.busy_s
         if report.error is not None:
             if self._failure is None:
                 self._failure = report.error
@@ -332,6 +335,7 @@ class Journal:
         """Own the sync rounds (native AIO, else the sync thread) and the writer task,
         and time the VD bound."""
         self._syncs_before_thread = self.syncs
+        self._busy_before_thread = self.sync_busy_s
         aio = await AioFdatasync.open_probed(self._fd)
         try:
             async with trio.open_nursery() as nursery:

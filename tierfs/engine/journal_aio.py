@@ -198,6 +198,7 @@ class AioRounds:
         self._covered_lsn = synced_lsn
         self._synced_lsn = synced_lsn
         self._rounds = 0
+        self._busy_s = 0.0
         self._error: OSError | None = None
         self._stopped = False
         self._job: SyncJob | None = None
@@ -245,7 +246,7 @@ class AioRounds:
         return False
 
     def take_report(self) -> SyncReport:
-        return SyncReport(self._synced_lsn, self._rounds, self._error)
+        return SyncReport(self._synced_lsn, self._rounds, self._error, self._busy_s)
 
     @property
     def in_flight_bytes(self) -> int:
@@ -310,8 +311,9 @@ class AioRounds:
                 self._finish(None)
 
     def _finish(self, error: OSError | None) -> None:
-        took_s = time.monotonic() - self._round_started_s
+        took_s = time.monotonic() - self._round_started_s  # until the loop noticed: at most
         self._typical_sync_s = min(took_s, self._typical_sync_s * TYPICAL_SYNC_GROWTH)
+        self._busy_s += took_s
         self.in_flight = False
         if error is None:
             self._synced_lsn = self._covered_lsn

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +55,7 @@ class SyncReport:
     synced_lsn: int  # target of the last round that completed
     rounds: int  # rounds completed since the thread started
     error: OSError | None
+    busy_s: float = 0.0  # time rounds were in flight, summed (the disk's busy time, at most)
 
 
 class SyncThread:
@@ -91,6 +91,7 @@ class SyncThread:
         self._covered_lsn = synced_lsn  # target of the last round started
         self._synced_lsn = synced_lsn
         self._rounds = 0
+        self._busy_s = 0.0
         self._error: OSError | None = None
         self._idle = False
         self._report_posted = False
@@ -163,7 +164,7 @@ class SyncThread:
         """On the loop, in ``on_report``: what completed so far."""
         with self.lock:
             self._report_posted = False
-            return SyncReport(self._synced_lsn, self._rounds, self._error)
+            return SyncReport(self._synced_lsn, self._rounds, self._error, self._busy_s)
 
     def stop(self) -> None:
         """Finish the round in flight, start no other; ``on_exit`` follows."""
@@ -199,13 +200,10 @@ class SyncThread:
                 except OSError as e:
                     error = e
                 took_s = time.monotonic() - started_s  # with the wait for the GIL: an upper bound
-                if os.environ.get("EST") == "ewma":
-                    t = self._typical_sync_s
-                    self._typical_sync_s = took_s if t == float("inf") else t + 0.1 * (took_s - t)
-                else:
-                    self._typical_sync_s = min(took_s, self._typical_sync_s * TYPICAL_SYNC_GROWTH)
+                self._typical_sync_s = min(took_s, self._typical_sync_s * TYPICAL_SYNC_GROWTH)
                 with self.lock:
                     self.in_flight = False
+                    self._busy_s += took_s
                     if error is None:
                         self._synced_lsn = job.target_lsn
                         self._rounds += 1
