@@ -169,6 +169,8 @@ class ColdScan:
     peak_rss_bytes: int  # ru_maxrss right after the scan: the (g) figure
     high_water_rss_bytes: int  # VmHWM right after the scan
     scan_cpu_s: float  # the child's CPU seconds during the scan (all threads)
+    scan_system_cpu_s: float  # of which in the kernel
+    scan_minor_faults: int  # pages faulted in during the scan (the cache's fresh memory)
     random_read_gets: int  # (j) GETs of one cold 4 KiB read
     random_read_fetched_bytes: int
 
@@ -368,9 +370,10 @@ async def cold_scan(spec: dict[str, Any], inherited_peak: int) -> ColdScan:
         setup_s = await set_up_client(store, spec["segment"])
         rss_before = current_rss_bytes()
         high_water_before = high_water_rss_bytes()
-        cpu_before_s = process_cpu_s()
+        cpu_before_s, usage_before = process_cpu_s(), resource.getrusage(resource.RUSAGE_SELF)
         seconds, reader = await sequential_scan(store, spec["size"], spec["segment"])
         scan_cpu_s = process_cpu_s() - cpu_before_s
+        usage_after = resource.getrusage(resource.RUSAGE_SELF)
         peak, high_water = peak_rss_bytes(), high_water_rss_bytes()
         await trio.sleep(0.05)  # read-ahead past the end, if any, is counted too
         cache = dataclasses.asdict(store.block_cache.statistics())
@@ -389,6 +392,8 @@ async def cold_scan(spec: dict[str, Any], inherited_peak: int) -> ColdScan:
         peak_rss_bytes=peak,
         high_water_rss_bytes=high_water,
         scan_cpu_s=scan_cpu_s,
+        scan_system_cpu_s=usage_after.ru_stime - usage_before.ru_stime,
+        scan_minor_faults=usage_after.ru_minflt - usage_before.ru_minflt,
         random_read_gets=random_gets,
         random_read_fetched_bytes=random_bytes,
     )
@@ -735,7 +740,8 @@ def format_rounds(r: Results) -> list[str]:
         )
         cpu = "; ".join(f"{label} {use.server_s:.2f}/{use.client_s:.2f}" for label, use in rnd.cpu.items())
         lines.append(f"  CPU s, s3rver/client, {r.size_bytes / MiB:g} MiB: {cpu}; "
-                     f"GETs (a) {rnd.cold.cache['gets']} (i) {rnd.direct.gets}")
+                     f"GETs (a) {rnd.cold.cache['gets']} (i) {rnd.direct.gets}; (a) in the kernel "
+                     f"{rnd.cold.scan_system_cpu_s:.2f} s, {rnd.cold.scan_minor_faults:,} minor faults")
     return lines
 
 
