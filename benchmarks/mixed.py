@@ -72,14 +72,15 @@ def run_mix(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
     budget_mib = (config.block_cache_bytes + config.tail_memory_bytes + config.readahead_max_bytes
                   + config.max_flush_bytes) / MiB
     daemon = start_daemon(config.data_dir, verbose=False)
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, int, dict[str, float]]] = []
     sampling = threading.Event()
 
     def sample() -> None:
         while not sampling.is_set():
             try:
-                samples.append((time.monotonic(), _rss_kib(daemon.pid)))
-            except OSError:
+                metrics = daemon.metrics()
+                samples.append((time.monotonic(), _rss_kib(daemon.pid), metrics))
+            except Exception:  # noqa: BLE001 - the daemon is stopping
                 return
             time.sleep(SAMPLE_INTERVAL_S)
 
@@ -120,9 +121,13 @@ def run_mix(directory: Path, args: argparse.Namespace) -> dict[str, Any]:
         if o["role"] == "follower":  # it stopped once it had the writer's quota: a prefix
             mismatches += hashlib.sha256(contents[o["segment"]][:o["bytes"]]).hexdigest() != o["sha256"]
     daemon.stop()
-    rss = [kib / 1024 for _, kib in samples]
+    rss = [kib / 1024 for _, kib, _ in samples]
     settled = statistics.median(rss[len(rss) * 2 // 3:]) if rss else 0.0
+    at_peak = max(samples, key=lambda s: s[1])[2] if samples else {}
+    accounted = {key: at_peak.get(f"tierfs_{key}", 0.0) / MiB
+                 for key in ("cache_bytes", "tail_memory_bytes", "flush_backlog_bytes")}
     return {"elapsed_s": elapsed_s, "peak_mib": max(rss, default=0.0), "settled_mib": settled,
+            "at_peak_mib": accounted,
             "budget_mib": budget_mib, "bound_mib": budget_mib + SLACK_MIB, "mismatches": mismatches,
             "bytes": sum(n for n, _ in written.values()), "samples": len(rss)}
 
@@ -138,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
           f"followers, {args.readers} readers of random 64 KiB, {figures['elapsed_s']:.0f} s", file=out)
     print(f"  daemon RSS: peak {figures['peak_mib']:.0f} MiB, settled {figures['settled_mib']:.0f} MiB; configured "
           f"budgets {figures['budget_mib']:.0f} MiB, bound {figures['bound_mib']:.0f} MiB", file=out)
+    print("  at the peak: " + ", ".join(f"{key} {mib:.0f} MiB" for key, mib in figures["at_peak_mib"].items()),
+          file=out)
     print(f"  every byte compared: {figures['mismatches']} segments or followers differ", file=out)
     checks = [Check("peak RSS", figures["peak_mib"], figures["bound_mib"], at_least=False, unit="MiB"),
               Check("segments/followers that differ", figures["mismatches"], 0, at_least=False)]

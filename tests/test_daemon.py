@@ -217,3 +217,13 @@ def test_tail_follow_sees_appends(daemon: Daemon) -> None:
         proc.terminate()
         proc.wait(timeout=10)
     assert os.path.exists(daemon.socket)
+
+
+def test_the_daemon_caps_malloc_arenas_on_glibc() -> None:
+    import platform
+
+    from tierfs.server.process_memory import limit_malloc_arenas
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("per-thread malloc arenas are glibc's")
+    assert limit_malloc_arenas() is True

@@ -374,6 +374,10 @@ def execute(args: argparse.Namespace) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command in ("serve", "mount"):
+        from tierfs.server.process_memory import limit_malloc_arenas
+
+        limit_malloc_arenas()  # before any thread: the daemon's memory follows its budgets
     try:
         config = _load_config(args)
         if args.command == "serve":
