@@ -1,9 +1,10 @@
 """Runs of adjacent 1 MiB blocks read with one ranged GET, each block handed over the
 moment its bytes have arrived.
 
-Why: a ranged GET costs the S3 client about 2 ms of CPU (request signing, botocore's
-pipeline, response parsing) and the server a fixed cost before its first byte, whatever
-its size; the bytes themselves cost a fraction of that per MiB. A sequential reader
+Why: a ranged GET costs the S3 client about 1 ms of CPU (request signing, botocore's
+pipeline, response parsing) and the server a fixed cost before its first byte (s3rver:
+~1.5 ms), whatever its size; the bytes cost ~0.7 ms (client) and ~1.3 ms (s3rver) per
+MiB (docs/PERFORMANCE.md, "Sequential cold reads"). A sequential reader
 that asks for 8-16 adjacent blocks in one request pays the fixed part once instead of
 8-16 times. The block stays the unit of caching and checking: the body is read block by
 block (``readexactly``: one ``bytes`` per block, no further copy) and each block goes

@@ -35,10 +35,10 @@ from tierfs.engine.segment_state import SegmentState
 
 # Half the window per GET: two runs in flight (more with a larger window, since a run
 # is capped), so the next run arrives while the reader consumes one, and each GET is
-# large: on s3rver (one Node thread) two 16 MiB streams did as well as four 8 MiB ones
-# or better (docs/PERFORMANCE.md).
+# large: on s3rver (one Node thread) two 16 MiB streams did at least as well as four
+# 8 MiB ones in interleaved trials.
 RUNS_PER_WINDOW = 2
-# 16 MiB: a GET's fixed cost (~2 ms of client CPU, the server's per-request work) is
+# 16 MiB: a GET's fixed cost (~1 ms of client CPU, ~1.5 ms of s3rver's) is
 # small next to 16 MiB of transfer; larger runs only delay their last blocks.
 MAX_RUN_BYTES = 16 * BLOCK_BYTES
 
