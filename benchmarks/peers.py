@@ -1,5 +1,6 @@
 """Peers benchmark: the same file operations through tierfs, s3fs-fuse and rclone mount
-(``--vfs-cache-mode`` off and full), all on one local S3 server, in one run.
+(``--vfs-cache-mode`` off and full), all on one local S3 server, in one run; and on a
+plain directory of the scratch disk (``local-disk``: the ceiling, never a peer).
 
 Set-up (the benchmark's own): s3fs and rclone are installed with ``apt-get install -y
 s3fs rclone`` when missing (as root; what apt installs is printed; a peer that cannot be
@@ -28,14 +29,17 @@ Per system, in this order (operations: ``peer_operations.py``):
 5. ``tail -f -s 0.01`` of a new file, ``--tail-lines`` (default 20) lines each appended
    with open(O_APPEND)/write/close: p50 of the time until tail prints the line;
 6. ``--small-files`` (default 10,000) files of 1 KiB created in a new directory (files/s),
-   then a wait until the system has uploaded them;
+   then a wait until the system has uploaded them (tierfs: until its flush backlog is
+   empty; the others: no upload through the proxy for 2 s);
 7. cold mount, ``ls -l`` of that directory (must list them all), and again.
 
 One table: rows are the operations, columns the systems, and tierfs / best peer per
 row (best: the highest rate or the lowest time among the peers that did it). A system
-that cannot do an operation shows the error. A second table gives each operation's S3
-traffic per system. Every operation stops at ``--op-timeout-s`` and reports what it
-did by then.
+that cannot do an operation shows the error. A second table gives the S3 traffic of
+each step (counted until it dies down after the step) and of each unmount + cold
+mount. Every operation stops at ``--op-timeout-s`` and reports what it did by then; one
+that makes no progress for ``--hang-s`` is a hang: the system's process is killed (the
+blocked call returns an error, which becomes the cell) and it is mounted again.
 """
 
 from __future__ import annotations
