@@ -1,7 +1,7 @@
 """The systems ``benchmarks peers`` compares, each mounted on the same s3rver through the
 counting proxy: tierfs, s3fs-fuse, and rclone mount with ``--vfs-cache-mode`` off and
-full; and the ceiling, a plain directory on the scratch disk. Also the benchmark's own set-up: installing s3fs and rclone (Debian packages) when
-they are missing, and dropping the kernel page cache.
+full; and the ceiling, a plain directory on the scratch disk (the set-up that installs
+the peers and drops the page cache is ``peer_setup.py``).
 
 Each system has its own bucket (its listings see only its own files) and is mounted
 from a process this module starts and stops:
@@ -37,74 +37,23 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import MiB, warm_cache_bytes
+from benchmarks.peer_setup import drop_page_cache
 from tierfs.testing.harness import HarnessError, Mount, wait_for_mount
 
 if TYPE_CHECKING:
     from benchmarks.s3server import S3Endpoint
 
-PEER_PACKAGES = {"s3fs": "s3fs", "rclone": "rclone"}  # program -> Debian package
 MOUNT_TIMEOUT_S = 60.0  # a mount whose store is s3rver, on a loaded 2-core machine
 UNMOUNT_TIMEOUT_S = 300.0  # s3fs and tierfs upload what is pending before they exit
-APT_TIMEOUT_S = 900.0
-DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 TIERFS_SEGMENT_PIECE_BYTES = 4 * MiB  # API appends that write the cold file
 RCLONE_WRITE_BACK_S = 5.0  # rclone's default --vfs-write-back: uploads start this long after close
 
 
 class PeerError(RuntimeError):
     """A system could not be set up, mounted or unmounted (the message says why)."""
-
-
-# ------------------------------------------------------------------ set-up
-def install_peers(programs: set[str], log: TextIO) -> dict[str, str]:
-    """Install the Debian packages of ``programs`` that are missing (``apt-get install
-    -y``, as root; once more after ``apt-get update`` if that fails). Returns
-    {program: why it is unavailable} for those still missing."""
-    missing = sorted(p for p in programs if shutil.which(p) is None)
-    if not missing:
-        return {}
-    packages = [PEER_PACKAGES[p] for p in missing]
-    if os.geteuid() != 0:
-        return {p: f"{p} is not installed and installing it needs root (apt-get install {PEER_PACKAGES[p]})"
-                for p in missing}
-    print(f"set-up: apt-get install -y {' '.join(packages)} ...", file=log, flush=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    command = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
-    in_new_list = False  # apt lists the new packages on indented lines after this header
-    for line in done.stdout.splitlines():
-        in_new_list = line.startswith("The following NEW packages") or (in_new_list and line.startswith(" "))
-        if in_new_list or line.startswith("Setting up "):
-            print(f"  apt: {line.strip()}", file=log, flush=True)
-    failed = done.stderr.strip()[-500:] or done.stdout.strip()[-500:]
-    return {p: f"apt-get install {PEER_PACKAGES[p]} failed: {failed}" for p in missing if shutil.which(p) is None}
-
-
-def peer_versions() -> dict[str, str]:
-    """The first line of each installed peer's version output."""
-    versions = {}
-    for program, args in (("s3fs", ["--version"]), ("rclone", ["version"])):
-        if shutil.which(program):
-            done = subprocess.run([program, *args], capture_output=True, text=True, timeout=30)
-            first = (done.stdout or done.stderr).strip().splitlines()
-            versions[program] = first[0] if first else "unknown"
-    return versions
-
-
-def drop_page_cache() -> str | None:
-    """``sync; echo 3 > /proc/sys/vm/drop_caches``: None if done, else why not."""
-    os.sync()
-    try:
-        DROP_CACHES.write_text("3\n")
-    except OSError as e:
-        return f"cannot write {DROP_CACHES}: {e.strerror}"
-    return None
 
 
 def _fuse_unmount(mountpoint: Path, *, lazy: bool = False) -> None:

@@ -64,8 +64,6 @@ from benchmarks.peer_mounts import (
     PeerError,
     System,
     TierfsSystem,
-    install_peers,
-    peer_versions,
 )
 from benchmarks.peer_operations import (
     APPEND_BYTES,
@@ -93,6 +91,7 @@ from benchmarks.peer_report import (
     results_json,
     rows,
 )
+from benchmarks.peer_setup import install_peers, peer_versions
 from benchmarks.s3server import S3ServerError
 
 HELP = "tierfs vs s3fs-fuse and rclone mount (vfs cache off/full) on one local S3: reads, fsync'd appends, small files, ls, tail -f"
