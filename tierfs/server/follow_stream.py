@@ -11,16 +11,18 @@ that fails (corrupt data) cuts the response short instead: the client sees an er
 never a quiet end.
 
 The streams of one segment share one ``SegmentFeed`` (``follow_feed``): its growth is
-read once and each stream sends from the feed's window. A stream behind the window (it
-started far back, or its follower is slow) reads the store itself until it catches up.
+read once and each stream (a ``StreamCursor``) sends from the feed's window. A stream
+behind the window (it started far back, or its follower is slow) reads the store
+itself until it catches up. A server that owns its sockets (``stream_socket``) parks a
+caught-up stream on the feed, which then writes the new pieces to that socket itself.
 
 Invariants:
 - Only durable bytes are sent, and only bytes of the segment the stream opened (its
   ETag): a name that now holds another segment ends the stream before any of its bytes
   is sent.
 - Memory per follower is bounded: a stream holds at most one piece
-  (``STREAM_PIECE_BYTES``, or one shared piece of the feed) and awaits the connection's
-  send before taking another, so a slow or stalled follower costs one piece and its
+  (``STREAM_PIECE_BYTES``, or one shared piece of the feed, or what a parked socket did
+  not take of one) and awaits the connection's send before taking another, so a slow or stalled follower costs one piece and its
   socket buffer whatever the segment's growth; the feeds' windows are bounded per
   followed segment.
 - Errors before the first byte are answered as for any read (404, 400 is_a_directory,
@@ -35,7 +37,7 @@ from collections.abc import AsyncIterator
 
 import trio
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import StreamingResponse
 
 from tierfs.contracts.api import SegmentReaderAPI
 from tierfs.contracts.errors import (
@@ -45,7 +47,7 @@ from tierfs.contracts.errors import (
     TruncatedError,
 )
 from tierfs.contracts.info import SegmentInfo
-from tierfs.server.follow_feed import FEED_TICK_S, SegmentFeed
+from tierfs.server.follow_feed import Framing, SegmentFeed
 from tierfs.server.query import query_int, query_seconds
 from tierfs.store.served import ServedStore
 
@@ -80,18 +82,17 @@ class FollowStreams:
         for feed in list(self._feeds.values()):
             feed.close()
 
-    def respond(self, request: Request, name: str, info: SegmentInfo) -> Response:
+    def respond(self, request: Request, name: str, info: SegmentInfo) -> FollowResponse:
         """The stream of segment ``name`` (``info``: its stat, already matched against
         If-Match by the caller)."""
         offset = query_int(request, "offset", 0) or 0
         idle_s = query_seconds(request, "timeout", STREAM_DEFAULT_IDLE_S, STREAM_MAX_IDLE_S)
         if offset < info.start_offset:  # said now, as a status: once streaming, it could only cut
             raise TruncatedError(name, offset, info.start_offset)
-        feed = self._feed(name, info)
+        cursor = StreamCursor(self._store, name, self._feed(name, info), offset, idle_s)
         headers = {"ETag": f'"{info.segment_id}"', "X-Tierfs-Offset": str(offset),
                    "X-Tierfs-Durable-Length": str(info.durable_length), "Cache-Control": "no-store"}
-        return StreamingResponse(self._pieces(name, feed, offset, idle_s), headers=headers,
-                                 media_type="application/octet-stream")
+        return FollowResponse(cursor, headers)
 
     def _feed(self, name: str, info: SegmentInfo) -> SegmentFeed:
         """The open feed of this segment, or a new one started."""
@@ -113,33 +114,89 @@ class FollowStreams:
             if self._feeds.get(key) is feed:
                 del self._feeds[key]
 
-    async def _pieces(self, name: str, feed: SegmentFeed, offset: int, idle_s: float) -> AsyncIterator[bytes]:
-        feed.joined()
-        reader: SegmentReaderAPI | None = None
-        quiet_ticks = 0  # the feed's ticks (FEED_TICK_S without growth) since this stream's last byte
+
+class StreamCursor:
+    """One follower's place in its segment: the pieces to send, in order, each once
+    (``next_piece``), and, once caught up on a raw socket, parking on the feed."""
+
+    def __init__(self, store: ServedStore, name: str, feed: SegmentFeed, offset: int, idle_s: float) -> None:
+        self._store = store
+        self._name = name
+        self.feed = feed
+        self.offset = offset
+        self._idle_s = idle_s
+        self._started_s = trio.current_time()
+        self._reader: SegmentReaderAPI | None = None
+        self._joined = False  # counted among the feed's streams from the first piece asked
+        self._closed = False
+
+    def close(self) -> None:
+        if self._joined and not self._closed:
+            self.feed.left()
+        self._closed = True
+
+    def _join(self) -> None:
+        if not self._joined and not self._closed:
+            self._joined = True
+            self.feed.joined()
+
+    @property
+    def caught_up(self) -> bool:
+        """Nothing to send until the segment grows (the feed is still open)."""
+        feed = self.feed
+        return self.offset == feed.end and not feed.closed and feed.failure is None
+
+    async def next_piece(self) -> bytes | None:
+        """The next bytes to send, once there are; None when the stream ends cleanly
+        (deleted, replaced, stopping, idle)."""
+        self._join()
+        feed = self.feed
         try:
             while True:
-                if offset < feed.window_start:  # behind the feed: read the store at its own pace
-                    reader = reader or self._store.open_reader(name)
-                    data = await reader.read(offset, min(STREAM_PIECE_BYTES, feed.window_start - offset))
-                    now = await self._store.stat(name)  # the bytes must be the opened segment's
+                if self.offset < feed.window_start:  # behind the feed: read the store at its own pace
+                    self._reader = self._reader or self._store.open_reader(self._name)
+                    data = await self._reader.read(self.offset, min(STREAM_PIECE_BYTES, feed.window_start - self.offset))
+                    now = await self._store.stat(self._name)  # the bytes must be the opened segment's
                     if not data or not isinstance(now, SegmentInfo) or now.segment_id != feed.segment_id:
-                        return
-                elif offset < feed.end:
-                    data = feed.piece_from(offset, STREAM_PIECE_BYTES)
+                        return None
+                elif self.offset < feed.end:
+                    data = feed.piece_from(self.offset, STREAM_PIECE_BYTES)
                 elif feed.failure is not None:
-                    raise TierFSError(f"following {name!r} failed: {feed.failure}")
-                elif feed.closed or quiet_ticks * FEED_TICK_S >= idle_s:
-                    return  # deleted, replaced, stopping, or idle: the client reopens
+                    raise TierFSError(f"following {self._name!r} failed: {feed.failure}")
+                elif feed.closed or trio.current_time() - max(feed.grown_s, self._started_s) >= self._idle_s:
+                    return None  # the client reopens
                 else:
-                    ticks = feed.ticks
                     await feed.changed.wait()
-                    quiet_ticks += feed.ticks - ticks
                     continue
-                yield data
-                offset += len(data)
-                quiet_ticks = 0
+                self.offset += len(data)
+                return data
         except SegmentNotFoundError:
-            return
-        finally:
-            feed.left()
+            return None
+
+    async def park(self, fd: int, frame: Framing) -> bytes:
+        """While caught up, let the feed write new pieces to ``fd`` itself (see
+        ``SegmentFeed.park``); the framed bytes the socket did not take, for the
+        caller to send. Raises ``BrokenPipeError`` when the socket failed."""
+        self._join()
+        parked = await self.feed.park(fd, self.offset, frame)
+        self.offset = parked.offset
+        if parked.broken:
+            raise BrokenPipeError(f"the follower of {self._name!r} went away")
+        return parked.pending
+
+
+class FollowResponse(StreamingResponse):
+    """A streamed follow through any ASGI server (its body: the cursor's pieces), with
+    the cursor for a server that writes the socket itself (``stream_socket``)."""
+
+    def __init__(self, cursor: StreamCursor, headers: dict[str, str]) -> None:
+        super().__init__(_pieces(cursor), headers=headers, media_type="application/octet-stream")
+        self.cursor = cursor
+
+
+async def _pieces(cursor: StreamCursor) -> AsyncIterator[bytes]:
+    try:
+        while (piece := await cursor.next_piece()) is not None:
+            yield piece
+    finally:
+        cursor.close()

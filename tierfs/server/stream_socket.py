@@ -8,7 +8,9 @@ per piece, against about 18 us here (``python -m benchmarks followers``), which 
 difference between a thousand followers fitting in one core or not. Here a connection carries one request, parsed by h11 and
 answered by the API's own read route (``ReadRoutes.read``: the same checks, headers and
 errors); the response head is built by h11 and each body piece goes straight to the
-socket as one chunk.
+socket as one chunk. A follow that has caught up parks its socket on the segment's feed
+(``follow_feed``), which writes the next pieces to it in the same step as to every
+other caught-up follower: no task switch per follower and piece.
 
 Invariants:
 - One ``GET /v1/segments/{path}`` without a body per connection, then the connection
@@ -40,6 +42,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from tierfs.contracts.errors import TierFSError
+from tierfs.server.follow_feed import Framing
+from tierfs.server.follow_stream import FollowResponse, StreamCursor
 from tierfs.server.reads import ReadRoutes
 from tierfs.server.statuses import tierfs_error, unexpected_error
 
@@ -172,22 +176,57 @@ async def _answer(reads: ReadRoutes, stream: trio.SocketStream, connection: h11.
     head = h11.Response(status_code=response.status_code, headers=[*headers, (b"connection", b"close")],
                         reason=_reason(response.status_code))
     await stream.send_all(connection.send(head))
-    if not isinstance(response, StreamingResponse):
+    if isinstance(response, FollowResponse):
+        await _follow(stream, response.cursor, _chunk if chunked else _raw)
+    elif isinstance(response, StreamingResponse):
+        await _stream(stream, response, _chunk if chunked else _raw)
+    else:
         await stream.send_all(response.body)
         return
+    if chunked:
+        await stream.send_all(b"0\r\n\r\n")
+
+
+def _chunk(piece: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(piece), piece)
+
+
+def _raw(piece: bytes) -> bytes:
+    return piece
+
+
+async def _follow(stream: trio.SocketStream, cursor: StreamCursor, frame: Framing) -> None:
+    """A streamed follow: each piece as it comes; once caught up, the socket parks on
+    the feed, which writes the next pieces itself until it cannot (no task step per
+    piece while the follower keeps up)."""
+    fd = stream.socket.fileno()
+    try:
+        while (piece := await cursor.next_piece()) is not None:
+            await _send_piece(stream, frame(piece))
+            while cursor.caught_up:
+                pending = await cursor.park(fd, frame)
+                if not pending:
+                    break  # a tick, or the feed closed: next_piece decides whether to go on
+                await _send_piece(stream, pending)
+    except BrokenPipeError as e:
+        raise trio.BrokenResourceError(str(e)) from None
+    finally:
+        cursor.close()
+
+
+async def _stream(stream: trio.SocketStream, response: StreamingResponse, frame: Framing) -> None:
+    """Any other streamed answer (a ranged read), piece by piece."""
     pieces = response.body_iterator
     try:
         async for piece in pieces:
             body = piece.encode() if isinstance(piece, str) else bytes(piece)
             if body:
-                await _send_piece(stream, b"%x\r\n%b\r\n" % (len(body), body) if chunked else body)
+                await _send_piece(stream, frame(body))
     finally:
         close = getattr(pieces, "aclose", None)
-        if close is not None:  # a stream left early (client gone, cancelled) lets go of its feed now
+        if close is not None:  # left early (client gone, cancelled): its reader is let go now
             with trio.CancelScope(shield=True):
                 await close()
-    if chunked:
-        await stream.send_all(b"0\r\n\r\n")
 
 
 async def _send_piece(stream: trio.SocketStream, data: bytes) -> None:
