@@ -1,26 +1,34 @@
 """Followers benchmark (issue 19, item 8): ``python -m benchmarks followers``.
 
-Many ``tail -f`` followers at once. ``--segments`` segments (10) are each appended
-``--rate`` times a second (50) for ``--seconds`` (20) with timestamped lines
-(``<seq> <monotonic ns> <padding>``, ``--line-bytes`` long), through the daemon's API
-(one appender thread and client per segment, in this process). ``--followers`` followers
-(1,000), spread evenly over the segments and over ``--processes`` client processes
-(4, ``followers_child``: a thread per follower), follow them with ``TierClient.follow``
-(the streamed follow, as ``tierfs tail -f`` and ``fs.follow`` do), all connecting at
-once. Every follower checks every line: each sequence number exactly once, in order;
-the latency of a line runs from just before its append was sent to its arrival at the
-follower.
+Many ``tail -f`` followers at once. ``--segments`` segments (10, ``--durability`` pd)
+are each appended ``--rate`` times a second (50) for ``--seconds`` (20) with
+timestamped lines (``<seq> <monotonic ns> <padding>``, ``--line-bytes`` long), through
+the daemon's API (one appender thread and client per segment, in this process; a late
+appender appends at once, so the rate reached is reported). ``--followers`` followers
+(1,000), spread evenly over the segments and over ``--processes`` client processes (4,
+``followers_child``), all connect at once and follow from offset 0 with the streamed
+follow: with ``--clients trio`` (default) a trio task per follower
+(``followers_async``), with ``--clients threads`` a thread per follower calling
+``TierClient.follow`` (what ``tierfs tail -f`` and ``fs.follow`` do); ``--via`` picks the
+daemon's follow socket (default, what the client uses on the same host) or its API
+socket (hypercorn, as over TCP). Every follower checks every line: each sequence number
+exactly once, in order; a line's latency runs from just before its append was sent to
+its arrival at the follower, and, for 40 sampled followers, from the append's
+acknowledgement (the bytes are durable then) to the arrival.
 
-The ceiling, in the same run with the same client processes, threads and lines: a
-minimal fan-out server (``fanout_reference``: a trio task per follower sending the
-growth of an in-memory log over a Unix socket; no HTTP, no store, no durability).
+The ceiling, in the same run with the same processes, followers and lines: a minimal
+fan-out server (``fanout_reference``: appends acknowledged per line, a trio task per
+follower sending the growth of an in-memory log over a Unix socket; no HTTP, no store,
+no durability).
 
-Reported for both: lines delivered and followers complete, errors (a follower whose
-stream failed, e.g. "daemon overloaded"), time until every follower had connected and
-received line 0, latency p50/p99/max, the server's CPU seconds (and per follower, and
-per delivered line) and RSS (and per follower, over the idle server), the client
-processes' CPU. Targets: every line to every follower, no errors, p99 <= 100 ms. The
-ratios tierfs/reference say what the daemon's HTTP streaming costs over the minimum.
+Reported for both: lines delivered, deliveries and followers complete, errors (a
+follower whose stream failed, e.g. "daemon overloaded"), time until every follower had
+connected and received line 0, latency p50/p99/max, the append round trip, the
+server's CPU (per follower per second, per line, per delivery) and RSS (and per
+follower, over the idle server), the client processes' CPU, and how busy the machine's
+CPUs were, by this benchmark and by anything else (a shared machine). Targets: every
+line to every follower, no errors, p99 <= 100 ms. The ratios tierfs/reference say what
+the daemon costs over the minimum.
 """
 
 from __future__ import annotations
