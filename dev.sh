@@ -48,12 +48,18 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
   echo "dev.sh: tierfs needs Python >= 3.11, found $(python3 --version)" >&2; exit 1; }
 
 if [ ! -x .venv/bin/python ]; then
+  echo "dev.sh: creating the virtual environment .venv" >&2
   python3 -m venv .venv
 fi
 if [ ! -f .venv/.installed ] || [ setup.py -nt .venv/.installed ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
+  echo "dev.sh: installing tierfs and its test dependencies (PySpark, pyarrow, pandas, moto, ...) into" \
+       ".venv with pip: about 3 minutes the first time, seconds after that" >&2
+  .venv/bin/python -m pip install --progress-bar on --upgrade pip
+  # setuptools warns that fuse/ and fsspec_impl/ sit beside the package: they are
+  # mapped into it on purpose (setup.py), so the warning is noise to a new user
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install --progress-bar on -e ".[test]"
   touch .venv/.installed
+  echo "dev.sh: .venv is ready" >&2
 fi
 # PySpark >= 4.0 registers the DefaultSource of every top-level module named pyspark_*
 # that pkgutil can list; an editable install's package is imported through a finder that

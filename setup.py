@@ -50,11 +50,12 @@ setup(
             # newer botocore. Unpinned, pip 23 (a fresh venv's) reports ResolutionImpossible
             # and a current pip backtracks for minutes. Move the three together.
             *S3_CLIENT_STACK,
-            "ruff>=0.4,<1",
-            "mypy>=1.10,<3",
+            # exact: a new release's rules must not fail ./dev.sh test on an unchanged tree
+            "ruff==0.17.6",
+            "mypy==2.4.1",
             "types-protobuf",
             "types-cachetools",
-            "pandas>=2,<4",
+            "pandas>=2.2,<3",  # PySpark 4 warns (FutureWarning) on pandas 3
             "pyarrow>=15,<30",
             "pyspark>=4.0,<5",
         ],

@@ -140,11 +140,9 @@ def spark_session() -> Any:
     from pyspark.sql import SparkSession
 
     from tierfs.spark import register
-    from tierfs.spark.loopback import bind_to_loopback_unless_configured
+    from tierfs.spark.loopback import local_spark_defaults
 
-    bind_to_loopback_unless_configured()  # a host whose name does not resolve still runs it
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    local_spark_defaults()  # loopback (a host whose name does not resolve), this python on the workers
     spark = (SparkSession.builder.master("local[2]").appName("tierfs-pipeline")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())

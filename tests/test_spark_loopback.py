@@ -43,3 +43,35 @@ def test_the_pipelines_spark_session_starts_where_the_hostname_does_not_resolve(
         "SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
     )
     assert bare.returncode != 0 and "JAVA_GATEWAY_EXITED" in bare.stderr
+
+
+WORKERS_SCRIPT = """
+import sys
+from pyspark.sql import SparkSession
+from tierfs.spark.loopback import local_spark_defaults
+if sys.argv[1] == "defaults":
+    local_spark_defaults()
+else:
+    from tierfs.spark.loopback import bind_to_loopback_unless_configured
+    bind_to_loopback_unless_configured()
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+print("workers import tierfs:", spark.sparkContext.parallelize([0], 1).map(
+    lambda _: __import__("tierfs").__name__).collect())
+spark.stop()
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (./dev.sh test installs one)")
+def test_local_spark_workers_use_the_python_that_has_tierfs(tmp_path: Path) -> None:
+    """With nothing configured, workers run the ``python3`` on PATH; here that is an
+    interpreter without tierfs (a fresh venv), as on a machine where tierfs lives in .venv."""
+    bare_venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare_venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PATH"] = f"{bare_venv / 'bin'}{os.pathsep}{env['PATH']}"
+    run = [sys.executable, "-c", WORKERS_SCRIPT]
+    with_defaults = subprocess.run([*run, "defaults"], env=env, capture_output=True, text=True, timeout=240,
+                                   cwd=tmp_path)  # not the checkout: its tierfs/ would be found
+    assert "workers import tierfs: ['tierfs']" in with_defaults.stdout, with_defaults.stderr[-3000:]
+    without = subprocess.run([*run, "bare"], env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert without.returncode != 0 and "No module named" in without.stderr, without.stderr[-2000:]
