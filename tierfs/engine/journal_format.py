@@ -88,6 +88,9 @@ def verified_payloads(raw: bytes, start_lsn: int, entries: Sequence[TailEntryLik
     for entry in entries:
         at = entry.frame_lsn - start_lsn
         end = entry.end_lsn - start_lsn
+        if entry.frames != 1:
+            results.append(_merged_entry_data(view, at, end, entry, start_lsn))
+            continue
         payload_len, crc, seq = unpack_header(view, at)
         body = at + header_bytes
         if payload_len != end - body or _raw_crc32c(view[body:end], _raw_crc32c(pack_seq(seq))) != crc:
@@ -95,6 +98,40 @@ def verified_payloads(raw: bytes, start_lsn: int, entries: Sequence[TailEntryLik
         data_at = body + (APPEND_V1_HEADER.size if raw[body] == KIND_APPEND_V1 else _APPEND_HEADER_BYTES)
         results.append(raw[data_at + entry.frame_skip : end])
     return results
+
+
+def _merged_entry_data(view: memoryview, at: int, end: int, entry: TailEntryLike, start_lsn: int) -> bytes:
+    """The data of an entry recovery merged: the frames in ``view[at:end]`` of the
+    segment of its first frame, each CRC32C-checked, in offset order (other segments'
+    frames in between are stepped over, a repeated range is taken once, a gap is
+    corruption); ``entry.frame_skip`` bytes off the first, ``entry.length`` in all."""
+    pieces: list[bytes | memoryview] = []
+    segment_id = expected = -1
+    while at < end:
+        payload_len, crc, seq = FRAME_HEADER.unpack_from(view, at)
+        body = at + FRAME_HEADER.size
+        frame_end = body + payload_len
+        if frame_end > end:
+            raise DataCorruptionError(f"journal frame at LSN {start_lsn + at} runs past its entry")
+        kind = view[body]
+        frame_segment, offset = APPEND_V1_HEADER.unpack_from(view, body)[1:]
+        if segment_id < 0:
+            segment_id, expected = frame_segment, offset
+        if frame_segment == segment_id:
+            if _raw_crc32c(view[body:frame_end], _raw_crc32c(SEQ.pack(seq))) != crc:
+                raise DataCorruptionError(f"journal frame at LSN {start_lsn + at} failed its CRC32C check")
+            data = view[body + (APPEND_V1_HEADER.size if kind == KIND_APPEND_V1 else _APPEND_HEADER_BYTES):frame_end]
+            if offset > expected:
+                raise DataCorruptionError(f"journal frames of segment {segment_id} skip bytes {expected}..{offset}")
+            if offset + len(data) > expected:
+                pieces.append(data[expected - offset:])
+                expected = offset + len(data)
+        at = frame_end
+    result = b"".join(pieces)[entry.frame_skip:]
+    if len(result) != entry.length:
+        raise DataCorruptionError(f"journal frames at LSN {entry.frame_lsn} hold {len(result)} bytes, "
+                                  f"not the {entry.length} recovery found")
+    return result
 
 
 def _file_index(files: list[tuple[int, Path]], lsn: int) -> int:
@@ -185,6 +222,8 @@ class TailEntryLike(Protocol):
     frame_lsn: int
     frame_skip: int
     end_lsn: int
+    length: int
+    frames: int  # > 1: this segment's frames in [frame_lsn, end_lsn) of one file (recovery merges)
 
 
 @dataclasses.dataclass(frozen=True)

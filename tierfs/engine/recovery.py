@@ -11,9 +11,11 @@ Steps, in order:
 4. fdatasync the surviving files, so everything replayed is durable before any reader
    can see it (the replayed bytes become the new durable length).
 
-Memory: the scan reads the files in pieces, and replayed bytes go through the shared
-tail budget as they are replayed (evicted to their journal frames past it), so
-recovering any amount of journal holds about the budget, not the journal.
+Memory: the scan reads the files in pieces; replayed bytes are kept in memory while the
+shared tail budget has room, and past it left in their journal frames, consecutive
+frames of one segment in one file sharing one tail entry (up to
+``MERGED_ENTRY_MAX_BYTES``), so recovering any amount of journal holds about the budget
+plus one small object per MiB, not the journal nor an object per append.
 
 Bytes a chunk object holds beyond its committed length (a write that completed just
 before a crash, with no metadata commit) are never read: reads stop at the committed
@@ -22,6 +24,7 @@ length, and the new epoch writes new chunks rather than appending to old ones.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import os
@@ -82,6 +85,7 @@ def recover_journal(
     result = ScanResult(end_lsn=keep[0][0] if keep else checkpoint_lsn, next_seq=1)
     frames = skipped = replayed_bytes = 0
     replayed: dict[int, SegmentState] = {}  # held here: a lookup's state may be let go
+    file_starts = [start for start, _ in keep]
     for frame in scan(keep, max_payload_bytes, result):
         seg = replayed.get(frame.segment_id)
         if seg is None:
@@ -97,22 +101,29 @@ def recover_journal(
             )
         cut = seg.appended_length - frame.offset
         data = frame.data[cut:] if cut else frame.data
-        entry = TailEntry(
-            offset=seg.appended_length,
-            length=len(data),
-            frame_lsn=frame.frame_lsn,
-            frame_skip=cut,
-            end_lsn=frame.end_lsn,
-            appended_s=now_s,
-            wall_ns=frame.wall_ns,
-            data=data,
-        )
-        seg.tail.add(entry)
         replayed[seg.segment_id] = seg
-        budget.hold(entry)
-        # The frame is in its journal file already: past the budget its bytes are read
-        # back from there, so recovery holds no more than a running store would.
-        budget.evict(frame.end_lsn)
+        # The frame is in its journal file already: past the tail budget its bytes are
+        # left there (read back when flushed), and consecutive such frames of a segment
+        # share one entry, so recovery holds about the budget whatever the journal holds.
+        in_memory = len(data) <= budget.keep_max_bytes and budget.used_bytes + len(data) <= budget.limit_bytes
+        last = seg.tail.last()
+        same_file = last is not None and (bisect.bisect_right(file_starts, last.frame_lsn)
+                                          == bisect.bisect_right(file_starts, frame.frame_lsn))
+        if in_memory or cut or not same_file or not seg.tail.merge_evicted(
+                frame.frame_lsn, frame.end_lsn, len(data), frame.wall_ns):
+            entry = TailEntry(
+                offset=seg.appended_length,
+                length=len(data),
+                frame_lsn=frame.frame_lsn,
+                frame_skip=cut,
+                end_lsn=frame.end_lsn,
+                appended_s=now_s,
+                wall_ns=frame.wall_ns,
+                data=data if in_memory else None,
+            )
+            seg.tail.add(entry)
+            if in_memory:
+                budget.hold(entry)
         seg.appended_length += len(data)
         seg.last_append_s = now_s
         frames += 1

@@ -31,6 +31,11 @@ class TailEntry:
     appended_s: float  # clock.monotonic_s() of the append
     data: bytes | None  # None once evicted to the journal
     wall_ns: int = 0  # wall-clock time of the append (0: unknown, an old journal frame)
+    # Recovery merges evicted appends of a segment that follow each other in one journal
+    # file (other segments' frames may lie between) into one entry
+    # (``Tail.merge_evicted``), so replaying a journal of small appends holds one object
+    # per MERGED_ENTRY_MAX_BYTES, not one per append; wall_ns is the last one's.
+    frames: int = 1
 
     @property
     def end(self) -> int:
@@ -38,6 +43,12 @@ class TailEntry:
 
 
 _offset_of = operator.attrgetter("offset")
+
+# An entry recovery merged stays small enough that a flush (4-16 MiB) still finds an
+# append boundary within it, and that re-reading it (other segments' frames in between
+# included) is one modest pread.
+MERGED_ENTRY_MAX_BYTES = 1 << 20
+MERGED_SPAN_MAX_BYTES = 4 << 20
 
 
 class Tail:
@@ -52,6 +63,26 @@ class Tail:
 
     def add(self, entry: TailEntry) -> None:
         self._entries.append(entry)
+
+    def merge_evicted(self, frame_lsn: int, end_lsn: int, length: int, wall_ns: int) -> bool:
+        """Extend the last entry by the frame ``[frame_lsn, end_lsn)`` (``length`` data
+        bytes, the next ones of the segment) if it is evicted, the frame comes after it
+        in the same journal file (the caller checks the file) and the entry stays within
+        its bounds; whether it did."""
+        if len(self) == 0:
+            return False
+        last = self._entries[-1]
+        if (last.data is not None or last.end_lsn > frame_lsn or end_lsn - last.frame_lsn > MERGED_SPAN_MAX_BYTES
+                or last.length + length > MERGED_ENTRY_MAX_BYTES):
+            return False
+        last.length += length
+        last.end_lsn = end_lsn
+        last.frames += 1
+        last.wall_ns = wall_ns
+        return True
+
+    def last(self) -> TailEntry | None:
+        return self._entries[-1] if self._head < len(self._entries) else None
 
     def first(self) -> TailEntry | None:
         return self._entries[self._head] if self._head < len(self._entries) else None
