@@ -39,6 +39,7 @@ setup(
         "prometheus-client>=0.20,<1",
         "pyfuse3>=3.3,<4",  # needs libfuse3-dev and pkg-config to build (dev.sh installs them)
         "psycopg[binary]>=3.2,<3.4",  # --metadata postgresql://... (imported only then)
+        "shtab==1.13.0",  # tierfs completion bash: generated from the parser (pinned: its output is tested)
     ],
     extras_require={
         "test": [

@@ -1,10 +1,13 @@
 """``tierfs mount`` / ``tierfs umount``: the daemon with a FUSE mount in the same loop.
 
-``mount_command`` runs ``daemon.serve`` (the store and the HTTP API on the data dir's
-socket) with ``run_mount`` as its service: pyfuse3 serves the mount on the same trio
-event loop, so the API keeps working beside it. In the background (the default) the
-process forks first: the parent returns once the mount serves (or prints why it could
-not), the child logs to ``<data_dir>/tierfs.log``.
+The CLI (``cli/daemon_commands.py``) runs ``daemon.serve`` (the store and the HTTP API
+on the data dir's socket) with ``mount_service`` as its service: pyfuse3 serves the mount
+on the same trio event loop, so the API keeps working beside it. In the background (the
+default, ``background_mount``) the process forks first: the parent returns once the
+mount serves, or raises ``MountError`` with the child's one-line reason and exit code;
+the child logs to ``<data_dir>/tierfs.log``. ``check_mountpoint`` refuses, before
+anything starts, a mount point that is missing, not an empty directory, or already
+mounted, and a machine without ``/dev/fuse``.
 
 Invariants:
 - The mount uses ``auto_unmount``: libfuse's fusermount3 helper unmounts when the
@@ -22,7 +25,7 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -32,42 +35,87 @@ from tierfs.fuse.invalidation import KernelNotifier
 from tierfs.fuse.operations import ATTR_TIMEOUT_S, ENTRY_TIMEOUT_S, SHORT_TIMEOUT_S, TierOperations
 
 from tierfs.contracts.config import StoreConfig
-from tierfs.server.daemon import serve
+from tierfs.server.daemon import Service, serve
 from tierfs.store.served import MountedStore
 
 log = logging.getLogger("tierfs.fuse")
 
 LOG_NAME = "tierfs.log"
+FSNAME_PREFIX = "tierfs:"  # /proc/mounts shows tierfs:<data dir> as the mount's source
+FUSE_DEVICE = "/dev/fuse"
 MOUNT_OPTIONS = frozenset({"subtype=tierfs", "auto_unmount"})
 
 
 class MountError(Exception):
-    """The mount could not be set up (bad mount point, no /dev/fuse, ...)."""
+    """The mount could not be set up (bad mount point, no /dev/fuse, ...): the message
+    names the cause and the fix; ``exit_code`` is the command's exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def is_mount_point(path: Path) -> bool:
     """Whether something is mounted at ``path``, also when its FUSE daemon is gone
     (``os.path.ismount`` says no then: stat fails with ENOTCONN)."""
+    return _mount_source(path) is not None or (not _mounts_readable() and os.path.ismount(path))
+
+
+def _mounts_readable() -> bool:
+    return os.access("/proc/self/mounts", os.R_OK)
+
+
+def _unescape(field: bytes) -> bytes:
+    # the kernel escapes spaces, tabs and backslashes in mount fields as octal
+    return field.replace(b"\\040", b" ").replace(b"\\011", b"\t").replace(b"\\134", b"\\")
+
+
+def _mount_source(path: Path) -> str | None:
+    """The source (fsname) of what is mounted at ``path``, or None."""
     target = os.fsencode(os.path.abspath(path))
     try:
         with open("/proc/self/mounts", "rb") as mounts:
             for line in mounts:
                 fields = line.split()
-                # the kernel escapes spaces and tabs in mount points as octal
-                if len(fields) > 1 and fields[1].replace(b"\\040", b" ").replace(b"\\011", b"\t") == target:
-                    return True
-        return False
+                if len(fields) > 1 and _unescape(fields[1]) == target:
+                    return os.fsdecode(_unescape(fields[0]))
     except OSError:
-        return os.path.ismount(path)
+        pass
+    return None
+
+
+def mounted_data_dir(mountpoint: Path) -> Path | None:
+    """The data dir of the tierfs mount at ``mountpoint`` (its fsname), or None when
+    no tierfs mount is there."""
+    source = _mount_source(mountpoint)
+    if source is None or not source.startswith(FSNAME_PREFIX):
+        return None
+    return Path(source[len(FSNAME_PREFIX):])
 
 
 def check_mountpoint(mountpoint: Path) -> None:
     if is_mount_point(mountpoint):
-        raise MountError(f"{mountpoint} is already a mount point")
+        raise MountError(f"{mountpoint} is already a mount point (unmount it first: tierfs umount {mountpoint}, "
+                         f"or fusermount3 -u {mountpoint})")
+    if not mountpoint.exists():
+        raise MountError(f"mount point {mountpoint} does not exist (create it first: mkdir -p {mountpoint})")
     if not mountpoint.is_dir():
-        raise MountError(f"mount point {mountpoint} is not a directory")
-    if not os.path.exists("/dev/fuse"):
-        raise MountError("/dev/fuse is missing: FUSE is not available here")
+        raise MountError(f"mount point {mountpoint} is not a directory (mount on an empty directory)")
+    with os.scandir(mountpoint) as entries:
+        if any(True for _ in entries):
+            raise MountError(f"mount point {mountpoint} is not empty: the mount would hide what is in it "
+                             "(mount on an empty directory)")
+    if not os.path.exists(FUSE_DEVICE):
+        raise MountError(f"FUSE is not available here: {FUSE_DEVICE} is missing (load the module: modprobe "
+                         "fuse; in a container, give it the device: --device /dev/fuse --cap-add SYS_ADMIN)")
+    if shutil.which("fusermount3") is None and os.getuid() != 0:
+        raise MountError("fusermount3 is missing: a user needs it to mount (apt install fuse3)")
+
+
+def mount_service(mountpoint: Path, *, direct_io: bool, attr_timeout_s: float | None,
+                  allow_other: bool) -> Service:
+    """``run_mount`` for ``mountpoint``, as the daemon's service."""
+    return partial(run_mount, mountpoint, direct_io, attr_timeout_s, allow_other)
 
 
 async def run_mount(
@@ -88,14 +136,15 @@ async def run_mount(
                                 entry_timeout_s=entry_timeout_s)
     notifier = KernelNotifier(operations.inodes)
     # fsname is what mount(8) and /proc/mounts show as the source: the data dir
-    options = {*pyfuse3.default_options, *MOUNT_OPTIONS, f"fsname=tierfs:{store.config.data_dir}"}
+    options = {*pyfuse3.default_options, *MOUNT_OPTIONS, f"fsname={FSNAME_PREFIX}{store.config.data_dir}"}
     if allow_other:  # shared hosts: other users, checked by the kernel from the modes
         options.add("allow_other")
     try:
         pyfuse3.init(operations, str(mountpoint), options)
     except RuntimeError as e:
         stopping.set()
-        raise MountError(f"cannot mount {mountpoint}: {e}") from None
+        raise MountError(f"cannot mount {mountpoint}: {e} (see the lines fusermount3 wrote above; "
+                         "/etc/fuse.conf needs user_allow_other for --allow-other)") from None
     store.growth_listeners.append(notifier.segment_grew)
     if store.name_listeners is not None:
         store.name_listeners.append(notifier.name_changed)
@@ -121,43 +170,51 @@ async def _terminate_on(stopping: trio.Event) -> None:
     pyfuse3.terminate()
 
 
-def mount_command(
-    config: StoreConfig, mountpoint: Path, *, listen: str | None, foreground: bool,
-    direct_io: bool = True, attr_timeout_s: float | None = None, allow_other: bool = False,
+def background_mount(
+    config: StoreConfig, mountpoint: Path, *, listen: str | None, service: Service,
+    describe_failure: Callable[[BaseException], tuple[int, str]],
+    on_ready: Callable[[], None], on_stopped: Callable[[], None],
 ) -> int:
-    """Run the daemon with the mount; in the background unless ``foreground``."""
-    mountpoint = mountpoint.absolute()
-    check_mountpoint(mountpoint)
-    service = partial(run_mount, mountpoint, direct_io, attr_timeout_s, allow_other)
-    if foreground:
-        trio.run(partial(serve, config, listen=listen, service=service))
-        return 0
+    """Fork a daemon serving the mount; return its pid once it serves. Its failure to
+    start is raised here as ``MountError`` with the exit code and the one line
+    ``describe_failure`` gave it. The child logs to ``<data_dir>/tierfs.log`` and calls
+    ``on_ready`` once it serves, ``on_stopped`` once it stopped cleanly (their lines
+    go to that log)."""
     read_end, write_end = os.pipe()
-    if os.fork() > 0:
+    pid = os.fork()
+    if pid > 0:
         os.close(write_end)
         with os.fdopen(read_end, "rb") as ready:
             answer = ready.read().decode(errors="replace")
-        if answer.startswith("ok"):
-            return 0
-        print(f"tierfs: {answer.strip() or 'the mount daemon exited before it served'}", file=sys.stderr)
-        return 1
+        if answer == "ok":
+            return pid
+        code, _, message = answer.removeprefix("error ").partition(" ")
+        if not code.isdigit():
+            code, message = "1", f"the mount daemon exited before it served (see {config.data_dir / LOG_NAME})"
+        raise MountError(message, int(code))
     os.close(read_end)
     os.setsid()
-    _daemonize_stdio(config.data_dir)
-    status = 1
+    status, logging_to_file = 1, False
     try:
-        trio.run(_serve_and_report, config, listen, service, write_end)
+        _daemonize_stdio(config.data_dir)
+        logging_to_file = True
+        trio.run(_serve_and_report, config, listen, service, write_end, on_ready)
+        on_stopped()
         status = 0
     except BaseException as e:
-        log.exception("the mount daemon failed")
-        _report(write_end, f"error: {e}")
+        if logging_to_file:  # the whole story in the log; the terminal gets one line
+            log.exception("the mount daemon failed")
+        exit_code, message = describe_failure(e)
+        _report(write_end, f"error {exit_code} {message}")
     finally:
         os._exit(status)
 
 
-async def _serve_and_report(config: StoreConfig, listen: str | None, service: object, ready_fd: int) -> None:
+async def _serve_and_report(config: StoreConfig, listen: str | None, service: Service, ready_fd: int,
+                            on_ready: Callable[[], None]) -> None:
     async with trio.open_nursery() as nursery:
-        await nursery.start(partial(serve, config, listen=listen, service=service))  # type: ignore[arg-type]
+        await nursery.start(partial(serve, config, listen=listen, service=service))
+        on_ready()
         _report(ready_fd, "ok")
 
 
@@ -180,12 +237,8 @@ def _daemonize_stdio(data_dir: Path) -> None:
     os.close(log_fd)
 
 
-def unmount_command(mountpoint: Path) -> int:
-    """Unmount a tierfs mount (the daemon then flushes, closes and exits)."""
-    mountpoint = mountpoint.absolute()
-    if not is_mount_point(mountpoint):
-        print(f"tierfs: {mountpoint} is not a mount point", file=sys.stderr)
-        return 1
+def unmount(mountpoint: Path) -> None:
+    """Unmount a tierfs mount (its daemon then flushes, closes and exits)."""
     commands = [["fusermount3", "-u", str(mountpoint)]]
     if os.getuid() == 0:
         commands.append(["umount", str(mountpoint)])
@@ -196,7 +249,7 @@ def unmount_command(mountpoint: Path) -> int:
             continue
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode == 0:
-            return 0
+            return
         errors.append(result.stderr.strip() or f"{command[0]} exited with {result.returncode}")
-    print(f"tierfs: cannot unmount {mountpoint}: {'; '.join(errors)}", file=sys.stderr)
-    return 1
+    raise MountError(f"cannot unmount {mountpoint}: {'; '.join(errors)} (is a process still using it? "
+                     f"see fuser -m {mountpoint})")

@@ -438,4 +438,4 @@ def test_background_mount_and_umount(tmp_path: Path) -> None:
 def test_mount_refuses_a_missing_mount_point(tmp_path: Path) -> None:
     result = run(sys.executable, "-m", "tierfs.cli", "--data-dir", str(tmp_path / "d"), "mount",
                  str(tmp_path / "nope"), check=False)
-    assert result.returncode == 1 and "not a directory" in result.stderr
+    assert result.returncode == 1 and "does not exist" in result.stderr and "mkdir -p" in result.stderr

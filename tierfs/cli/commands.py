@@ -1,16 +1,15 @@
-"""What each ``tierfs`` subcommand does (``COMMANDS``), and running one (``execute``).
+"""What each store subcommand of ``tierfs`` does (``COMMANDS``); ``execution`` runs one.
 
 A command handler sees only ``SegmentStoreAPI``: it runs against ``RemoteStore`` when a
 daemon serves the data dir and against an in-process ``SegmentStore`` otherwise, so
 the output is the same either way. ``serve`` and ``mount``/``umount`` run the daemon
-instead.
+instead (``daemon_commands``).
 
 Invariants:
-- Errors become messages and exit codes here only, in ``execute``; a handler returns
-  its exit code.
-- What a command does not need is not imported: the HTTP client only when a daemon's
-  socket exists, the engine only to open the store in-process, the server only to
-  serve (``tests/test_import_hygiene.py``).
+- A handler returns its exit code and raises its errors: ``execution`` turns them into
+  one line and an exit code, in one place.
+- ``--json`` prints JSON (sizes in bytes); without it sizes a person set (policies)
+  are shown in units (``1GiB``, ``4h``), as they are typed.
 - Output is streamed in bounded pieces (``cat``, ``tail``); appends too (``streaming``).
 """
 
@@ -19,37 +18,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import sys
 from collections.abc import Awaitable, Callable
-from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from tierfs.cli.defrag_command import defrag_command
+from tierfs.cli.failures import EXIT_DAMAGED, EXIT_FAILED, EXIT_OK
 from tierfs.cli.gc_command import gc_command, print_orphans
-from tierfs.cli.ownership_commands import EXIT_OWNED_ELSEWHERE, OWNERSHIP_COMMANDS
 from tierfs.cli.streaming import append_command, follow_segment
 from tierfs.contracts.api import SegmentStoreAPI
-from tierfs.contracts.config import StoreConfig, load_config
-from tierfs.contracts.datadir import socket_path
-from tierfs.contracts.errors import (
-    DaemonUnavailableError,
-    IsADirectoryError_,
-    StoreInUseError,
-    TierFSError,
-)
+from tierfs.contracts.errors import IsADirectoryError_
+from tierfs.contracts.fsck_report import fsck_report_json
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
-from tierfs.contracts.policy import POLICY_KEYS, parse_assignments
+from tierfs.contracts.policy import POLICY_KEYS, format_policy_value, parse_assignments
 
-if TYPE_CHECKING:
-    from tierfs.remote.client import TierClient
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_NO_SPACE = 0, 1, 2, 3, 4, 6
-# errors with an exit code of their own; every other TierFSError exits EXIT_FAILED
-EXIT_CODES = {"owned_elsewhere": EXIT_OWNED_ELSEWHERE, "no_space": EXIT_NO_SPACE}
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
 OFFLOAD_POLL_S = 0.2  # offload progress is polled this often
@@ -60,7 +44,7 @@ Handler = Callable[[argparse.Namespace, SegmentStoreAPI], Awaitable[int]]
 # ---------------------------------------------------------------- segments and data
 async def _create(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     info = await store.create(args.path, durability=args.durability, make_parents=args.parents)
-    print(info.name)
+    print(json.dumps(dataclasses.asdict(info), sort_keys=True) if args.json else info.name)
     return EXIT_OK
 
 
@@ -119,7 +103,8 @@ async def _tail(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
 
 
 async def _sync(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    print(await store.sync(args.path))
+    durable_length = await store.sync(args.path)
+    print(json.dumps({"durable_length": durable_length}) if args.json else durable_length)
     return EXIT_OK
 
 
@@ -130,7 +115,7 @@ async def _flush(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
 
 async def _concat(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     info = await store.concat(args.target, args.sources)
-    print(info.length)
+    print(json.dumps(dataclasses.asdict(info), sort_keys=True) if args.json else info.length)
     return EXIT_OK
 
 
@@ -194,6 +179,9 @@ async def _mv(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
 
 async def _fsck(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     report = await store.fsck()
+    if args.json:
+        print(json.dumps(fsck_report_json(report), indent=2, sort_keys=True))
+        return EXIT_DAMAGED if report.problems else EXIT_OK
     for problem in report.problems:
         print(f"DAMAGED {problem}")
     print_orphans(report.orphans)
@@ -276,7 +264,7 @@ def _print_policy(result: dict[str, Any], as_json: bool) -> None:
             print(f"{key:18} -")
         else:
             source = "set here" if key in result["set"] else f"from {entry['from'] or '/'}"
-            print(f"{key:18} {entry['value']}  ({source})")
+            print(f"{key:18} {format_policy_value(key, entry['value'])}  ({source})")
 
 
 async def _policy(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
@@ -299,111 +287,3 @@ COMMANDS: dict[str, Handler] = {
     "offload": _offload, "offload-status": _offload_status, "policy": _policy, "gc": gc_command,
     "defrag": defrag_command,
 }
-
-
-# ---------------------------------------------------------------- running a command
-def _daemon_client(data_dir: Path) -> TierClient | None:
-    """A client of the daemon serving ``data_dir``, or None. Without its socket file no
-    daemon serves, and the HTTP client is not even imported."""
-    if not socket_path(data_dir).exists():
-        return None
-    from tierfs.remote.client import connect_if_serving
-
-    return connect_if_serving(data_dir)
-
-
-async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> int:
-    handler = COMMANDS[args.command]
-    client = await trio.to_thread.run_sync(_daemon_client, config.data_dir)
-    if client is not None:
-        from tierfs.remote.remote_store import RemoteStore
-
-        try:
-            return await handler(args, RemoteStore(client))
-        finally:
-            client.close()
-    if config.containers:  # a cluster's containers are opened by their owners only
-        raise DaemonUnavailableError(
-            f"no tierfs daemon serves {config.data_dir}: in cluster mode (containers = {config.containers}) "
-            "commands go through a daemon (tierfs serve --listen HOST:PORT)")
-    from tierfs.store.facade import open_store
-
-    async with open_store(config) as store:
-        return await handler(args, store)
-
-
-def _mount_commands(args: argparse.Namespace, config: StoreConfig) -> int:
-    """``mount`` / ``umount``: imported here, so the rest of the CLI works without FUSE."""
-    from tierfs.fuse.mount import MountError, mount_command, unmount_command
-
-    if args.command == "umount":
-        return unmount_command(Path(args.mountpoint))
-    try:
-        return mount_command(config, Path(args.mountpoint), listen=args.listen,
-                             foreground=args.foreground, direct_io=not args.page_cache,
-                             attr_timeout_s=args.attr_timeout, allow_other=args.allow_other)
-    except MountError as e:
-        print(f"tierfs: {e}", file=sys.stderr)
-        return EXIT_FAILED
-
-
-def _load_config(args: argparse.Namespace) -> StoreConfig:
-    return load_config(
-        {
-            "data_dir": args.data_dir,
-            "tier2_url": args.tier2,
-            "tier2_endpoint_url": args.tier2_endpoint_url,
-            "metadata_url": args.metadata,
-            "offload_url": args.offload_to,
-            "offload_endpoint_url": args.offload_endpoint_url,
-            "offload_deletion_lag_s": args.deletion_lag,
-            "durability": getattr(args, "durability", None) if args.command != "create" else None,
-            "takeover": args.takeover or args.command == "takeover" or None,
-        },
-        config_file=args.config,
-    )
-
-
-def execute(args: argparse.Namespace) -> int:
-    """Run a parsed command; its exit code. Errors become a message on stderr here."""
-    if getattr(args, "segment_durability", None) is not None:
-        args.durability = args.segment_durability
-    elif args.command == "create":
-        args.durability = None
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if args.command in ("serve", "mount"):
-        from tierfs.server.process_memory import limit_malloc_arenas
-
-        limit_malloc_arenas()  # before any thread: the daemon's memory follows its budgets
-    try:
-        config = _load_config(args)
-        if args.command == "serve":
-            from tierfs.server.daemon import serve
-
-            trio.run(partial(serve, config, listen=args.listen))
-            return EXIT_OK
-        if args.command in ("mount", "umount"):
-            return _mount_commands(args, config)
-        if args.command in OWNERSHIP_COMMANDS:
-            return OWNERSHIP_COMMANDS[args.command](args, config)
-        if args.command in ("restore", "metadata"):
-            from tierfs.cli.metadata_commands import run_metadata_command
-
-            return run_metadata_command(args, config)
-        return trio.run(_run_store_command, args, config)
-    except StoreInUseError as e:
-        print(f"tierfs: {e}", file=sys.stderr)
-        return EXIT_IN_USE
-    except TierFSError as e:  # the stable code too: the same as the HTTP API's
-        print(f"tierfs: {e} ({e.code})", file=sys.stderr)
-        return EXIT_CODES.get(e.code, EXIT_FAILED)
-    except BrokenPipeError:
-        return EXIT_OK
-    except OSError as e:  # the data dir or a file named on the command line
-        print(f"tierfs: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        return 130

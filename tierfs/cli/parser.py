@@ -1,14 +1,18 @@
 """The ``tierfs`` command line: its grammar (``build_parser``) and entry point.
 
-Global options choose the store (``--data-dir``, ``--tier2``, ``--config``). ``serve``
-runs the daemon; ``mount`` runs it with a FUSE mount, ``umount`` ends that. Every other
+Global options choose the store or the daemon (``--data-dir``, ``--url``, ``--tier2``,
+``--config``, ...) and the output (``--json``, ``-v``); like git's and rclone's they
+are accepted before or after the command (``tierfs ls --data-dir D``). ``serve`` runs
+the daemon; ``mount`` runs it with a FUSE mount, ``umount`` ends that. Every other
 subcommand talks to the daemon when one serves the data dir and opens the engine
-in-process otherwise, with the same output either way (``commands``, which also
-turns errors into messages and exit codes, in one place).
+in-process otherwise, with the same output either way (``commands``; ``execution``
+turns errors into one line and an exit code, in one place). Sizes and durations take
+units (``arguments``).
 
-Exit codes: 0 success; 1 the operation failed (message on stderr); 2 bad usage;
-3 fsck found damage; 4 the data directory is in use by another process; 5 tier-2 is
-owned by another data dir (``takeover``, ``--takeover``: see ``ownership_commands``).
+Exit codes (``help_text.EXIT_CODES``): 0 success; 1 the operation failed (one line on
+stderr); 2 bad usage (one line: the problem and the usage); 3 fsck found damage; 4 the
+data directory is in use by another process; 5 tier-2 is owned by another data dir;
+6 the data dir's disk is full.
 
 Invariant: parsing imports only argparse and ``tierfs.contracts``, so ``tierfs --help``
 and usage errors are quick; trio, the HTTP client, the engine and the server are
@@ -19,143 +23,200 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import NoReturn
 
-from tierfs.cli.arguments import non_negative_int
+from tierfs.cli.arguments import duration, non_negative_int, size
+from tierfs.cli.help_text import command_epilog, main_epilog
 from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.policy import POLICY_KEYS
+from tierfs.contracts.units import DURATION_HELP, SIZE_HELP
+
+EXIT_USAGE = 2
+AddCommand = Callable[[str, str], argparse.ArgumentParser]  # name, help -> its parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tierfs", description="Tiered storage for append-only segments."
-    )
-    parser.add_argument("--data-dir", help="data directory (default ~/.local/share/tierfs)")
-    parser.add_argument("--tier2", help="tier-2 chunk store URL (default <data-dir>/chunks)")
-    parser.add_argument(
-        "--tier2-endpoint-url", help="S3-compatible endpoint for an s3:// tier-2 (e.g. MinIO)"
-    )
-    parser.add_argument("--offload-to", metavar="URL",
-                        help="long-term store for offloaded chunks (e.g. s3://bucket/prefix)")
-    parser.add_argument("--offload-endpoint-url", help="S3-compatible endpoint for an s3:// --offload-to")
-    parser.add_argument("--deletion-lag", type=float, metavar="SECONDS",
-                        help="delete the chunk-store copy this long after an offload (default 14400)")
-    metadata_help = "metadata database: sqlite: (default, in the data dir) or postgresql://..."
-    parser.add_argument("--metadata", metavar="URL", help=metadata_help)
-    parser.add_argument("--config", help="TOML config file (default $TIERFS_CONFIG)")
-    parser.add_argument("--durability", choices=DURABILITY_LEVELS, help="default for new segments")
-    parser.add_argument("-v", "--verbose", action="count", default=0)
-    takeover_help = "claim tier-2 even if another owner holds it (that owner is fenced)"
-    parser.add_argument("--takeover", action="store_true", help=takeover_help)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line: the problem, then the usage."""
 
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_text, description=help_text)
+    def error(self, message: str) -> NoReturn:
+        usage = " ".join(self.format_usage().split())
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; {usage}\n")
 
-    p = add("create", "create an empty segment")
+
+def _add_global_options(parser: argparse.ArgumentParser, *, in_subcommand: bool) -> None:
+    """The options every command takes, before or after its name. In a subcommand they
+    default to SUPPRESS (a value given before the command is kept) and are left out of
+    its ``--help``; an option string the subcommand defines itself is its own."""
+    taken = set(parser._option_string_actions)
+
+    def add(*flags: str, help_text: str, **kwargs: object) -> None:
+        flags = tuple(flag for flag in flags if flag not in taken)
+        if not flags:
+            return
+        if in_subcommand:
+            kwargs["default"] = argparse.SUPPRESS
+            help_text = argparse.SUPPRESS
+        parser.add_argument(*flags, help=help_text, **kwargs)  # type: ignore[arg-type]
+
+    add("--data-dir", metavar="DIR", help_text="data directory (default ~/.local/share/tierfs)")
+    add("--url", metavar="URL",
+        help_text="talk to the daemon at URL (unix:///path/tierfs.sock or http://HOST:PORT with "
+                  "TIERFS_TOKEN) instead of the data dir's")
+    add("--tier2", metavar="URL", help_text="tier-2 chunk store URL (default <data-dir>/chunks)")
+    add("--tier2-endpoint-url", metavar="URL", help_text="S3-compatible endpoint for an s3:// tier-2")
+    add("--offload-to", metavar="URL", help_text="long-term store for offloaded chunks (s3://bucket/prefix)")
+    add("--offload-endpoint-url", metavar="URL", help_text="S3-compatible endpoint for an s3:// --offload-to")
+    add("--deletion-lag", type=duration, metavar="DURATION",
+        help_text="delete the chunk-store copy this long after an offload (default 4h)")
+    add("--metadata", metavar="URL", help_text="metadata database: sqlite: (default) or postgresql://...")
+    add("--config", metavar="FILE", help_text="TOML config file (default $TIERFS_CONFIG)")
+    add("--durability", choices=DURABILITY_LEVELS,
+        help_text="durability of the segments created (default pd)")
+    add("--takeover", action="store_true",
+        help_text="claim tier-2 even if another owner holds it (that owner is fenced)")
+    add("--json", action="store_true", help_text="machine-readable output (sizes in bytes)")
+    add("-v", "--verbose", action="count", help_text="log more (-vv: debug); errors add their traceback")
+
+
+def _with_global_options(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand (and sub-subcommand) the global options."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in set(action.choices.values()):
+                _add_global_options(subparser, in_subcommand=True)
+                _with_global_options(subparser)
+
+
+def _segment_commands(new: AddCommand) -> None:
+    p = new("create", "create an empty segment")
     p.add_argument("path")
-    p.add_argument("--durability", dest="segment_durability", choices=DURABILITY_LEVELS)
     p.add_argument("-p", "--parents", action="store_true", help="create missing parent directories")
-    p = add("append", "append DATA, a file or stdin as one record; prints its offset")
+    p = new("append", "append DATA, a file or stdin as one record; prints its offset")
     p.add_argument("path")
     p.add_argument("data", nargs="?", help="the bytes to append (UTF-8), or - for stdin")
     p.add_argument("--file", help="append the contents of this file")
-    p.add_argument("--expected-offset", type=non_negative_int, help="append only if the length is this")
-    p = add("cat", "write a segment's bytes to stdout")
+    p.add_argument("--expected-offset", type=size, help="append only if the length is this")
+    p = new("cat", "write a segment's bytes to stdout")
     p.add_argument("path")
-    p.add_argument("--offset", type=non_negative_int, help="default: the first byte retention kept")
-    p.add_argument("--length", type=non_negative_int)
+    p.add_argument("--offset", type=size, help="default: the first byte retention kept")
+    p.add_argument("--length", type=size, help=SIZE_HELP)
     p.add_argument("--unconfirmed", action="store_true", help="read up to the appended length")
-    p = add("stat", "show a segment's or directory's attributes")
-    p.add_argument("path")
-    p.add_argument("--json", action="store_true")
-    p = add("ls", "list a directory")
+    new("stat", "show a segment's or directory's attributes").add_argument("path")
+    p = new("ls", "list a directory")
     p.add_argument("path", nargs="?", default="")
     p.add_argument("-l", "--long", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p = add("mkdir", "create a directory")
+    p = new("mkdir", "create a directory")
     p.add_argument("path")
     p.add_argument("-p", "--parents", action="store_true")
     for name, text in (("rmdir", "remove an empty directory"), ("seal", "make a segment read-only"),
                        ("unseal", "make a sealed segment appendable again"), ("rm", "delete a segment")):
-        add(name, text).add_argument("path")
-    p = add("mv", "rename a segment or directory (metadata only)")
+        new(name, text).add_argument("path")
+    p = new("mv", "rename a segment or directory (metadata only)")
     p.add_argument("source")
     p.add_argument("target")
-    p = add("concat", "append sealed SOURCEs, in order, to TARGET and remove them "
+    p = new("concat", "append sealed SOURCEs, in order, to TARGET and remove them "
                       "(metadata only, one transaction); prints the new length")
     p.add_argument("target")
     p.add_argument("sources", nargs="+", metavar="source")
-    p = add("sync", "make every appended byte durable; prints the durable length")
-    p.add_argument("path", nargs="?")
-    p = add("flush", "wait until tier-2 holds every durable byte")
-    p.add_argument("path", nargs="?")
-    add("fsck", "verify every chunk's CRC32C and the metadata invariants; list orphan objects")
-    add("gc", "delete chunk and offload objects no metadata references, older than the grace "
+    new("sync", "make every appended byte durable; prints the durable length").add_argument("path", nargs="?")
+    new("flush", "wait until tier-2 holds every durable byte").add_argument("path", nargs="?")
+    new("fsck", "verify every chunk's CRC32C and the metadata invariants; list orphan objects")
+    new("gc", "delete chunk and offload objects no metadata references, older than the grace "
               "period (orphan_grace_s)").add_argument("--dry-run", action="store_true", help="only list them")
-    p = add("defrag", "merge a segment's runs of small adjacent chunks into large ones")
-    p.add_argument("path")
-    p.add_argument("--json", action="store_true")
-    p = add("tail", "print the end of a segment; -f follows it as it grows")
+    new("defrag", "merge a segment's runs of small adjacent chunks into large ones").add_argument("path")
+    p = new("tail", "print the end of a segment; -f follows it as it grows")
     p.add_argument("path")
     p.add_argument("-f", "--follow", action="store_true")
     group = p.add_mutually_exclusive_group()
     group.add_argument("-n", "--lines", type=non_negative_int, default=10, help="last LINES lines (default 10)")
-    group.add_argument("-c", "--bytes", type=non_negative_int, help="last BYTES bytes")
+    group.add_argument("-c", "--bytes", type=size, help="last BYTES bytes")
+
+
+def _store_commands(add: AddCommand) -> None:
     p = add("offload", "offload a segment's sealed chunks to the long-term store (progress on stderr)")
     p.add_argument("path")
-    p.add_argument("--up-to", type=non_negative_int, metavar="OFFSET", help="only chunks that end at or before OFFSET")
+    p.add_argument("--up-to", type=size, metavar="OFFSET", help="only chunks that end at or before OFFSET")
     p.add_argument("--no-wait", action="store_true", help="start it and return")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p = add("offload-status", "NOT_RUN / RUNNING / SUCCESS / ERROR of a segment's offload")
     p.add_argument("path")
     p.add_argument("--wait", action="store_true", help="wait until it is no longer RUNNING")
-    p.add_argument("--json", action="store_true")
     p = add("policy", "set or show offload and retention policies of a directory")
-    policy_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    q = policy_sub.add_parser("set", help="set KEY=VALUE (VALUE none unsets); keys: " + ", ".join(POLICY_KEYS))
+    policy_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs policy")
+    q = policy_sub.add_parser(
+        "set", help="set KEY=VALUE (VALUE none unsets); keys: " + ", ".join(POLICY_KEYS),
+        description=f"set KEY=VALUE on a directory (none unsets). Keys: {', '.join(POLICY_KEYS)}. "
+                    f"*_bytes: {SIZE_HELP}. *_s: {DURATION_HELP}.",
+        epilog=command_epilog("policy"), formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("path", help="a directory ('' or / for the root)")
     q.add_argument("settings", nargs="+", metavar="KEY=VALUE")
-    q.add_argument("--json", action="store_true")
     q = policy_sub.add_parser("get", help="the policy in effect, and where each value comes from")
     q.add_argument("path")
-    q.add_argument("--json", action="store_true")
     add("takeover", "claim tier-2 for this data dir, fencing its current owner; prints the new epoch")
-    p = add("owner", "who owns tier-2, what this data dir claimed last, and its lost+found")
-    p.add_argument("--json", action="store_true")
-    p = add("restore", "rebuild the data dir from the metadata backups on tier-2 and own that tier-2")
-    p.add_argument("--tier2", default=argparse.SUPPRESS, help="the tier-2 URL to restore from")
-    p.add_argument("--data-dir", default=argparse.SUPPRESS, help="the data dir to rebuild")
+    add("owner", "who owns tier-2, what this data dir claimed last, and its lost+found")
+    add("restore", "rebuild the data dir (--data-dir) from the metadata backups on tier-2 (--tier2) "
+                   "and own that tier-2")
     p = add("metadata", "export or import the store's metadata (docs/METADATA_FORMAT.md)")
-    metadata_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    metadata_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs metadata")
     metadata_sub.add_parser("export", help="write the metadata to FILE (- for stdout)").add_argument("file")
     metadata_sub.add_parser("import", help="load FILE (- for stdin) into an empty store").add_argument("file")
-    p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM")
-    p.add_argument("--takeover", action="store_true", default=argparse.SUPPRESS, help=takeover_help)
-    p.add_argument("--metadata", metavar="URL", default=argparse.SUPPRESS, help=metadata_help)
-    p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
-    p = add("mount", "run the daemon with the store mounted at MOUNTPOINT (FUSE); the API keeps serving")
-    p.add_argument("--takeover", action="store_true", default=argparse.SUPPRESS, help=takeover_help)
-    p.add_argument("--metadata", metavar="URL", default=argparse.SUPPRESS, help=metadata_help)
+
+
+def _daemon_commands(add: AddCommand) -> None:
+    listen_help = "also listen on TCP (bearer token required, in <data-dir>/token)"
+    p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM or Ctrl-C; "
+                     "prints one line when it serves and one when it stopped")
+    p.add_argument("--listen", metavar="HOST:PORT", help=listen_help)
+    p = add("mount", "run the daemon with the store mounted at MOUNTPOINT (FUSE; an empty directory); "
+                     "the API keeps serving. Prints one line once mounted")
     p.add_argument("mountpoint")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground (logs to stderr)")
-    p.add_argument("--listen", metavar="HOST:PORT", help="also listen on TCP (bearer token required)")
+    p.add_argument("--listen", metavar="HOST:PORT", help=listen_help)
     p.add_argument("--page-cache", action="store_true",
                    help="read and write through the kernel page cache instead of direct I/O "
                         "(needed for mmap; slower, see docs/PERFORMANCE.md)")
-    p.add_argument("--attr-timeout", type=float, default=None, metavar="SECONDS",
-                   help="how long the kernel may cache attributes (default 60, 1 on a cluster "
+    p.add_argument("--attr-timeout", type=duration, default=None, metavar="DURATION",
+                   help="how long the kernel may cache attributes (default 60s, 1s on a cluster "
                         "daemon; the kernel hears of every change at once anyway)")
     p.add_argument("--allow-other", action="store_true",
                    help="let other users use the mount (the kernel checks the stored modes "
                         "and owners; a non-root owner needs user_allow_other in /etc/fuse.conf)")
-    p = add("umount", "unmount a tierfs mount; its daemon flushes, closes and exits")
-    p.add_argument("mountpoint")
+    add("umount", "unmount a tierfs mount; waits until its daemon flushed, closed and exited"
+        ).add_argument("mountpoint")
+    add("completion", "print a shell completion script: source <(tierfs completion bash)"
+        ).add_argument("shell", choices=("bash", "zsh", "tcsh"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="tierfs", usage="tierfs [GLOBAL OPTIONS] COMMAND [ARGS] (tierfs COMMAND --help)",
+        description="Tiered storage for append-only segments.", epilog=main_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_global_options(parser, in_subcommand=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="tierfs")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text, epilog=command_epilog(name),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    _segment_commands(add)
+    _store_commands(add)
+    _daemon_commands(add)
+    _with_global_options(parser)  # last: a subcommand's own -v or -q stays its own
     return parser
 
 
 def run(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # --help and usage errors exit here
-    from tierfs.cli.commands import execute
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and usage errors exit here
+    if args.command == "completion":
+        from tierfs.cli.completion import completion_script
+
+        sys.stdout.write(completion_script(parser, args.shell))
+        return 0
+    from tierfs.cli.execution import execute
 
     return execute(args)
 

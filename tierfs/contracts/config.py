@@ -5,6 +5,10 @@ Invariants:
   configuration at all.
 - Every value is validated once, here, with an error naming the setting; the rest of
   the code trusts a ``StoreConfig``.
+- Values are taken as people write them, wherever they come from (``StoreConfig(...)``,
+  flags, environment, TOML): ``data_dir`` as a ``str`` or ``Path`` (``~`` expanded),
+  ``*_bytes`` settings with units (``64MiB``), ``*_s`` settings with units (``4h``);
+  see ``units``. Inside, sizes are ints of bytes and times floats of seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from tierfs.contracts.database_urls import (
 )
 from tierfs.contracts.datadir import default_data_dir
 from tierfs.contracts.errors import InvalidArgumentError
+from tierfs.contracts.units import parse_duration, parse_size
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -124,6 +129,8 @@ class StoreConfig:
     cluster_url: str = ""
 
     def __post_init__(self) -> None:
+        for name, value in _normalized(self).items():
+            object.__setattr__(self, name, value)  # frozen: normalized once, here
         if not (is_sqlite_url(self.metadata_url) or is_postgresql_url(self.metadata_url)):
             raise InvalidArgumentError(
                 f"metadata must be 'sqlite:' (the default) or a postgresql:// URL, not "
@@ -198,6 +205,31 @@ class StoreConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(StoreConfig)}
+
+
+def _is_size(name: str) -> bool:
+    return name.endswith("_bytes")
+
+
+def _is_duration(name: str) -> bool:
+    return name.endswith("_s")
+
+
+def _normalized(config: StoreConfig) -> dict[str, Any]:
+    """The fields given as people write them (a str path, ``"64MiB"``, ``"4h"``), as
+    the types the code uses."""
+    changes: dict[str, Any] = {}
+    for name in StoreConfig.__dataclass_fields__:
+        value = getattr(config, name)
+        if name == "data_dir" and not isinstance(value, Path):
+            if not isinstance(value, (str, os.PathLike)):
+                raise InvalidArgumentError(f"data_dir must be a path, not {value!r}")
+            changes[name] = Path(os.path.expanduser(os.fspath(value)))
+        elif _is_size(name) and type(value) is not int:
+            changes[name] = parse_size(value, name)
+        elif _is_duration(name) and type(value) is not float:
+            changes[name] = parse_duration(value, name)
+    return changes
 _OPTION_TABLES = ("tier2_options", "offload_options")
 # environment names that differ from TIERFS_<FIELD>
 _ENV_NAMES = {"tier2_url": "TIERFS_TIER2", "offload_url": "TIERFS_OFFLOAD_TO",
@@ -208,6 +240,10 @@ def _coerce(name: str, raw: Any) -> Any:
     default = StoreConfig.__dataclass_fields__[name].default
     if name == "data_dir":
         return Path(os.path.expanduser(str(raw)))
+    if _is_size(name):
+        return parse_size(raw, name)
+    if _is_duration(name):
+        return parse_duration(raw, name)
     if name in _OPTION_TABLES:
         if not isinstance(raw, Mapping):
             raise InvalidArgumentError(f"{name} must be a table of options")

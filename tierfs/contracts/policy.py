@@ -1,6 +1,7 @@
 """Offload and retention policies: set on directories, inherited below them.
 
-Keys (all whole numbers, seconds or bytes, as their names say):
+Keys (whole seconds or bytes, as their names say; given with units or without: ``4h``,
+``30d``, ``1GiB``, ``3600``; shown back with units by ``format_policy_value``):
 
 - ``offload_after_s``: offload a chunk once it has been sealed that long (a chunk is
   sealed when a later chunk exists, or when its segment is sealed and fully flushed);
@@ -35,10 +36,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from tierfs.contracts.errors import InvalidArgumentError
+from tierfs.contracts.units import format_duration, format_size, parse_size, parse_whole_seconds
 
 POLICY_KEYS = ("offload_after_s", "offload_hot_bytes", "retention_s", "retention_bytes", "rewrite_replaces")
 FLAG_KEYS = ("rewrite_replaces",)  # 0 or 1
 _UNSET = ("", "none", "unset")
+_FLAG_WORDS = {"0": 0, "1": 1, "false": 0, "true": 1, "no": 0, "yes": 1, "off": 0, "on": 1}
 
 
 class PolicyRecord(Protocol):
@@ -122,8 +125,8 @@ class Policy:
             offload, retention = getattr(self, offload_key), getattr(self, retention_key)
             if offload is not None and retention is not None and offload >= retention:
                 raise InvalidArgumentError(
-                    f"policy of {where or '/'}: {offload_key}={offload} is at or above "
-                    f"{retention_key}={retention}; chunks would be deleted before they "
+                    f"policy of {where or '/'}: {offload_key}={format_policy_value(offload_key, offload)} "
+                    f"is at or above {retention_key}={format_policy_value(retention_key, retention)}; chunks would be deleted before they "
                     f"are offloaded (set {offload_key} below {retention_key})"
                 )
 
@@ -142,15 +145,25 @@ def parse_assignments(items: Iterable[str]) -> dict[str, int | None]:
         if raw.lower() in _UNSET:
             result[key] = None
             continue
-        try:
-            value = int(raw)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"policy setting {key}: {raw!r} is not a whole number (or 'none' to unset)"
-            ) from None
-        if value < 0:
-            raise InvalidArgumentError(f"policy setting {key}: must be >= 0, not {value}")
-        if key in FLAG_KEYS and value not in (0, 1):
-            raise InvalidArgumentError(f"policy setting {key}: must be 0 or 1, not {value}")
-        result[key] = value
+        result[key] = parse_policy_value(key, raw)
     return result
+
+
+def parse_policy_value(key: str, raw: object) -> int:
+    """One policy value as given (``4h``, ``1GiB``, ``3600``, ``yes``), as the int kept."""
+    setting = f"policy setting {key}"
+    if key in FLAG_KEYS:
+        value = _FLAG_WORDS.get(str(raw).strip().lower()) if not isinstance(raw, int) else raw
+        if value not in (0, 1):
+            raise InvalidArgumentError(f"{setting}: must be 0 or 1 (or yes/no), not {raw!r}")
+        return int(value)
+    if key.endswith("_bytes"):
+        return parse_size(raw, setting)
+    return parse_whole_seconds(raw, setting)
+
+
+def format_policy_value(key: str, value: int) -> str:
+    """How a value is shown to people: ``1GiB``, ``4h``, flags as 0/1."""
+    if key in FLAG_KEYS:
+        return str(value)
+    return format_size(value) if key.endswith("_bytes") else format_duration(value)

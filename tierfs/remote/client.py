@@ -54,6 +54,11 @@ FOLLOW_IDLE_S = 30.0  # the daemon ends a stream idle this long; the client reop
 FOLLOW_BROKEN_REOPENS = 3  # streams cut short in a row without a byte before follow gives up
 
 
+# what to do when no daemon answers: every front end (CLI, fsspec, Spark) shows this
+NO_DAEMON_HINT = (" (start one: tierfs serve, or tierfs mount DIR; or point TIERFS_URL or TIERFS_DATA_DIR "
+                  "at a running one)")
+
+
 def discover_url(data_dir: str | os.PathLike[str] | None = None) -> str:
     """The daemon URL to use: explicit data dir > TIERFS_URL > TIERFS_DATA_DIR > default."""
     if data_dir is None and os.environ.get("TIERFS_URL"):
@@ -103,7 +108,7 @@ class TierClient:
         try:
             return self._connecting(self.url, lambda: self._http.send(request, stream=stream))
         except httpx.PoolTimeout as e:
-            raise DaemonUnavailableError(f"no connection to the tierfs daemon at {self.url}: {e}") from None
+            raise DaemonUnavailableError(f"no connection to the tierfs daemon at {self.url}: {e}{NO_DAEMON_HINT}") from None
         except httpx.TransportError as e:  # sent (maybe in part), then no answer
             raise ResponseLostError(f"no answer from the tierfs daemon at {self.url}: {e!r}") from None
 
@@ -118,7 +123,7 @@ class TierClient:
                 raise
             except (httpx.ConnectError, httpx.ConnectTimeout, OSError) as e:
                 if not refused_by_live_daemon(url, e):
-                    raise DaemonUnavailableError(f"no tierfs daemon at {url}: {e}") from None
+                    raise DaemonUnavailableError(f"no tierfs daemon at {url}: {e}{NO_DAEMON_HINT}") from None
                 if not backoff.wait():
                     raise DaemonOverloadedError(
                         f"tierfs daemon overloaded at {url}: it is running but accepted no connection "

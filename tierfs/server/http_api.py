@@ -103,7 +103,7 @@ class ForwardedMarker:
         self._header = FORWARDED_HEADER.lower().encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        container = next((value for key, value in scope["headers"] if key == self._header), None)
+        container = next((value for key, value in scope.get("headers", ()) if key == self._header), None)
         if scope["type"] == "http" and container is not None and container.isdigit():
             token = forwarded_request.set(int(container))
             try:
