@@ -235,7 +235,6 @@ def _measure(directory: Path, size: int, rounds: int, children: list[Any], log: 
                         raise RuntimeError(f"offloaded bytes differ in {offset}..{offset + 16 * MiB}")
 
         trio.run(read_main)
-        del payload  # the scans below are checked by size; the children need the memory
         layout = [{"url": f"s3://{BUCKET}/longterm/{key}", "start": 0, "end": length}
                   for key, length in cold["keys"]]
         spec = cold_scan_spec(read_config, size, last, offload_url=read_config.offload_url,
@@ -278,10 +277,10 @@ def print_report(machine: dict[str, Any], results: Results, checks: list[Check],
         rows.append(f"{i:<6} {r.tierfs.mb_per_s:16.0f} {r.ceiling.mb_per_s:14.0f} {r.ratio:8.3f}")
     reads = [f"{'read':<6} {'(d) tierfs MB/s':>16} {'(e) 1 MiB GETs':>15} {'bound':>8} {'(d)/(e)':>8} "
              f"{'(d)/bound':>10} {'GETs':>6}"]
-    for i, r in enumerate(results.reads, start=1):
-        reads.append(f"{i:<6} {r.cold.mb_per_s:16.0f} {r.ranges.mb_per_s:15.0f} {r.bound.mb_per_s:8.0f} "
-                     f"{r.cold.mb_per_s / r.ranges.mb_per_s:8.3f} {r.cold.mb_per_s / r.bound.mb_per_s:10.3f} "
-                     f"{r.gets:6d}")
+    for i, read in enumerate(results.reads, start=1):
+        cold, ranges, bound = read.cold.mb_per_s, read.ranges.mb_per_s, read.bound.mb_per_s
+        reads.append(f"{i:<6} {cold:16.0f} {ranges:15.0f} {bound:8.0f} {cold / ranges:8.3f} {cold / bound:10.3f} "
+                     f"{read.gets:6d}")
     reads.append(f"median (d)/(e) {results.read_ratio:.3f}, (d)/bound {results.bound_ratio:.3f}; "
                   f"{results.reads[0].bound.label}")
     print_sections([header, rows, reads, format_checks(checks)], out)
