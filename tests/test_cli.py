@@ -114,3 +114,175 @@ def test_mv_onto_an_existing_name_replaces_it_unless_it_is_sealed(tmp_path: Path
     refused = tierfs(d, "mv", "old", "kept")
     assert refused.returncode == 1 and b"sealed" in refused.stderr
     assert tierfs(d, "cat", "kept").stdout == b"kept" and tierfs(d, "cat", "old").stdout == b"new contents"
+
+
+# ---------------------------------------------------------------- one grammar (issue 20 item 3)
+@pytest.mark.parametrize("text, expected", [
+    ("4096", 4096), ("4k", 4096), ("4K", 4096), ("4KiB", 4096), ("4kb", 4000), ("64MiB", 64 << 20),
+    ("1GiB", 1 << 30), ("1.5GiB", 3 << 29), ("2 MB", 2_000_000), ("0", 0), ("1T", 1 << 40),
+])
+def test_sizes_take_units(text: str, expected: int) -> None:
+    from tierfs.contracts.units import format_size, parse_size
+
+    assert parse_size(text) == expected
+    assert parse_size(format_size(expected)) == expected  # printed back in a form that parses
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("30", 30.0), ("30s", 30.0), ("500ms", 0.5), ("5m", 300.0), ("4h", 14400.0), ("1h30m", 5400.0),
+    ("30d", 2592000.0), ("1w", 604800.0), ("0.25", 0.25),
+])
+def test_durations_take_units(text: str, expected: float) -> None:
+    from tierfs.contracts.units import format_duration, parse_duration
+
+    assert parse_duration(text) == expected
+    assert parse_duration(format_duration(expected)) == expected
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1", "4 kilos", "1.5", "k", "", "1e3"])
+def test_what_is_not_a_size(bad: str) -> None:
+    from tierfs.contracts.errors import InvalidArgumentError
+    from tierfs.contracts.units import parse_size
+
+    with pytest.raises(InvalidArgumentError, match="max_chunk_bytes"):
+        parse_size(bad, "max_chunk_bytes")
+
+
+def test_units_are_printed_back_as_typed() -> None:
+    from tierfs.contracts.units import format_duration, format_size
+
+    assert [format_size(v) for v in (1 << 30, 64 << 20, 4096, 1000, 0)] == ["1GiB", "64MiB", "4KiB", "1000", "0"]
+    assert [format_duration(v) for v in (14400, 5400, 2592000, 0.5, 0, 90)] == ["4h", "1h30m", "30d", "500ms",
+                                                                                "0s", "1m30s"]
+
+
+def test_store_config_takes_str_paths_and_units(tmp_path: Path) -> None:
+    from tierfs import StoreConfig
+    from tierfs.contracts.config import load_config
+
+    config = StoreConfig(data_dir=str(tmp_path / "d"), max_chunk_bytes="64MiB",  # type: ignore[arg-type]
+                         flush_interval_s="500ms")  # type: ignore[arg-type]
+    assert config.data_dir == tmp_path / "d" and isinstance(config.data_dir, Path)
+    assert (config.max_chunk_bytes, config.flush_interval_s) == (64 << 20, 0.5)
+    assert StoreConfig(data_dir="~/x").data_dir == Path.home() / "x"  # type: ignore[arg-type]
+    toml = tmp_path / "c.toml"
+    toml.write_text('block_cache_bytes = "1GiB"\norphan_grace_s = "4h"\n')
+    loaded = load_config(environ={"TIERFS_FLUSH_BYTES": "4k"}, config_file=toml)
+    assert (loaded.block_cache_bytes, loaded.orphan_grace_s, loaded.flush_bytes) == (1 << 30, 14400.0, 4096)
+
+
+def test_policies_take_units_and_show_them(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    assert tierfs(d, "mkdir", "logs").returncode == 0
+    done = tierfs(d, "policy", "set", "logs", "offload_hot_bytes=1GiB", "retention_s=4h", "offload_after_s=30m",
+                  "rewrite_replaces=yes")
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout.decode()
+    assert "offload_hot_bytes  1GiB  (set here)" in shown and "retention_s        4h  (set here)" in shown
+    assert "offload_after_s    30m  (set here)" in shown and "rewrite_replaces   1  (set here)" in shown
+    as_json = json.loads(tierfs(d, "policy", "get", "logs", "--json").stdout)
+    assert as_json["effective"]["offload_hot_bytes"]["value"] == 1 << 30  # --json: bytes and seconds
+    assert as_json["effective"]["retention_s"]["value"] == 14400
+    refused = tierfs(d, "policy", "set", "logs", "offload_after_s=5h")  # at or above retention_s=4h
+    assert refused.returncode == 1 and b"offload_after_s=5h is at or above retention_s=4h" in refused.stderr
+
+
+def test_flags_with_units(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    tierfs(d, "create", "s")
+    tierfs(d, "append", "s", "-", stdin=b"x" * 5000)
+    assert len(tierfs(d, "cat", "s", "--offset", "1k", "--length", "2k").stdout) == 2048
+    assert len(tierfs(d, "tail", "s", "-c", "1KiB").stdout) == 1024
+
+
+@pytest.mark.parametrize("args", [
+    ["--data-dir", "{d}", "--json", "-v", "ls"],
+    ["ls", "--data-dir", "{d}", "--json", "-v"],
+    ["--json", "ls", "--data-dir", "{d}"],
+    ["-v", "ls", "--json", "--data-dir", "{d}"],
+])
+def test_global_options_go_before_or_after_the_command(tmp_path: Path, args: list[str]) -> None:
+    d = tmp_path / "d"
+    tierfs(d, "mkdir", "logs")
+    argv = [arg.format(d=d) for arg in args]
+    done = subprocess.run([sys.executable, "-m", "tierfs.cli", *argv], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert [entry["name"] for entry in json.loads(done.stdout)] == ["logs"]
+    assert (b"INFO" in done.stderr) == ("-v" in args)  # -v wherever it was given
+
+
+def test_a_value_given_before_the_command_is_kept_after_it(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    done = subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(d), "--durability", "vd",
+                           "create", "s", "--json"], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["durability"] == "vd"
+    assert json.loads(tierfs(d, "stat", "s", "--json").stdout)["durability"] == "vd"
+
+
+def test_help_ends_with_examples_exit_codes_and_every_environment_variable() -> None:
+    import re
+
+    done = subprocess.run([sys.executable, "-m", "tierfs.cli", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0
+    text = done.stdout
+    examples, codes, environment = text.index("examples:"), text.index("exit codes:"), text.index("environment:")
+    assert examples < codes < environment
+    from tierfs.cli.parser import build_parser
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for command in commands:  # one example per command
+        assert re.search(rf"^  {re.escape(command)} +(tierfs|source) ", text[examples:codes], re.M), command
+    for code in range(7):
+        assert re.search(rf"^  {code}  ", text[codes:environment], re.M), code
+    repo = Path(__file__).resolve().parent.parent
+    used = set()
+    for folder in ("tierfs", "fuse", "fsspec_impl"):
+        for path in (repo / folder).rglob("*.py"):
+            used |= set(re.findall(r"TIERFS_[A-Z0-9_]+[A-Z0-9]", path.read_text()))
+    from tierfs.contracts.config import _ENV_NAMES
+
+    used -= {"TIERFS_" + name.upper() for name in _setting_names()} - set(_ENV_NAMES.values())
+    missing = sorted(name for name in used if name not in text[environment:])
+    assert missing == [], f"tierfs --help does not list {missing}"
+
+
+def _setting_names() -> list[str]:  # what TIERFS_<SETTING> covers
+    import dataclasses
+
+    from tierfs import StoreConfig
+
+    return [field.name for field in dataclasses.fields(StoreConfig)]
+
+
+def test_each_command_help_ends_with_its_example() -> None:
+    done = subprocess.run([sys.executable, "-m", "tierfs.cli", "append", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert 'example:\n  tierfs append logs/app.log "hello"' in done.stdout
+    assert "before or after the command" in done.stdout
+
+
+def test_bash_completion_completes_commands_and_options(tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash")
+    script = tmp_path / "tierfs.bash"
+    done = subprocess.run([sys.executable, "-m", "tierfs.cli", "completion", "bash"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    script.write_text(done.stdout)
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(("tierfs", *words))
+        quoted = " ".join(f"'{word}'" for word in words)
+        probe = (f"source {script}; COMP_WORDS=(tierfs {quoted}); COMP_CWORD={len(words)}; "
+                 f"COMP_LINE='{line}'; COMP_POINT={len(line)}; _shtab_tierfs; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        result = subprocess.run(["bash", "-c", probe], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    assert "append" in complete("ap") and "offload-status" in complete("offload")
+    assert "--data-dir" in complete("--data")
+    assert "--follow" in complete("tail", "--fol")
+    assert set(complete("--durability", "")) >= {"pd", "vd", "tier2"}
+    assert set(complete("completion", "")) >= {"bash", "zsh"}
