@@ -33,7 +33,9 @@ import, the connection or the open. Per round, in this order:
 - (r) the ceiling of (a), in the child: with the layout (asked once, untimed) every
   chunk file opened once and each whole 1 MiB block ``pread`` and checked against the
   layout's CRC32C, handed out one by one (``benchmarks/fsspec_child.py``): the work a
-  verified direct read cannot avoid;
+  verified direct read cannot avoid; (r) and (a) run three times each, taking turns,
+  and the fastest of each counts (a scan takes tens of milliseconds: one scheduling
+  delay from another tenant would otherwise decide the figure);
 - (a) fsspec: ``f = fsspec.open("tierfs://<segment>", "rb").open()`` (untimed; it stats
   the segment), then ``f.read(1 MiB)`` until EOF (the plugin's 1 MiB block cache; the
   flushed bytes are read straight from the chunk files, one ``pread`` and one CRC32C
@@ -128,6 +130,7 @@ SMALL_READS = 2000
 APPEND_BYTES = 1024
 APPEND_WARMUP = 100
 TARGET_RATIO = 0.60
+PAIR_REPEATS = 3  # (r) and (a) per round, best of each (see best_of_pairs)
 SEED = 4
 STOP_TIMEOUT_S = 60.0  # the daemon flushes before it exits
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -316,13 +319,31 @@ LABELS = {
 }
 
 
+async def best_of_pairs(child: Child, daemon: Daemon) -> tuple[Scan, Scan]:
+    """(r) and (a), PAIR_REPEATS times each, taking turns which goes first: the
+    fastest scan of each. A scan of the warm segment takes tens of milliseconds, so one
+    scheduling delay of another tenant's process can halve a single figure."""
+    pread: list[Scan] = []
+    opened: list[Scan] = []
+    for index in range(PAIR_REPEATS):
+        for which in (("r", "a") if index % 2 == 0 else ("a", "r")):
+            if which == "r":
+                pread.append(await fsspec_scan(child, daemon, "scan_pread", LABELS["r"]))
+            else:
+                opened.append(await fsspec_scan(child, daemon, "scan_open", LABELS["a"], read_bytes=OPEN_READ_BYTES))
+
+    def best(scans: list[Scan]) -> Scan:
+        return min(scans, key=lambda scan: scan.throughput.seconds)
+
+    return best(pread), best(opened)
+
+
 async def measure_round(
     store: SegmentStore, child: Child, daemon: Daemon, directory: Path, payload: bytes
 ) -> Round:
     size = len(payload)
     ceiling = await trio.to_thread.run_sync(socket_ceiling, child, directory, payload)
-    pread_ceiling = await fsspec_scan(child, daemon, "scan_pread", LABELS["r"])
-    fsspec_open = await fsspec_scan(child, daemon, "scan_open", LABELS["a"], read_bytes=OPEN_READ_BYTES)
+    pread_ceiling, fsspec_open = await best_of_pairs(child, daemon)
     engine_open = await engine_scan(store, size, OPEN_READ_BYTES, LABELS["a'"])
     fsspec_open_daemon = await fsspec_scan(
         child, daemon, "scan_open", LABELS["d"], read_bytes=OPEN_READ_BYTES, direct=False

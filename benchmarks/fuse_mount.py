@@ -34,7 +34,7 @@ mount``) and ``page_cache`` (``--page-cache``):
 - sustained VD write, in the direct_io mode, ``--rounds`` times (``benchmarks/fuse_writes.py``):
   ``--sustained-mib`` (default twice ``max_backlog_bytes``, 2 GiB) written with one
   1 MiB ``os.write`` per request into a new segment, a request refused because the
-  backlog is full (ENOSPC) retried after 1 ms, timed until ``client.op("flush")``
+  backlog is full (ENOSPC) retried after 10 ms, timed until ``client.op("flush")``
   returns (the upload included); seconds before it, the same writer into the minimal
   filesystem's ``journal`` file (one ``write(2)`` per request to the data disk, mounted
   again beside tierfs) and the upload bound (s3fs ``pipe_file`` of 16 MiB objects one
