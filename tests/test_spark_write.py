@@ -159,3 +159,32 @@ def test_a_plain_save_says_which_mode_to_use(spark: Any, sdaemon: Daemon) -> Non
         frame.write.format("tierfs").mode("overwrite").options(**options).save("tierfs://plain/new")
     frame.write.format("tierfs").mode("append").options(**options).save("tierfs://plain/new")
     assert sdaemon.client().read("plain/new").decode().strip() == '{"id":1,"name":"a"}'
+
+
+def test_an_append_refused_for_a_full_backlog_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused append wrote nothing: it is sent again, with pauses that double up to a
+    second, until the daemon takes it; after BACKLOG_WAIT_S of refusals it fails."""
+    from tierfs.contracts.errors import BacklogFullError
+    from tierfs.spark import write
+
+    class Refusing:
+        def __init__(self, refusals: int) -> None:
+            self.refusals = refusals
+            self.appended: list[bytes] = []
+
+        def append(self, name: str, data: bytes) -> int:
+            if self.refusals:
+                self.refusals -= 1
+                raise BacklogFullError(2 << 30, 1 << 30)
+            self.appended.append(data)
+            return 0
+
+    pauses: list[float] = []
+    monkeypatch.setattr(write.time, "sleep", pauses.append)
+    client = Refusing(refusals=7)
+    write.append_when_there_is_room(client, "tx/p0", b"rows\n")  # type: ignore[arg-type]
+    assert client.appended == [b"rows\n"]
+    assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    monkeypatch.setattr(write, "BACKLOG_WAIT_S", 2.0)
+    with pytest.raises(BacklogFullError):
+        write.append_when_there_is_room(Refusing(refusals=100), "tx/p0", b"rows\n")  # type: ignore[arg-type]

@@ -94,10 +94,10 @@ class TierDataSource(DataSource):
         return TierStreamReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> TierWriter:
-        return TierWriter(dict(self.options), schema, overwrite)
+        return TierWriter.for_schema(dict(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TierStreamWriter:
-        return TierStreamWriter(dict(self.options), schema, overwrite)
+        return TierStreamWriter.for_schema(dict(self.options), schema, overwrite)
 
 
 def register(spark: Any) -> None:

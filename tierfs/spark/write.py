@@ -10,7 +10,10 @@ transaction, no byte copied), then deletes what failed or speculative attempts l
 behind. An abort deletes the job's transaction segments. A batch job then leaves a
 tombstone (see ``TierWriter``) so that attempts still running cannot add segments. Rows are written as JSON lines
 (``format`` ``json``, default), as one string column per line (``lines``) or as the
-bytes of one binary column (``raw``).
+bytes of one binary column (``raw``), encoded by ``write_encoding``: whole Arrow record
+batches at once where it can encode the schema (``TierArrowWriter``,
+``TierStreamArrowWriter``: PySpark hands them the batches instead of a Row per row),
+else row by row; both write the same bytes.
 
 Invariants:
 - Rows reach the target only through the commit's single concat: a failed, retried or
@@ -21,27 +24,34 @@ Invariants:
   every batch lands exactly once. The writer id is the ``writer_id`` option, or derived
   from the query's checkpoint location.
 - The target is append-only: ``mode("overwrite")`` is refused before any task runs.
+- An append refused for a full backlog wrote nothing; it is sent again (with backoff,
+  for at most ``BACKLOG_WAIT_S``), so each byte lands once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import decimal
 import hashlib
-import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from tierfs.contracts.errors import (
     AlreadyCommittedError,
+    BacklogFullError,
     DirectoryNotEmptyError,
     InvalidArgumentError,
     NotADirectoryError_,
@@ -53,10 +63,32 @@ from tierfs.contracts.info import SegmentInfo
 from tierfs.contracts.names import basename, canonical, parent_of
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.spark.read import strip_scheme
+from tierfs.spark.write_encoding import WRITE_FORMATS, BatchEncoder, encode_row
 
 TX_DIRECTORY = "_tierfs_tx"
-WRITE_FORMATS = ("json", "lines", "raw")
 APPEND_BUFFER_BYTES = 1 << 20
+# A task faster than the daemon's upload to tier-2 meets a full backlog: its append is
+# refused and changed nothing, so it is sent again after a pause that doubles up to
+# a second; after ten minutes of refusals the task fails (and Spark may retry it).
+BACKLOG_RETRY_INITIAL_S = 0.05
+BACKLOG_RETRY_MAX_S = 1.0
+BACKLOG_WAIT_S = 600.0
+
+
+def append_when_there_is_room(client: TierClient, name: str, data: bytes) -> None:
+    """``client.append``, sent again while the daemon refuses it for a full backlog
+    (see ``BACKLOG_RETRY_*``)."""
+    delay_s, waited_s = BACKLOG_RETRY_INITIAL_S, 0.0
+    while True:
+        try:
+            client.append(name, data)
+            return
+        except BacklogFullError:
+            if waited_s >= BACKLOG_WAIT_S:
+                raise
+            time.sleep(delay_s)
+            waited_s += delay_s
+            delay_s = min(2 * delay_s, BACKLOG_RETRY_MAX_S)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,16 +97,6 @@ class TierCommitMessage(WriterCommitMessage):
     segment: str | None  # None: the task had no rows
     rows: int
     bytes: int
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (datetime.datetime, datetime.date)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).hex()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 class _TierWriterBase:
@@ -94,6 +116,7 @@ class _TierWriterBase:
             raise InvalidArgumentError(
                 f"format {self.format} writes exactly one {wanted.simpleString()} column; the data has {schema.simpleString()}"
             )
+        self.schema = schema
         self.writer_id = writer_id
         self.tx_root = "/".join(filter(None, (parent_of(self.target), TX_DIRECTORY)))
         self.tx_dir = f"{self.tx_root}/{basename(self.target)}-{writer_id}"
@@ -114,16 +137,20 @@ class _TierWriterBase:
         url = self.options.get("url") or discover_url(self.options.get("data_dir") or None)
         return TierClient(url, self.options.get("token"))
 
-    def _encode(self, row: Row) -> bytes:
-        if self.format == "json":
-            return json.dumps(row.asDict(recursive=True), default=_json_default,
-                              separators=(",", ":")).encode() + b"\n"
-        value = row[0]
-        if value is None:
-            return b"" if self.format == "raw" else b"\n"
-        return bytes(value) if self.format == "raw" else str(value).encode() + b"\n"
-
     def write(self, iterator: Iterator[Row]) -> TierCommitMessage:
+        """Spark rows, one by one (``encode_row``)."""
+        return self._write_encoded((1, encode_row(self.format, row)) for row in iterator)
+
+    def _write_batches(self, batches: Iterable[pa.RecordBatch]) -> TierCommitMessage:
+        """Arrow record batches, each encoded at once (``BatchEncoder``)."""
+        encoder = BatchEncoder.of(self.format, self.schema)
+        if encoder is None:
+            raise InvalidArgumentError(f"no batch encoding for {self.schema.simpleString()}")
+        return self._write_encoded((batch.num_rows, encoder.encode(batch)) for batch in batches)
+
+    def _write_encoded(self, pieces: Iterable[tuple[int, Any]]) -> TierCommitMessage:
+        """Append (rows, encoded bytes) pieces to this attempt's transaction segment in
+        appends of ``APPEND_BUFFER_BYTES``; sync and seal it; report it."""
         context = TaskContext.get()
         partition = context.partitionId() if context else 0
         attempt = context.taskAttemptId() if context else 0
@@ -138,16 +165,20 @@ class _TierWriterBase:
             if not created:
                 client.create(name, durability="vd", parents=True)
                 created = True
-            client.append(name, bytes(buffer))
+            append_when_there_is_room(client, name, bytes(buffer))
             written += len(buffer)
             buffer.clear()
 
         try:
-            for row in iterator:
-                buffer += self._encode(row)
-                rows += 1
-                if len(buffer) >= APPEND_BUFFER_BYTES:
+            for count, data in pieces:
+                rows += count
+                view = memoryview(data)
+                while len(view) >= APPEND_BUFFER_BYTES - len(buffer):
+                    room = APPEND_BUFFER_BYTES - len(buffer)
+                    buffer += view[:room]
+                    view = view[room:]
                     send()
+                buffer += view
             if buffer:
                 send()
             if not created:
@@ -218,6 +249,14 @@ class TierWriter(_TierWriterBase, DataSourceWriter):
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite, uuid.uuid4().hex[:16])
 
+    @staticmethod
+    def for_schema(options: dict[str, str], schema: StructType, overwrite: bool) -> TierWriter:
+        """``TierArrowWriter`` when ``BatchEncoder`` can encode the schema, else this."""
+        writer = TierWriter(options, schema, overwrite)
+        if BatchEncoder.of(writer.format, schema) is None:
+            return writer
+        return TierArrowWriter(options, schema, overwrite)
+
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._commit(messages, None)
 
@@ -261,6 +300,14 @@ class TierWriter(_TierWriterBase, DataSourceWriter):
             pass  # tombstones younger than the TTL, or another job's transactions
 
 
+class TierArrowWriter(TierWriter, DataSourceArrowWriter):
+    """``TierWriter`` fed Arrow record batches (PySpark passes a ``DataSourceArrowWriter``
+    the batches it would otherwise turn into rows): each batch encoded at once."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TierCommitMessage:
+        return self._write_batches(iterator)
+
+
 class TierStreamWriter(_TierWriterBase, DataSourceStreamWriter):
     """``df.writeStream.format("tierfs")``: one transaction per micro-batch, deduplicated
     by batch id."""
@@ -268,11 +315,26 @@ class TierStreamWriter(_TierWriterBase, DataSourceStreamWriter):
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite, stream_writer_id(options))
 
+    @staticmethod
+    def for_schema(options: dict[str, str], schema: StructType, overwrite: bool) -> TierStreamWriter:
+        """``TierStreamArrowWriter`` when ``BatchEncoder`` can encode the schema, else this."""
+        writer = TierStreamWriter(options, schema, overwrite)
+        if BatchEncoder.of(writer.format, schema) is None:
+            return writer
+        return TierStreamArrowWriter(options, schema, overwrite)
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._commit(messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._abort()
+
+
+class TierStreamArrowWriter(TierStreamWriter, DataSourceStreamArrowWriter):
+    """``TierStreamWriter`` fed Arrow record batches (see ``TierArrowWriter``)."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TierCommitMessage:
+        return self._write_batches(iterator)
 
 
 def stream_writer_id(options: dict[str, str]) -> str:
