@@ -133,7 +133,8 @@ def main() -> int:
             threads.append(threading.Thread(target=follow_reference, args=(request["address"], index, f),
                                             daemon=True))
     gc.collect()  # the process's setup stays out of the collector's full passes (pauses
-    gc.freeze()  # of 15-40 ms that every follower thread of the process would wait out)
+    gc.freeze()  # of 15-40 ms that every follower of the process would wait out), and
+    gc.set_threshold(50_000, 20, 100)  # young objects are collected rarely, as in the daemon
     for thread in threads:
         thread.start()
     waited_s = wait_until(followers, 0, request["ready_timeout_s"])
