@@ -286,3 +286,22 @@ def test_bash_completion_completes_commands_and_options(tmp_path: Path) -> None:
     assert "--follow" in complete("tail", "--fol")
     assert set(complete("--durability", "")) >= {"pd", "vd", "tier2"}
     assert set(complete("completion", "")) >= {"bash", "zsh"}
+
+
+def test_url_names_the_daemon_to_talk_to(tmp_path: Path) -> None:
+    from tierfs.testing.harness import start_daemon
+
+    daemon = start_daemon(tmp_path / "served", verbose=False)
+    try:
+        url = f"unix://{daemon.socket}"
+        assert tierfs(tmp_path / "elsewhere", "--url", url, "mkdir", "via-url").returncode == 0
+        listed = subprocess.run([sys.executable, "-m", "tierfs.cli", "ls", "--url", url], capture_output=True)
+        assert listed.stdout == b"via-url/\n", listed.stderr
+        from_env = subprocess.run([sys.executable, "-m", "tierfs.cli", "ls"], capture_output=True,
+                                  env={**os.environ, "TIERFS_URL": url})
+        assert from_env.stdout == b"via-url/\n", from_env.stderr
+        refused = tierfs(tmp_path / "d", "--url", url, "serve")
+        assert refused.returncode == 1 and b"give --data-dir instead of --url" in refused.stderr
+    finally:
+        daemon.stop()
+    assert not (tmp_path / "elsewhere").exists()  # --url wins: the data dir was never opened

@@ -121,7 +121,7 @@ def test_no_permission_on_the_data_dir(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, needle", [
     (["cat", "x", "--length", "-5"], "--length: -5 is negative"),
-    (["cat", "x", "--offset", "5x"], "--offset: '5x' is not a size"),
+    (["cat", "x", "--offset", "5x"], "--offset: '5x' is not a whole number of bytes or a size"),
     (["--deletion-lag", "soon", "ls"], "--deletion-lag: 'soon' is not a duration"),
     (["ls", "--durability", "fast"], "invalid choice: 'fast'"),
     (["mount", "m", "--attr-timeout", "-1s"], "--attr-timeout"),
@@ -136,8 +136,8 @@ def test_bad_flag_values_are_usage_errors(tmp_path: Path, args: list[str], needl
 
 @pytest.mark.parametrize("setting, env, needle", [
     (["policy", "set", "/", "retention_s=soon"], {}, "retention_s: 'soon' is not a duration"),
-    (["policy", "set", "/", "offload_hot_bytes=lots"], {}, "'lots' is not a size"),
-    (["ls"], {"TIERFS_FLUSH_BYTES": "lots"}, "flush_bytes: 'lots' is not a size"),
+    (["policy", "set", "/", "offload_hot_bytes=lots"], {}, "'lots' is not a whole number of bytes or a size"),
+    (["ls"], {"TIERFS_FLUSH_BYTES": "lots"}, "flush_bytes: 'lots' is not a whole number of bytes"),
     (["ls"], {"TIERFS_FLUSH_INTERVAL_S": "-1s"}, "flush_interval_s"),
 ])
 def test_bad_setting_values_name_the_setting(tmp_path: Path, setting: list[str], env: dict[str, str],

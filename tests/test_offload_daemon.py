@@ -170,7 +170,7 @@ def test_offloaded_data_reads_back_through_every_front_end(
         assert cat.returncode == 0 and hashlib.sha256(cat.stdout).hexdigest() == digest
         assert _cli(mount.data_dir, "policy", "set", "logs", "offload_after_s=60").returncode == 0
         shown = _cli(mount.data_dir, "policy", "get", "logs/f.bin")
-        assert "offload_after_s    60  (from logs)" in shown.stdout
+        assert "offload_after_s    1m  (from logs)" in shown.stdout
         bad = _cli(mount.data_dir, "policy", "set", "/", "retention_s=60")
         assert bad.returncode == 1 and "at or above" in bad.stderr
     finally:

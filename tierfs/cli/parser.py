@@ -100,7 +100,7 @@ def _segment_commands(new: AddCommand) -> None:
     p = new("cat", "write a segment's bytes to stdout")
     p.add_argument("path")
     p.add_argument("--offset", type=size, help="default: the first byte retention kept")
-    p.add_argument("--length", type=size, help=SIZE_HELP)
+    p.add_argument("--length", type=size, help="bytes to read, or a size: " + SIZE_HELP)
     p.add_argument("--unconfirmed", action="store_true", help="read up to the appended length")
     new("stat", "show a segment's or directory's attributes").add_argument("path")
     p = new("ls", "list a directory")
@@ -147,7 +147,7 @@ def _store_commands(add: AddCommand) -> None:
     q = policy_sub.add_parser(
         "set", help="set KEY=VALUE (VALUE none unsets); keys: " + ", ".join(POLICY_KEYS),
         description=f"set KEY=VALUE on a directory (none unsets). Keys: {', '.join(POLICY_KEYS)}. "
-                    f"*_bytes: {SIZE_HELP}. *_s: {DURATION_HELP}.",
+                    f"*_bytes: bytes or a size ({SIZE_HELP}). *_s: {DURATION_HELP}.",
         epilog=command_epilog("policy"), formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("path", help="a directory ('' or / for the root)")
     q.add_argument("settings", nargs="+", metavar="KEY=VALUE")

@@ -39,14 +39,14 @@ _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
 _SIZE_RE = re.compile(_NUMBER + r"\s*([a-z]*)")
 _DURATION_PART_RE = re.compile(_NUMBER + r"\s*(ms|s|m|h|d|w)")
 
-SIZE_HELP = "bytes, or with a unit: 4k, 64MiB, 1GiB; K, M, G mean KiB, MiB, GiB, and KB, MB, GB powers of 1000"
+SIZE_HELP = "4k, 64MiB, 1GiB; K, M, G mean KiB, MiB, GiB, and KB, MB, GB powers of 1000"
 DURATION_HELP = "seconds, or with units: 500ms, 30s, 5m, 4h, 1h30m, 30d"
 
 
 def parse_size(raw: object, setting: str = "size") -> int:
     """Bytes from an int or a text such as ``4k``, ``64MiB``, ``1.5GiB``; >= 0."""
     if isinstance(raw, bool):
-        raise InvalidArgumentError(f"{setting}: {raw!r} is not a size ({SIZE_HELP})")
+        raise InvalidArgumentError(f"{setting}: {raw!r} is not a whole number of bytes or a size with a unit ({SIZE_HELP})")
     if isinstance(raw, int):
         value = raw
     elif isinstance(raw, float):
@@ -56,10 +56,10 @@ def parse_size(raw: object, setting: str = "size") -> int:
     else:
         text = str(raw).strip().lower()
         if text.startswith("-"):
-            raise InvalidArgumentError(f"{setting}: {raw!r} is negative; sizes are >= 0")
+            raise InvalidArgumentError(f"{setting}: must be >= 0, not {raw!r}")
         match = _SIZE_RE.fullmatch(text)
         if match is None or match.group(2) not in _SIZE_UNITS:
-            raise InvalidArgumentError(f"{setting}: {raw!r} is not a size ({SIZE_HELP})")
+            raise InvalidArgumentError(f"{setting}: {raw!r} is not a whole number of bytes or a size with a unit ({SIZE_HELP})")
         number, unit = match.group(1), _SIZE_UNITS[match.group(2)]
         if "." in number:
             exact = float(number) * unit
@@ -69,7 +69,7 @@ def parse_size(raw: object, setting: str = "size") -> int:
         else:
             value = int(number) * unit
     if value < 0:
-        raise InvalidArgumentError(f"{setting}: {raw!r} is negative; sizes are >= 0")
+        raise InvalidArgumentError(f"{setting}: must be >= 0, not {raw!r}")
     return value
 
 
@@ -89,8 +89,10 @@ def parse_duration(raw: object, setting: str = "duration") -> float:
             if not parts or covered.replace(" ", "") != text.replace(" ", ""):
                 raise InvalidArgumentError(f"{setting}: {raw!r} is not a duration ({DURATION_HELP})") from None
             seconds = sum(float(part.group(1)) * _DURATION_UNITS[part.group(2)] for part in parts)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidArgumentError(f"{setting}: {raw!r} is not a duration >= 0 ({DURATION_HELP})")
+    if not math.isfinite(seconds):
+        raise InvalidArgumentError(f"{setting}: {raw!r} is not a duration ({DURATION_HELP})")
+    if seconds < 0:
+        raise InvalidArgumentError(f"{setting}: must be >= 0, not {raw!r}")
     return seconds
 
 
