@@ -305,3 +305,27 @@ def test_url_names_the_daemon_to_talk_to(tmp_path: Path) -> None:
     finally:
         daemon.stop()
     assert not (tmp_path / "elsewhere").exists()  # --url wins: the data dir was never opened
+
+
+def test_serve_prints_one_line_when_ready_and_one_when_stopped(tmp_path: Path) -> None:
+    import signal
+
+    data_dir = tmp_path / "d"
+    stderr_path = tmp_path / "stderr"
+    with stderr_path.open("w") as stderr:
+        serve = subprocess.Popen([sys.executable, "-m", "tierfs.cli", "serve", "--data-dir", str(data_dir)],
+                                 stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
+    try:
+        import time
+
+        deadline = time.monotonic() + 30
+        while not stderr_path.read_text() and serve.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ready = stderr_path.read_text().splitlines()
+        assert ready == [f"tierfs: serving {data_dir} (pid {serve.pid}): API on {data_dir}/tierfs.sock; "
+                         f"stop: Ctrl-C or kill {serve.pid}"], ready
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(timeout=60)
+    lines = stderr_path.read_text().splitlines()
+    assert code == 0 and lines[1:] == [f"tierfs: stopped (pid {serve.pid}): {data_dir} flushed and closed"], lines
