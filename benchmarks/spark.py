@@ -3,7 +3,9 @@ chunks are in S3, through the tierfs data source with 1 and with 2 executor core
 to s3fs reading the same chunk objects in one process, in one run. Scenario ``events``
 (``--scenario events``, ``benchmarks/spark_events.py``): JSON events through
 ``format("json")`` and ``format("lines")`` next to ``spark.read.json`` /
-``spark.read.text`` of the same bytes in a local file.
+``spark.read.text`` of the same bytes in a local file, and the same rows written through
+``format("tierfs")`` next to ``df.write.json`` to a local directory
+(``benchmarks/spark_writes.py``).
 
 One run starts its own S3-protocol server, s3rver (npm, see ``benchmarks/s3server.py``),
 on 127.0.0.1 with its data in the scratch directory ``tmp-tierfs-bench-*`` under ``--dir``
@@ -41,7 +43,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -60,7 +61,7 @@ from benchmarks.common import (
 )
 
 HELP = ("Spark reads with 1 and 2 executor cores: raw from S3 vs s3fs (s3rver), or JSON events "
-        "vs spark.read.json/text (--scenario events)")
+        "vs spark.read.json/text and writes vs df.write.json (--scenario events)")
 BUCKET = "tierfs-bench"
 SEGMENT = "bench/read"  # what ``read.write_segment`` writes
 DAEMON_START_TIMEOUT_S = 60.0  # the daemon opens a store whose tier-2 is s3rver
@@ -140,8 +141,6 @@ def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
     from tierfs import StoreConfig
     from tierfs.testing.harness import start_daemon
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     with s3_server(directory / "s3rver", log) as endpoint:
         endpoint.create_bucket(BUCKET)
         storage = endpoint.storage_options()
