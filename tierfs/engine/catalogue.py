@@ -6,7 +6,9 @@ segment's in-memory state right after it succeeds (write-through), so readers of
 state always see what the metadata holds.
 
 Invariants:
-- A segment's chunk list is loaded once, then kept write-through; records are frozen
+- Reads ask only for the records they cover (``chunks_covering``); a segment's whole
+  chunk list is loaded once by the parts that need it (flush, defrag, offload,
+  layout, fsck), then kept write-through; records are frozen
   values (``record_types``), replaced (``dataclasses.replace``), never mutated.
 - Commits are conditional on the row's revision (``MetadataStore``); on failure the
   in-memory state is unchanged.
@@ -15,9 +17,10 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -29,9 +32,16 @@ from tierfs.engine.segment_state import SegmentState
 T = TypeVar("T")
 
 
+class ChunkRows(Protocol):
+    """Chunk records read on demand (``engine.segment_rows``, its own read connection)."""
+
+    def chunks_covering(self, segment_id: int, start: int, end: int) -> list[Chunk]: ...
+
+
 class ChunkCatalogue:
-    def __init__(self, metadata: MetadataStore) -> None:
+    def __init__(self, metadata: MetadataStore, rows: ChunkRows) -> None:
         self.metadata = metadata
+        self._rows = rows
         self._limiter = trio.CapacityLimiter(1)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -47,6 +57,18 @@ class ChunkCatalogue:
         assert seg.chunks is not None
         return seg.chunks
 
+    def chunks_covering(self, seg: SegmentState, start: int, end: int) -> list[Chunk]:
+        """The records overlapping ``[start, end)``: a slice of the loaded list, or an
+        index range of the metadata for a segment whose list nobody loaded (a read
+        costs what it reads, not what the segment holds). The metadata has every commit
+        before its install here, so either answer is a committed state."""
+        chunks = seg.chunks
+        if chunks is None:
+            return self._rows.chunks_covering(seg.segment_id, start, end)
+        first = max(seg.chunk_index_at(start), 0)
+        last = bisect.bisect_left(seg.chunk_starts, end, lo=first)
+        return chunks[first:last]
+
     def install(self, seg: SegmentState, revision: int, record: SegmentMeta) -> None:
         seg.row = SegmentRow(seg.segment_id, seg.name, revision, record)
 
@@ -60,6 +82,16 @@ class ChunkCatalogue:
         """A flush: the new or grown chunk record and the segment record, together."""
         self.install(seg, await self.call(self.metadata.commit_flush, seg.row, record, chunk), record)
         seg.put_chunk(chunk)
+
+    async def commit_flushes(self, flushes: list[tuple[SegmentState, SegmentMeta, Chunk]]) -> None:
+        """Many segments' flushes in one transaction, all or nothing (the storage
+        writer's batches); installed into each segment once it committed."""
+        revisions = await self.call(
+            self.metadata.commit_flushes, [(seg.row, record, chunk) for seg, record, chunk in flushes]
+        )
+        for (seg, record, chunk), revision in zip(flushes, revisions, strict=True):
+            self.install(seg, revision, record)
+            seg.put_chunk(chunk)
 
     async def commit_chunk(self, seg: SegmentState, chunk: Chunk) -> None:
         """A new version of an existing chunk record (same start offset)."""

@@ -26,6 +26,12 @@ from tierfs.engine.segment_state import SegmentState
 class ChunkSource(Protocol):
     async def chunks_of(self, seg: SegmentState) -> list[Chunk]: ...
 
+    def chunks_covering(self, seg: SegmentState, start: int, end: int) -> list[Chunk]:
+        """The chunk records overlapping ``[start, end)``, by offset: from the loaded list,
+        or, where nothing loaded it, from the metadata (an index range): the cost of a
+        read follows the read, not the number of chunks."""
+        ...
+
 
 class LongTermBlocks(Protocol):
     async def read_block(self, chunk: Chunk, block: int) -> bytes: ...

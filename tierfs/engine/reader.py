@@ -21,6 +21,9 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
+import operator
+
 import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES
@@ -40,6 +43,7 @@ from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.tail_reader import TailReader
 
 MAX_TAIL_RETRIES = 3  # a flush can race a journal read-back at most a few times
+_start_offset = operator.attrgetter("start_offset")
 
 
 class Reader:
@@ -92,10 +96,11 @@ class Reader:
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     @staticmethod
-    def _blocks_of(chunks: list[Chunk], seg: SegmentState, start: int, end: int) -> list[tuple[Chunk, int]]:
-        """(chunk, block index) of every block overlapping segment bytes [start, end)."""
+    def _blocks_of(chunks: list[Chunk], start: int, end: int) -> list[tuple[Chunk, int]]:
+        """(chunk, block index) of every block overlapping segment bytes [start, end)
+        (``chunks``: records by offset that cover the range, and maybe more)."""
         wanted: list[tuple[Chunk, int]] = []
-        index = max(seg.chunk_index_at(start), 0)
+        index = max(bisect.bisect_right(chunks, start, key=_start_offset) - 1, 0)
         while index < len(chunks) and chunks[index].start_offset < end:
             chunk = chunks[index]
             lo = max(start, chunk.start_offset) - chunk.start_offset
@@ -106,7 +111,7 @@ class Reader:
         return wanted
 
     async def read_chunks(self, seg: SegmentState, start: int, end: int) -> bytes:
-        chunks = await self._chunks.chunks_of(seg)
+        chunks = self._covering(seg, start, end)
         while True:
             try:
                 return await self._read_chunks(seg, chunks, start, end)
@@ -114,13 +119,20 @@ class Reader:
                 # An offload completed or a defrag swapped chunks meanwhile and the old
                 # object is gone (deletion lag 0): the records now point at the
                 # long-term copy or the merged chunk; resolve again, as long as the
-                # list keeps changing (a defrag swaps one run after another).
-                if seg.chunks is chunks:
+                # records keep changing (a defrag swaps one run after another).
+                again = self._covering(seg, start, end)
+                if again == chunks:
                     raise
-                chunks = await self._chunks.chunks_of(seg)
+                chunks = again
+
+    def _covering(self, seg: SegmentState, start: int, end: int) -> list[Chunk]:
+        chunks = self._chunks.chunks_covering(seg, start, end)
+        if (not chunks or chunks[0].start_offset > start) and start < seg.start_offset:
+            raise TruncatedError(seg.name, start, seg.start_offset)  # retention, meanwhile
+        return chunks
 
     async def _read_chunks(self, seg: SegmentState, chunks: list[Chunk], start: int, end: int) -> bytes:
-        wanted = self._blocks_of(chunks, seg, start, end)
+        wanted = self._blocks_of(chunks, start, end)
         blocks: list[bytes] = [b""] * len(wanted)
         cache = self._blocks.cache
         keys = [block_key(chunk, block) for chunk, block in wanted]
@@ -165,12 +177,12 @@ class Reader:
         up in whole runs rather than one block at a time."""
         end = min(end, seg.flushed_length)
         nursery = self._nursery
-        if nursery is None or seg.deleted or seg.chunks is None or end <= start:
+        if nursery is None or seg.deleted or end <= start:
             return 0
         run_blocks = max(1, run_blocks)
         cache = self._blocks.cache
         runs: list[tuple[Chunk, int, int]] = []  # (chunk, first block, count)
-        for chunk, block in self._blocks_of(seg.chunks, seg, start, end):
+        for chunk, block in self._blocks_of(self._chunks.chunks_covering(seg, start, end), start, end):
             if cache.has(block_key(chunk, block)):
                 continue
             if runs:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from tierfs.contracts import names
 from tierfs.engine import records
 from tierfs.engine.metadata_sql import SegmentRow
-from tierfs.engine.record_types import SegmentMeta
+from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.schema_migrations import UNLINKED_CONDITION
 from tierfs.engine.sql_database import Database
 
@@ -69,6 +69,15 @@ class SegmentRowReader:
                 return
             yield [_row(values) for values in found]
             low = found[-1][1]
+
+    def chunks_covering(self, segment_id: int, start: int, end: int) -> list[Chunk]:
+        """The chunk records of a segment that overlap bytes ``[start, end)``, by offset:
+        two index ranges on (segment_id, start_offset), whatever the segment holds."""
+        found = self._db.execute(
+            "SELECT value FROM chunks WHERE segment_id=? AND start_offset < ? AND start_offset >= "
+            "(SELECT coalesce(max(start_offset), 0) FROM chunks WHERE segment_id=? AND start_offset <= ?) "
+            "ORDER BY start_offset", (segment_id, end, segment_id, start))
+        return [records.load(Chunk, bytes(value)) for (value,) in found]
 
     def unlinked_leftovers(self) -> list[str]:
         """Names the mount kept for open descriptors after an unlink (partial index)."""

@@ -96,7 +96,7 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     epoch, journal = opened.epoch, opened.journal
     fence = OwnerFence(opened.claim, opened.chunk_storage, limiter, config)
     chunk_storage = fence.guarded_storage(long_term)
-    catalogue = ChunkCatalogue(opened.metadata)
+    catalogue = ChunkCatalogue(opened.metadata, opened.segment_rows)
     garbage = GarbageCollector(catalogue, chunk_storage, limiter, long_term)
     tail = TailReader(journal)
     writer = StorageWriter(config, epoch, chunk_storage, limiter, catalogue, tail, shared.tail_budget,
