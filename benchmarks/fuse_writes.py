@@ -75,6 +75,7 @@ class SustainedWrite:
 class SustainedRound:
     ceiling: SustainedWrite  # one write(2) per request to the data disk
     upload: Throughput  # the upload bound
+    upload_server_cpu_s: float  # s3rver's CPU during the upload bound
     tierfs: SustainedWrite
     daemon_cpu_s: float  # the mount daemon's CPU during the tierfs write and flush
     server_cpu_s: float  # s3rver's meanwhile
@@ -142,7 +143,9 @@ def sustained_round(ceiling_file: Path, tierfs_dir: Path, name: str, total_bytes
     from tierfs.contracts.info import SegmentInfo
 
     ceiling = write_requests(ceiling_file, total_bytes)
+    server_before = cpu_of()[1]
     upload = upload_bound(options, bucket, StoreConfig().max_flush_bytes)
+    upload_server_cpu_s = cpu_of()[1] - server_before
     daemon_before, server_before = cpu_of()
     tierfs = write_requests(tierfs_dir / name, total_bytes, lambda: client.op("flush", path=name))
     daemon_after, server_after = cpu_of()
@@ -150,18 +153,21 @@ def sustained_round(ceiling_file: Path, tierfs_dir: Path, name: str, total_bytes
     if not isinstance(info, SegmentInfo) or info.flushed_length != total_bytes:
         raise RuntimeError(f"{name}: {info} after writing and flushing {total_bytes} bytes")
     client.delete(name)
-    return SustainedRound(ceiling, upload, tierfs, daemon_after - daemon_before, server_after - server_before)
+    return SustainedRound(ceiling, upload, upload_server_cpu_s, tierfs, daemon_after - daemon_before,
+                          server_after - server_before)
 
 
 def format_sustained(rounds: list[SustainedRound]) -> list[str]:
     lines = [f"{'sustained VD write, direct_io':<30} {'ceiling':>9} {'upload':>8} {'tierfs':>8} "
-             f"{'burst':>8} {'refused':>8} {'t/ceil':>7} {'t/upl':>6}  MB/s; CPU s daemon/s3rver"]
+             f"{'burst':>8} {'refused':>8} {'t/ceil':>7} {'t/upl':>6}  MB/s; CPU ms per MiB"]
     for index, r in enumerate(rounds, 1):
         lines.append(f"{'round ' + str(index) + f' ({r.tierfs.nbytes // MiB} MiB)':<30} "
                      f"{r.ceiling.sustained.mb_per_s:9,.1f} {r.upload.mb_per_s:8,.1f} "
                      f"{r.tierfs.sustained.mb_per_s:8,.1f} {r.tierfs.burst.mb_per_s:8,.1f} "
-                     f"{r.tierfs.refusals:8d} {r.ratio:7.3f} {r.upload_ratio:6.3f}  "
-                     f"{r.daemon_cpu_s:.2f}/{r.server_cpu_s:.2f}")
+                     f"{r.tierfs.refusals:8d} {r.ratio:7.3f} {r.upload_ratio:6.3f}  tierfs: daemon "
+                     f"{r.daemon_cpu_s * 1000 / (r.tierfs.nbytes / MiB):.2f}, s3rver "
+                     f"{r.server_cpu_s * 1000 / (r.tierfs.nbytes / MiB):.2f}; upload bound: s3rver "
+                     f"{r.upload_server_cpu_s * 1000 / (r.upload.nbytes / MiB):.2f}")
         first = r.tierfs.first_refusal_s
         lines.append(f"  tierfs: backlog full after {r.tierfs.bytes_before_refusal / MiB:,.0f} MiB"
                      + (f" ({first:.2f} s)" if first is not None else " (never)")
