@@ -42,6 +42,7 @@ from typing import Any
 import trio
 
 from benchmarks.common import EXIT_OK, Latency, add_scratch_arguments, make_scratch_directory
+from benchmarks.scale import fill_segments
 
 HELP = ("metadata latency on PostgreSQL vs SQLite, ls/stat as the namespace grows, append throughput "
         "with 1-3 cluster daemons, failover time")
@@ -122,30 +123,6 @@ def metadata_latency(directory: Path, rounds: int) -> dict[str, dict[str, Latenc
 
 
 # ---------------------------------------------------------------- 2. namespace scaling
-def _fill(data_dir: Path, total: int, big_dir: int, big_name: str) -> list[str]:
-    """Segments straight into a fresh data dir's metadata; returns every segment name."""
-    from tierfs.engine import records
-    from tierfs.engine.metadata import MetadataStore
-    from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
-
-    data_dir.mkdir(parents=True)
-    meta = MetadataStore.sqlite(data_dir / "metadata.sqlite")
-    now = time.time_ns()
-    directory_value = records.dump(DirectoryMeta(created_ns=now))
-    names = [f"small/s{i}" for i in range(10)] + [f"{big_name}/s{i}" for i in range(big_dir)]
-    rest = total - len(names)
-    names += [f"spread/d{i // 1000}/s{i}" for i in range(max(0, rest))]
-    directories = sorted({"small", big_name, "spread", *(n.rsplit("/", 1)[0] for n in names)})
-    db = meta.database
-    with db.transaction():
-        db.executemany("INSERT INTO directories (name, value) VALUES (?, ?)", ((d, directory_value) for d in directories))
-        db.executemany("INSERT INTO segments (id, name, rev, value) VALUES (?, ?, 1, ?)", (
-            (i, name, records.dump(SegmentMeta(segment_id=i, durability="pd", created_ns=now, modified_ns=now)))
-            for i, name in enumerate(names, start=1)))
-    meta.close()
-    return names
-
-
 async def _namespace_figures(data_dir: Path, names: list[str], big_name: str) -> dict[str, Any]:
     from tierfs import StoreConfig, open_store
 
@@ -176,7 +153,7 @@ def namespace_scaling(directory: Path, small: int, large: int, large_dir: int) -
     figures = {}
     for label, total, big in (("small", small, small - 10), ("large", large, large_dir)):
         data_dir = directory / f"store-{label}"
-        names = _fill(data_dir, total, big, "big")
+        names, _ = fill_segments(data_dir, total, big)  # the scale benchmark's layout
         figures[label] = trio.run(_namespace_figures, data_dir, names, "big")
     return figures
 

@@ -125,12 +125,16 @@ class SegmentTable:
         seg = self._by_name.get(name)
         if seg is not None or self._rows is None:
             return seg
-        row = self._rows.by_name(name)
+        return self._current(self._rows.by_name(name), name)
+
+    def _current(self, row: SegmentRow | None, name: str) -> SegmentState | SegmentRow | None:
+        """``row`` (read by ``name``) as things stand: the state in memory if its
+        segment is held (None if held under another name: a change in flight)."""
         if row is None:
             return None
-        seg = self._by_id.get(row.segment_id)
-        if seg is not None:  # in memory under another name: a change in flight
-            return None if seg.name != name else seg
+        held = self._by_id.get(row.segment_id)
+        if held is not None:
+            return held if held.name == name else None
         return row
 
     def segment_by_id(self, segment_id: int) -> SegmentState | None:
@@ -144,15 +148,10 @@ class SegmentTable:
         return seg
 
     def _load(self, name: str) -> SegmentState | None:
-        if self._rows is None:
-            return None
-        row = self._rows.by_name(name)
-        if row is None:
-            return None
-        held = self._by_id.get(row.segment_id)
-        if held is not None:  # in memory under another name: a change in flight
-            return held if held.name == name else None
-        return self._register(fresh_state(row))
+        found = self._current(self._rows.by_name(name), name) if self._rows is not None else None
+        if isinstance(found, SegmentRow):
+            return self._register(fresh_state(found))
+        return found
 
     def _register(self, seg: SegmentState) -> SegmentState:
         self._by_name[seg.name] = seg
