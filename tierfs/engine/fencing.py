@@ -1,11 +1,8 @@
 """Fencing: a store that lost its tier-2 to a newer owner stops writing and deleting.
 
-``OwnerFence`` holds this store's claim (``owner_claims``) and watches tier-2's claims:
-every ``check_interval_s`` (``owner_check_interval_s``, at most ``flush_interval_s``)
-in the background, before every chunk write of the storage writer, and before every
-delete of a tier-2 or long-term object (``FencedStorage``, ``guarded_storage``).
-Once a newer claim exists (or this epoch's claim names another owner), the store is
-*fenced*, for good:
+``OwnerFence`` holds this store's claim (``owner_claims``) and watches tier-2's claims
+(one LIST of ``_owner/`` and one GET per check). Once a newer claim exists (or this
+epoch's claim names another owner), the store is *fenced*, for good:
 
 - appends are refused with ``FencedError`` (the storage writer's admission check);
 - nothing more is written to tier-2 and nothing is deleted from it or from the
@@ -14,21 +11,46 @@ Once a newer claim exists (or this epoch's claim names another owner), the store
 - ``on_fenced`` runs once, on the event loop (the store saves what it acknowledged but
   did not commit to tier-2 into ``lost+found``).
 
+When tier-2 is looked at, and why that is enough:
+
+- *periodically*: a check starts every ``check_interval_s`` (``owner_check_interval_s``,
+  at most ``flush_interval_s``) after the start of the last one that passed, so a zombie
+  stops acknowledging appends within one interval (plus one check) of a takeover;
+- *before a chunk write* (``confirm_recent``): a passed check that started at most
+  ``check_interval_s`` ago, normally the periodic one, so a write costs no request. A
+  write by a zombie in that window is harmless to the new owner: chunk names carry
+  the writer's epoch, which no other owner uses, so it never overwrites an object
+  another owner references (it only leaves an orphan of its own epoch);
+- *before a flush commits* (``confirm_since``): a passed check that *started after
+  the chunk writes completed*. So a zombie never commits a flush whose write completed
+  after the takeover: such bytes stay in its tail and go to lost+found. Checks are
+  shared: every flush waiting for one joins the check in flight if it started late
+  enough, else the next one, so concurrent flushes (and the storage writer's batches)
+  cost one check, not one each. On PostgreSQL every metadata commit is also
+  epoch-guarded (``epoch_guard``), so nothing a zombie commits reaches the new owner;
+- *before every delete* of a tier-2 or long-term object (``FencedStorage``,
+  ``guarded_storage``): a fresh check in the deleting thread, because a delete is the
+  one thing that can destroy an object the new owner references.
+
 Invariants:
 - The state goes one way: once fenced, always fenced (until the process ends).
 - A tier-2 failure while checking never fences (the writer's own retries and the
-  backlog bound handle an unreachable tier-2); it only delays the verdict.
-- Checks are one LIST of ``_owner/`` and one GET, run in worker threads under the
-  tier-2 limiter (deletes check in the worker thread that deletes).
+  backlog bound handle an unreachable tier-2); it only delays the verdict, and a flush
+  waiting for that check fails (and is retried) instead of committing unverified.
+- Checks run in worker threads under the tier-2 limiter (deletes check in the worker
+  thread that deletes); at most one shared check is in flight at a time.
+- Check times are on the engine's monotonic clock (``clock.monotonic_s``).
 
-Residual windows (docs/ARCHITECTURE.md, Fencing): a takeover landing between a check
-and the write or delete it guards; a zombie notices within ``check_interval_s``.
+Residual windows (docs/ARCHITECTURE.md, Fencing): a takeover landing between a check's
+LIST and the commit it guards; a zombie notices within ``check_interval_s``.
 """
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -37,6 +59,7 @@ import trio
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import FencedError, Tier2Error
 from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.clock import monotonic_s
 from tierfs.engine.owner_claims import CLAIM_PREFIX, OwnerClaim, OwnerClaims
 from tierfs.engine.s3_merge import MergeCounts
 from tierfs.engine.tier2_calls import StoredObject
@@ -48,6 +71,15 @@ class LongTermDeletes(Protocol):
     """The long-term store's hook, called right before each delete."""
 
     before_delete: Callable[[], None]
+
+
+@dataclasses.dataclass
+class _SharedCheck:
+    """One claim check that any number of tasks wait for."""
+
+    started_s: float
+    done: trio.Event = dataclasses.field(default_factory=trio.Event)
+    error: Tier2Error | None = None  # tier-2 did not answer: no verdict
 
 
 class OwnerFence:
@@ -68,6 +100,9 @@ class OwnerFence:
         self.handled = trio.Event()  # set once on_fenced has run
         self._token: trio.lowlevel.TrioToken | None = None
         self._wakeup = trio.Event()
+        self.passed_started_s = -math.inf  # start of the newest check that found us the owner
+        self._running: _SharedCheck | None = None
+        self.checks = 0  # shared checks run (periodic, pre-write and pre-commit together)
 
     @property
     def epoch(self) -> int:
@@ -115,25 +150,66 @@ class OwnerFence:
         self.ensure_owner()
 
     async def confirm(self) -> None:
-        """Check tier-2 now; ``FencedError`` if fenced (the storage writer calls this
-        before each chunk write)."""
-        self.ensure_owner()
-        await trio.to_thread.run_sync(self.check_blocking, limiter=self._limiter)
+        """Check tier-2 now (or join a check that starts now); ``FencedError`` if fenced."""
+        await self.confirm_since(monotonic_s())
+
+    async def confirm_recent(self) -> None:
+        """Before a chunk write: a passed check that started at most ``check_interval_s``
+        ago (normally the periodic one: no request), else one now."""
+        await self.confirm_since(monotonic_s() - self.check_interval_s)
+
+    async def confirm_since(self, started_after_s: float) -> None:
+        """Return once a check that started at or after ``started_after_s`` found this
+        store the owner: ``FencedError`` if one found it fenced, ``Tier2Error`` if the
+        check that had to decide could not read the claims. Joins the check in flight
+        when it started late enough, else waits for it and runs the next one."""
+        started_after_s = min(started_after_s, monotonic_s())
+        while True:
+            self.ensure_owner()
+            if self.passed_started_s >= started_after_s:
+                return
+            running = self._running
+            if running is None:
+                await self._run_check()  # started now, so late enough: decides, or raises
+                continue
+            await running.done.wait()
+            if running.error is not None and running.started_s >= started_after_s:
+                raise running.error
+
+    async def _run_check(self) -> None:
+        check = _SharedCheck(monotonic_s())
+        self._running = check
+        self.checks += 1
+        try:
+            await trio.to_thread.run_sync(self.check_blocking, limiter=self._limiter)
+            self.passed_started_s = max(self.passed_started_s, check.started_s)
+        except Tier2Error as e:
+            check.error = e
+            raise
+        finally:
+            self._running = None
+            check.done.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Check every ``check_interval_s``; once fenced, run ``on_fenced`` and stop.
-        ``on_fenced`` runs shielded, also when the store closes meanwhile."""
+        """A check every ``check_interval_s`` after the start of the last passed one
+        (a check run for a write or a commit counts); once fenced, run ``on_fenced``
+        and stop. ``on_fenced`` runs shielded, also when the store closes meanwhile."""
         self._token = trio.lowlevel.current_trio_token()
         task_status.started()
+        retry_at_s = monotonic_s()  # the first check at once
         try:
             while not self.fenced:
-                with trio.move_on_after(self.check_interval_s):
+                due_s = max(self.passed_started_s + self.check_interval_s, retry_at_s)
+                with trio.move_on_at(due_s):
                     await self._wakeup.wait()
+                if self.fenced:
+                    break
                 try:
-                    await self.confirm()
+                    await self.confirm_since(due_s)
                 except FencedError:
                     break
                 except Tier2Error as e:
+                    retry_at_s = monotonic_s() + self.check_interval_s
                     log.warning("cannot check tier-2's owner claims (will retry): %s", e)
         finally:
             with trio.CancelScope(shield=True):

@@ -31,7 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tierfs.contracts.errors import (
@@ -315,14 +315,19 @@ class MetadataStore(WholeStoreScans):
     def commit_flush(self, row: SegmentRow, record: SegmentMeta, chunk: Chunk) -> int:
         """Record a chunk write (new chunk or grown chunk) and the segment's new flushed
         length in one transaction; conditional on the segment revision."""
+        return self.commit_flushes([(row, record, chunk)])[0]
+
+    def commit_flushes(self, flushes: Sequence[tuple[SegmentRow, SegmentMeta, Chunk]]) -> list[int]:
+        """``commit_flush`` for many segments in one transaction, all or nothing (each
+        conditional on its revision); the new revisions, in order."""
         with self._db.transaction():
-            rev = self._update_segment(row, record)
-            self._db.execute(
+            revisions = [self._update_segment(row, record) for row, record, _ in flushes]
+            self._db.executemany(
                 "INSERT INTO chunks (segment_id, start_offset, value) VALUES (?, ?, ?) "
                 "ON CONFLICT (segment_id, start_offset) DO UPDATE SET value = excluded.value",
-                (chunk.segment_id, chunk.start_offset, records.dump(chunk)),
+                [(chunk.segment_id, chunk.start_offset, records.dump(chunk)) for _, _, chunk in flushes],
             )
-        return rev
+        return revisions
 
     def commit_chunk_update(self, row: SegmentRow, chunk: Chunk) -> int:
         """Replace an existing chunk record (offload progress), conditional on the

@@ -4,20 +4,16 @@ Stages of the loop, in order (after Pravega's StorageWriter):
 1. wait   - until a segment is due or the tick passes;
 2. pick   - due segments: >= ``flush_bytes`` pending, oldest pending byte older than
             ``flush_interval_s``, or a flush was requested (seal, sync-to-tier-2,
-            shutdown); one flush task per segment at a time;
-3. read   - up to ``max_flush_bytes`` of durable bytes from the tail (memory/journal);
-            a ``tier2`` segment's flush ends where an append ends and an append that
-            does not fit a chunk's room starts a new chunk, so the loss of the host
-            never leaves an append cut (unless it alone exceeds a flush or a chunk);
-4. write  - confirm this store still owns tier-2 (``OwnerFence.confirm``: one claim
-            check), then append to the segment's last chunk if the backend can append,
-            the chunk was created by this epoch and is below ``max_chunk_bytes``;
-            otherwise a new chunk named from (segment id, epoch, sequence);
-5. commit - unless fenced meanwhile: chunk record + segment flushed length in one
-            conditional transaction, only after the write returned (the data is durable
-            in tier-2);
-6. ack    - drop flushed tail entries, then let the journal delete files that hold
-            only flushed bytes (checkpoint recorded in metadata first).
+            shutdown); one flush at a time per segment. Segments with less than
+            ``flush_bytes`` pending (a trickle, or many small files) are flushed
+            together, up to ``max_flush_bytes`` and ``MAX_BATCH_SEGMENTS`` per batch;
+            a segment with more gets a task of its own that keeps flushing while
+            ``flush_bytes`` are pending;
+3. flush  - ``flush_batch.ChunkFlusher``: plan each segment's piece (``flush_plan``),
+            write it, verify ownership with a claim check that started after the
+            writes, commit every piece of the batch in one metadata transaction;
+4. ack    - drop flushed tail entries, then let the journal delete files that hold
+            only flushed bytes (checkpoint recorded in metadata first; once per batch).
 
 Invariants:
 - A fenced store (another owner claimed tier-2) flushes nothing and admits no append
@@ -32,33 +28,30 @@ Invariants:
   tier-2): appends add to it through ``appended``, flushes and deletes take from it.
 - Append ages, ``retry_at_s`` and the tick are on the engine's monotonic clock
   (``clock.monotonic_s``, the trio run's clock).
+- Per tick the loop's work grows with the dirty segments, per batch with its segments,
+  never with the store.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Protocol
 
 import trio
 
-from tierfs.blocks.checksums import BlockCrcs
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import (
     BacklogFullError,
-    ConcurrentModificationError,
     SegmentNotFoundError,
     Tier2Error,
     TierFSError,
 )
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import monotonic_s
-from tierfs.engine.faults import crash_point
 from tierfs.engine.fencing import OwnerFence
-from tierfs.engine.metadata import now_ns
-from tierfs.engine.object_keys import chunk_name
+from tierfs.engine.flush_batch import ChunkFlusher, FlushOutcome
+from tierfs.engine.flush_batch import FlushCatalogue as PieceCatalogue
 from tierfs.engine.ports import GarbageSink, JournalFiles
-from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.tail import TailBudget
 from tierfs.engine.tail_reader import TailReader
@@ -66,14 +59,13 @@ from tierfs.engine.tail_reader import TailReader
 log = logging.getLogger(__name__)
 
 TICK_S = 0.05  # how often time-based triggers are checked
+# Segments per batch: one transaction of this many rows stays short (a few ms), and
+# so does the time each segment's meta_lock is held for it.
+MAX_BATCH_SEGMENTS = 512
 
 
-class FlushCatalogue(Protocol):
+class FlushCatalogue(PieceCatalogue, Protocol):
     """What the writer needs of the metadata."""
-
-    async def chunks_of(self, seg: SegmentState) -> list[Chunk]: ...
-
-    async def commit_flush(self, seg: SegmentState, record: SegmentMeta, chunk: Chunk) -> None: ...
 
     async def set_checkpoint(self, lsn: int) -> None: ...
 
@@ -93,20 +85,18 @@ class StorageWriter:
         fence: OwnerFence,
     ) -> None:
         self._config = config
-        self._epoch = epoch
-        self.chunk_storage = chunk_storage
-        self._limiter = tier2_limiter
+        self.chunk_storage = chunk_storage  # tests swap it on an open store
         self._catalogue = catalogue
-        self._tail = tail
         self._tail_budget = tail_budget
         self._journal = journal
-        self._garbage = garbage
         self._fence = fence
+        self._flusher = ChunkFlusher(config, epoch, tier2_limiter, catalogue, tail, garbage, fence)
         self.dirty: set[SegmentState] = set()  # segments with unflushed bytes or a request
         self.unflushed_bytes = 0  # appended, not yet in tier-2 (the backlog)
         self._wakeup = trio.Event()
         self.flushes = 0
         self.flushed_bytes = 0
+        self.batches = 0  # flushes of many small segments together
         self.failures = 0
         self.journal_files_deleted = 0
 
@@ -194,6 +184,11 @@ class StorageWriter:
         oldest = seg.tail.oldest_append_s()
         return oldest is not None and now_s - oldest >= self._config.flush_interval_s
 
+    @property
+    def flush_commits(self) -> int:
+        """Metadata transactions that committed flushes (a batch is one)."""
+        return self._flusher.commits
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             task_status.started()
@@ -203,12 +198,27 @@ class StorageWriter:
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 now_s = monotonic_s()
+                batch: list[SegmentState] = []
+                batch_bytes = 0
                 for seg in list(self.dirty):
                     if seg.deleted:
                         self.dirty.discard(seg)
-                    elif self._is_due(seg, now_s):
-                        seg.flushing = True
+                        continue
+                    if not self._is_due(seg, now_s):
+                        continue
+                    seg.flushing = True
+                    pending = seg.durable_length - seg.flushed_length
+                    if pending >= self._config.flush_bytes:
                         nursery.start_soon(self._flush_task, seg)
+                        continue
+                    if batch and (len(batch) == MAX_BATCH_SEGMENTS
+                                  or batch_bytes + pending > self._config.max_flush_bytes):
+                        nursery.start_soon(self._batch_task, batch)
+                        batch, batch_bytes = [], 0
+                    batch.append(seg)
+                    batch_bytes += pending
+                if batch:
+                    nursery.start_soon(self._batch_task, batch)
 
     async def _flush_task(self, seg: SegmentState) -> None:
         # Flush what was due when the task started (everything durable if a flush was
@@ -222,110 +232,81 @@ class StorageWriter:
                 or seg.durable_length - seg.flushed_length >= self._config.flush_bytes
             ):
                 await self.flush_once(seg)
-            seg.backoff_s = 0.0
-            seg.last_flush_error = None
-            if seg.appended_length == seg.flushed_length:
-                self.dirty.discard(seg)
+            self._succeeded(seg)
         except TierFSError as e:
-            self.failures += 1
-            seg.backoff_s = min(
-                max(seg.backoff_s * 2, self._config.tier2_retry_initial_s),
-                self._config.tier2_retry_max_s,
-            )
-            seg.retry_at_s = monotonic_s() + seg.backoff_s
-            seg.last_flush_error = str(e)
-            log.warning(
-                "flush of segment %r failed, retrying in %.1f s: %s", seg.name, seg.backoff_s, e
-            )
+            self._failed(seg, e)
         finally:
             seg.flushing = False
+        await self._after_flushes([seg])
+
+    async def _batch_task(self, segs: list[SegmentState]) -> None:
+        """One piece of each of ``segs`` (small pending ranges), committed together; a
+        segment with more left after it (a requested flush past a chunk's room) is
+        picked again at the next tick."""
+        targets = {seg: seg.durable_length for seg in segs if seg.flush_requested}
+        for seg in segs:
+            seg.flush_requested = False
+        try:
+            outcome = await self._flush(segs)
+            self.batches += 1
+        except TierFSError as e:
+            outcome = FlushOutcome(failed={seg: e for seg in segs})
+        finally:
+            for seg in segs:
+                seg.flushing = False
+        for seg in segs:
+            error = outcome.failed.get(seg)
+            if error is not None:
+                self._failed(seg, error)
+                continue
+            self._succeeded(seg)
+            if seg in targets and not seg.deleted and seg.flushed_length < targets[seg]:
+                seg.flush_requested = True  # asked for more than one piece: next round
+        await self._after_flushes(segs)
+
+    def _succeeded(self, seg: SegmentState) -> None:
+        seg.backoff_s = 0.0
+        seg.last_flush_error = None
+        if seg.appended_length == seg.flushed_length:
+            self.dirty.discard(seg)
+
+    def _failed(self, seg: SegmentState, error: TierFSError) -> None:
+        self.failures += 1
+        seg.backoff_s = min(
+            max(seg.backoff_s * 2, self._config.tier2_retry_initial_s),
+            self._config.tier2_retry_max_s,
+        )
+        seg.retry_at_s = monotonic_s() + seg.backoff_s
+        seg.last_flush_error = str(error)
+        log.warning(
+            "flush of segment %r failed, retrying in %.1f s: %s", seg.name, seg.backoff_s, error
+        )
+
+    async def _after_flushes(self, segs: list[SegmentState]) -> None:
         try:
             await self._truncate_journal()
         except (OSError, TierFSError) as e:
             log.warning("journal truncation failed, will retry after the next flush: %s", e)
         finally:
-            seg.notify_flushed()
-            if seg.flush_requested:  # asked for during this flush (tier2 appends): next round now
-                self.wake()
+            for seg in segs:
+                seg.notify_flushed()
+                if seg.flush_requested:  # asked for during this flush (tier2 appends): next round now
+                    self.wake()
 
     async def flush_once(self, seg: SegmentState) -> None:
-        config = self._config
-        start = seg.flushed_length
-        end = min(seg.durable_length, start + config.max_flush_bytes)
-        chunks = await self._catalogue.chunks_of(seg)
-        last = chunks[-1] if chunks else None
-        storage = self.chunk_storage
-        grow = (
-            storage.supports_append
-            and last is not None
-            and last.epoch == self._epoch
-            and last.location == ""
-            and last.offload_attempt_uuid == ""  # never grow a chunk an offload copies
-            and last.start_offset + last.length == start
-            and last.length < config.max_chunk_bytes
-        )
-        whole = seg.waits_for_tier2  # a lost host must find whole appends: never cut one
-        if grow and whole and last is not None:
-            room_end = last.start_offset + config.max_chunk_bytes
-            if room_end < end and seg.tail.whole_appends_end(start, room_end) is None:
-                grow = False  # the next append does not fit the chunk's room: a new chunk
-        if grow and last is not None:
-            name = last.name
-            chunk_offset = last.length
-            end = min(end, last.start_offset + config.max_chunk_bytes)
-            crcs = BlockCrcs(last.length, last.crc32c, list(last.block_crc32c))
-            new_seq = None
-        else:
-            new_seq = seg.record.next_chunk_seq
-            name = chunk_name(seg.segment_id, self._epoch, new_seq)
-            chunk_offset = 0
-            end = min(end, start + config.max_chunk_bytes)
-            crcs = BlockCrcs()
-        if whole:  # cut only an append larger than max_flush_bytes or a chunk
-            end = seg.tail.whole_appends_end(start, end) or end
-        data = await self._tail.tail_bytes(seg, start, end)
-        crcs.extend(data)
-        await self._fence.confirm()
-        await trio.to_thread.run_sync(
-            storage.write, name, chunk_offset, data, limiter=self._limiter
-        )
-        crash_point("flush.chunk_written")  # in tier-2, not committed: an orphan if we die
-        chunk = Chunk(
-            name=name,
-            segment_id=seg.segment_id,
-            start_offset=start - chunk_offset,
-            length=crcs.length,
-            crc32c=crcs.whole,
-            block_crc32c=tuple(crcs.blocks),
-            epoch=self._epoch,
-            created_ns=last.created_ns if new_seq is None and last is not None else now_ns(),
-            location="",
-        )
-        async with seg.meta_lock:
-            if seg.deleted:
-                if new_seq is not None:
-                    await self._garbage.queue([name])
-                return
-            # fenced while writing: keep the bytes in the tail (and so in lost+found);
-            # the object just written is an orphan of this epoch, never referenced
-            self._fence.ensure_owner()
-            if new_seq is None and seg.chunks and seg.chunks[-1] is not last:
-                # an offload attempt started on the chunk while we wrote: its record
-                # wins; the bytes written past its length are never read, and the
-                # next flush starts a new chunk
-                raise ConcurrentModificationError(
-                    f"chunk {name} of {seg.name!r} changed during a flush; retrying"
-                )
-            record = dataclasses.replace(flushed_times(seg, end), flushed_length=end)
-            if new_seq is not None:
-                record = dataclasses.replace(
-                    record, next_chunk_seq=new_seq + 1, chunk_count=record.chunk_count + 1
-                )
-            await self._catalogue.commit_flush(seg, record, chunk)
-        seg.tail.drop_through(end, self._tail_budget)
-        self.unflushed_bytes -= end - start
-        self.flushes += 1
-        self.flushed_bytes += end - start
+        """Flush the next piece of ``seg`` (its flush slot held by the caller)."""
+        failed = (await self._flush([seg])).failed.get(seg)
+        if failed is not None:
+            raise failed
+
+    async def _flush(self, segs: list[SegmentState]) -> FlushOutcome:
+        outcome = await self._flusher.flush(segs, self.chunk_storage)
+        for piece in outcome.committed:
+            piece.seg.tail.drop_through(piece.end, self._tail_budget)
+            self.unflushed_bytes -= piece.end - piece.start
+            self.flushes += 1
+            self.flushed_bytes += piece.end - piece.start
+        return outcome
 
     async def _truncate_journal(self) -> None:
         """Delete journal files holding only flushed bytes, checkpoint first."""
@@ -347,13 +328,3 @@ class StorageWriter:
             await trio.to_thread.run_sync(path.unlink, True)
         self.journal_files_deleted += len(files)
 
-
-def flushed_times(seg: SegmentState, end: int) -> SegmentMeta:
-    """The record with its times as they are once bytes up to ``end`` are flushed:
-    mtime (and ctime) move to the time of the append holding byte ``end - 1``, unless
-    an explicit set covers it (``mtime_set_length``); the flush itself never moves them."""
-    record = seg.record
-    if end <= record.mtime_set_length:
-        return record
-    append_ns = seg.tail.wall_ns_at(end) or now_ns()  # 0: replayed from an old journal
-    return dataclasses.replace(record, modified_ns=append_ns, changed_ns=max(record.changed_ns, append_ns))
