@@ -1,22 +1,34 @@
 """Continuous backup of the metadata database into tier-2 (``_metadata/``).
 
-Every ``interval_s`` (the store's flush interval) a cycle asks SQLite whether the
-metadata changed since the last backup (``PRAGMA data_version`` on a connection of
-its own); if so it copies a consistent snapshot with SQLite's online backup API into a
-temporary file in the data dir, uploads it under a new name, then its manifest
-(``backup_objects``), and prunes old backups. When the store cancels the task, after
-its last flush, it runs one more cycle (bounded in time).
+A cycle asks SQLite whether the metadata changed since the last backup (``PRAGMA
+data_version`` on a connection of its own); if so it copies a consistent snapshot with
+SQLite's online backup API into a temporary file in the data dir, uploads it under a new
+name, then its manifest (``backup_objects``), and prunes old backups. When the store
+cancels the task, after its last flush, it runs one more cycle (bounded in time).
+
+How often (each upload is the whole database, so cycles are rate-limited):
+- a change that a ``tier2`` append's promise rests on (``request_soon``: the storage
+  writer committed a flush of a ``tier2`` segment) is backed up within ``interval_s``
+  (the flush interval, at least ``MIN_INTERVAL_S``);
+- any other change within ``relaxed_interval_s`` (``RELAXED_INTERVAL_FLUSHES`` flush
+  intervals: 10 s by default): a restore after losing the data dir may lose that much
+  more of ``pd``/``vd`` data (flushed, not yet backed up) and of namespace changes on
+  top of the journal's unflushed bytes, which the host's loss takes anyway;
+- never more than ``COST_SPACING`` times the last cycle's duration after it ended, so
+  backing up takes at most 1/(1 + ``COST_SPACING``) of the time and of tier-2's
+  bandwidth whatever the database's size; the bounds above stretch to that spacing.
 
 Invariants:
 - A snapshot is crash-consistent: the backup API reads one committed state (a WAL read
   transaction), whatever the store commits meanwhile, and the store's own connection
   is never used, so metadata commits and appends never wait for a backup.
-- The newest backup on tier-2 is at most one interval (plus one upload) behind the
-  metadata; a failed cycle (tier-2 down, disk full) is logged, counted and retried at
+- The newest backup on tier-2 is behind the metadata by at most the bound above plus
+  one cycle; a failed cycle (tier-2 down, disk full) is logged, counted and retried at
   the next interval with the change still pending.
 - A fenced store (another owner claimed tier-2) uploads and prunes nothing more.
 - Nothing is uploaded when nothing changed; memory does not grow with the database
   (page-by-page copy to a file, streamed upload).
+- Times are on the engine's monotonic clock (``clock.monotonic_s``).
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import trio
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
 from tierfs.engine.backup_objects import BackupManifest, BackupObjects, file_crc32c
+from tierfs.engine.clock import monotonic_s
 from tierfs.engine.metadata import now_ns
 
 log = logging.getLogger(__name__)
@@ -40,6 +53,13 @@ SNAPSHOT_FILE = "metadata.backup.tmp"  # in the data dir, replaced by every cycl
 # Backups follow the flush interval but run at most this often: with the tests' 50 ms
 # flush interval every flush would otherwise upload a whole database.
 MIN_INTERVAL_S = 0.25
+# Changes no tier2 append waits on are backed up this many flush intervals apart: an
+# upload of a database of 10,000 small files' records every second sent ~170 MiB to S3
+# for ~10 MB of data (docs/PERFORMANCE.md, Small files).
+RELAXED_INTERVAL_FLUSHES = 10
+# A cycle starts no sooner than this many times the last one's duration after it
+# ended: backups take at most a tenth of the time, however large the database grows.
+COST_SPACING = 9.0
 SHUTDOWN_CYCLE_S = 10.0  # a clean shutdown waits this long at most for its last backup
 
 
@@ -47,12 +67,15 @@ class MetadataBackup:
     """Backs up ``database`` into ``objects`` under the owner's ``epoch``."""
 
     def __init__(self, database: Path, objects: BackupObjects, epoch: int, interval_s: float,
-                 still_owner: Callable[[], bool] = lambda: True) -> None:
+                 still_owner: Callable[[], bool] = lambda: True, relaxed_interval_s: float | None = None) -> None:
         self.database = database
         self._still_owner = still_owner  # a fenced store backs up (and prunes) nothing more
         self.objects = objects
         self.epoch = epoch
-        self.interval_s = interval_s
+        self.interval_s = interval_s  # a change a tier2 append waits on (request_soon)
+        self.relaxed_interval_s = max(interval_s, relaxed_interval_s or interval_s)  # any other change
+        self._soon = trio.Event()  # request_soon since the last cycle's snapshot
+        self.last_cycle_s = 0.0  # how long the last cycle that uploaded took
         self.backups_taken = 0
         self.failures = 0
         self.last_manifest: BackupManifest | None = None
@@ -68,14 +91,26 @@ class MetadataBackup:
         ``still_owner()``."""
         objects = BackupObjects(config.chunk_store_url, config.chunk_store_options)
         interval_s = max(config.flush_interval_s, MIN_INTERVAL_S)
-        return cls(config.data_dir / "metadata.sqlite", objects, epoch, interval_s, still_owner)
+        return cls(config.data_dir / "metadata.sqlite", objects, epoch, interval_s, still_owner,
+                   relaxed_interval_s=RELAXED_INTERVAL_FLUSHES * interval_s)
+
+    def request_soon(self) -> None:
+        """A commit a ``tier2`` append waits on: back it up within ``interval_s``
+        (on the event loop)."""
+        self._soon.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
             while True:
-                await self.cycle()
-                await trio.sleep(self.interval_s)
+                self._soon = trio.Event()  # the snapshot below covers what was asked so far
+                started_s = monotonic_s()
+                if await self.cycle():
+                    self.last_cycle_s = monotonic_s() - started_s
+                spacing_s = COST_SPACING * self.last_cycle_s
+                await trio.sleep(max(self.interval_s, spacing_s))
+                with trio.move_on_after(max(self.relaxed_interval_s, spacing_s) - max(self.interval_s, spacing_s)):
+                    await self._soon.wait()
         finally:
             # The store cancels this task after its last flush (clean shutdown): one
             # more cycle then covers those flushes, if tier-2 answers in time.

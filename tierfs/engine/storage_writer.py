@@ -35,6 +35,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -99,6 +100,8 @@ class StorageWriter:
         self.batches = 0  # flushes of many small segments together
         self.failures = 0
         self.journal_files_deleted = 0
+        # called after a commit of a tier2 segment's flush: the metadata backup takes it soon
+        self.tier2_committed: Callable[[], None] = lambda: None
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -306,6 +309,8 @@ class StorageWriter:
             self.unflushed_bytes -= piece.end - piece.start
             self.flushes += 1
             self.flushed_bytes += piece.end - piece.start
+        if any(piece.seg.waits_for_tier2 for piece in outcome.committed):
+            self.tier2_committed()
         return outcome
 
     async def _truncate_journal(self) -> None:

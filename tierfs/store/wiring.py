@@ -117,6 +117,10 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     scheduler = PolicyScheduler(offloader, catalogue, policies.segments_with_policy, policies.truncate_head,
                                 shared.clock, config.policy_interval_s)
     policies.on_change = scheduler.wake
+    metadata_backup = (None if is_postgresql_url(config.metadata_url)
+                       else MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner))
+    if metadata_backup is not None:
+        writer.tier2_committed = metadata_backup.request_soon
     return Parts(
         fence=fence, catalogue=catalogue, garbage=garbage, writer=writer, blocks=blocks,
         long_term_reads=long_term_reads, reader=Reader(catalogue, blocks, tail), offloader=offloader,
@@ -128,6 +132,5 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
         policies=policies, scheduler=scheduler,
         defragmenter=Defragmenter(config, epoch, chunk_storage, limiter, catalogue, garbage, writer.wake,
                                   table.walk, table.segment_by_id),
-        metadata_backup=(None if is_postgresql_url(config.metadata_url)
-                         else MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner)),
+        metadata_backup=metadata_backup,
     )
