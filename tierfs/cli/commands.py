@@ -10,7 +10,7 @@ Invariants:
   one line and an exit code, in one place.
 - ``--json`` prints JSON (sizes in bytes); without it sizes a person set (policies)
   are shown in units (``1GiB``, ``4h``), as they are typed.
-- Output is streamed in bounded pieces (``cat``, ``tail``); appends too (``streaming``).
+- Output is streamed in bounded pieces (``cat``; ``tail`` in ``tail``); appends too (``streaming``).
 """
 
 from __future__ import annotations
@@ -27,15 +27,14 @@ import trio
 from tierfs.cli.defrag_command import defrag_command
 from tierfs.cli.failures import EXIT_DAMAGED, EXIT_FAILED, EXIT_OK
 from tierfs.cli.gc_command import gc_command, print_orphans
-from tierfs.cli.streaming import append_command, follow_segment
+from tierfs.cli.streaming import append_command
+from tierfs.cli.tail import tail_command
 from tierfs.contracts.api import SegmentStoreAPI
-from tierfs.contracts.errors import IsADirectoryError_
 from tierfs.contracts.fsck_report import fsck_report_json
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, format_policy_value, parse_assignments
 
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
-TAIL_SCAN_BYTES = 64 << 10  # tail -n scans backwards for newlines in pieces of this size
 OFFLOAD_POLL_S = 0.2  # offload progress is polled this often
 
 Handler = Callable[[argparse.Namespace, SegmentStoreAPI], Awaitable[int]]
@@ -63,42 +62,6 @@ async def _cat(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
         offset += len(data)
         remaining = None if remaining is None else remaining - len(data)
     sys.stdout.buffer.flush()
-    return EXIT_OK
-
-
-async def _tail_start(store: SegmentStoreAPI, path: str, length: int, lines: int) -> int:
-    """Offset of the first of the last ``lines`` lines (a final newline ends a line)."""
-    position = length
-    seen = 0
-    while position > 0:
-        start = max(0, position - TAIL_SCAN_BYTES)
-        piece = await store.read(path, start, position - start)
-        for index in range(len(piece) - 1, -1, -1):
-            if piece[index] == 0x0A and start + index != length - 1:
-                seen += 1
-                if seen == lines:
-                    return start + index + 1
-        position = start
-    return 0
-
-
-async def _tail(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    info = await store.stat(args.path)
-    if not isinstance(info, SegmentInfo):
-        raise IsADirectoryError_(info.name)
-    length = info.length
-    if args.bytes is not None:
-        offset = max(0, length - args.bytes)
-    else:
-        offset = await _tail_start(store, args.path, length, args.lines) if args.lines else length
-    out = sys.stdout.buffer
-    while offset < length:
-        data = await store.read(args.path, offset, min(length - offset, CAT_PIECE_BYTES))
-        out.write(data)
-        offset += len(data)
-    out.flush()
-    if args.follow:
-        await follow_segment(store, args.path, offset, out)
     return EXIT_OK
 
 
@@ -277,7 +240,7 @@ async def _policy(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
 
 
 COMMANDS: dict[str, Handler] = {
-    "create": _create, "append": append_command, "cat": _cat, "tail": _tail, "sync": _sync,
+    "create": _create, "append": append_command, "cat": _cat, "tail": tail_command, "sync": _sync,
     "flush": _flush, "concat": _concat, "stat": _stat, "ls": _ls, "mkdir": _mkdir,
     "rmdir": _path_command(lambda store, path: store.rmdir(path)),
     "seal": _path_command(lambda store, path: store.seal(path)),

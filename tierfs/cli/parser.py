@@ -26,8 +26,9 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from tierfs.cli.arguments import duration, non_negative_int, size
+from tierfs.cli.arguments import duration, size
 from tierfs.cli.help_text import command_epilog, main_epilog
+from tierfs.cli.tail_options import add_tail_arguments
 from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.policy import POLICY_KEYS
 from tierfs.contracts.units import DURATION_HELP, SIZE_HELP
@@ -125,12 +126,8 @@ def _segment_commands(new: AddCommand) -> None:
     new("gc", "delete chunk and offload objects no metadata references, older than the grace "
               "period (orphan_grace_s)").add_argument("--dry-run", action="store_true", help="only list them")
     new("defrag", "merge a segment's runs of small adjacent chunks into large ones").add_argument("path")
-    p = new("tail", "print the end of a segment; -f follows it as it grows")
-    p.add_argument("path")
-    p.add_argument("-f", "--follow", action="store_true")
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("-n", "--lines", type=non_negative_int, default=10, help="last LINES lines (default 10)")
-    group.add_argument("-c", "--bytes", type=size, help="last BYTES bytes")
+    add_tail_arguments(new("tail", "print the end of segments, as GNU tail; -f/-F follow them as they grow "
+                                   "(woken by each durable append, never polling)"))
 
 
 def _store_commands(add: AddCommand) -> None:

@@ -1,5 +1,5 @@
-"""The CLI's streams, with bounded memory: ``tierfs append`` of DATA, a file or stdin,
-and ``tierfs tail -f``'s follow.
+"""The CLI's append streams, with bounded memory: ``tierfs append`` of DATA, a file or
+stdin (``tierfs tail``'s follow lives in ``tail`` and ``tail_source``).
 
 - ``--file``: one atomic record. Its size is checked against the store's
   ``max_append_bytes`` (the daemon's, asked over ``/v1/health``) before a byte is read,
@@ -11,10 +11,6 @@ and ``tierfs tail -f``'s follow.
   Empty stdin is one empty append, so the condition is still checked.
 - Through a daemon every append lands exactly once, even if an answer is lost and it is
   retried (``RemoteStore.append``, ``remote.exactly_once``).
-- ``tail -f`` through a daemon is one streamed response (``TierClient.follow``) that
-  the daemon writes to as the segment grows, not a request per wake-up; in-process it
-  waits on the store. Either way it writes each durable byte once, in order, and
-  flushes at every wake-up.
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import trio
 
@@ -34,8 +30,6 @@ if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
 
 STDIN_PIECE_BYTES = 16 << 20  # stdin is appended in records of at most this size
-FOLLOW_PIECE_BYTES = 4 << 20  # an in-process follow reads at most this much at once
-FOLLOW_WAIT_S = 30.0  # an in-process follow's wait; a new one starts right after
 
 
 @runtime_checkable
@@ -99,26 +93,3 @@ async def append_command(args: argparse.Namespace, store: SegmentStoreAPI) -> in
         offset = await store.append(args.path, args.data.encode(), expected_offset=args.expected_offset)
     print(offset)
     return 0
-
-
-async def follow_segment(store: SegmentStoreAPI, name: str, offset: int, out: BinaryIO) -> None:
-    """Write the segment's durable bytes from ``offset`` to ``out`` as they arrive,
-    until cancelled or the segment is deleted (``SegmentNotFoundError``)."""
-    if isinstance(store, DaemonBacked):
-        client = store.client
-
-        def copy() -> None:
-            for piece in client.follow(name, offset):
-                out.write(piece)
-                out.flush()
-
-        # abandon_on_cancel: Ctrl-C ends the command without waiting for the next byte
-        await trio.to_thread.run_sync(copy, abandon_on_cancel=True)
-        return
-    while True:
-        durable = await store.wait_for_data(name, offset, FOLLOW_WAIT_S)
-        while offset < durable:
-            data = await store.read(name, offset, min(durable - offset, FOLLOW_PIECE_BYTES))
-            out.write(data)
-            offset += len(data)
-        out.flush()
