@@ -8,8 +8,13 @@ Semantics (append-only):
 - ``rb``: reads through a 1 MiB block cache (fsspec's ``blockcache``), not the 5 MiB
   read-ahead over-fetch of fsspec's default; the daemon adds its own read-ahead.
 - ``ab``: appends; every ``flush()`` (and every full 8 MiB buffer) is one atomic append,
-  so concurrent writers never interleave inside a flush. Each lands exactly once, even
-  when an answer is lost and it is sent again (``remote.exactly_once``).
+  so concurrent writers never interleave inside a flush. A full buffer is sent without
+  waiting for its answer, on the daemon's append socket, while the next one fills
+  (``remote.append_pipeline``: the appends land in the order they were sent); an
+  explicit ``flush()`` and ``close()`` return once every append sent has landed at the
+  segment's durability level. Each lands exactly once, even when an answer is lost and
+  it is sent again (``remote.exactly_once``). An append's error is raised by the
+  ``write``, ``flush`` or ``close`` that reads its answer.
 - ``wb`` / ``xb``: a new segment; over an existing non-empty segment both are an error
   (``FileExistsError``): segments are never overwritten. ``pipe_file`` likewise.
 - Segments this instance creates (``ab``/``wb``/``xb`` of a new name, ``pipe_file``,
@@ -53,11 +58,11 @@ from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.errors import (
     ChunkUnavailable,
     InvalidArgumentError,
-    ResponseLostError,
     SegmentExistsError,
     SegmentNotFoundError,
 )
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.remote.append_pipeline import AppendPipeline
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
@@ -216,9 +221,13 @@ class TierFileSystem(AbstractFileSystem):
         name = self._strip_protocol(path)
         self._create_for_write(name, exclusive=False)
         data = memoryview(bytes(value))
-        for offset in range(0, len(data), WRITE_BUFFER_BYTES):
-            piece = bytes(data[offset : offset + WRITE_BUFFER_BYTES])
-            append_exactly_once(self.client, name, BytesPayload(piece), offset, conditional=True)
+        appends = AppendPipeline(self.client, name, end=0, conditional=True)
+        try:
+            for offset in range(0, len(data), WRITE_BUFFER_BYTES):
+                appends.submit(data[offset : offset + WRITE_BUFFER_BYTES])
+            appends.wait()
+        finally:
+            appends.close()
 
     def append(self, path: str, data: bytes, expected_offset: int | None = None) -> int:
         """One atomic append; returns its offset (create the segment first)."""
@@ -317,13 +326,15 @@ class TierFileSystem(AbstractFileSystem):
             self.makedirs(target, exist_ok=True)
             return
         self._create_for_write(target, exclusive=False)
-        offset = 0
-        while True:
-            data = self.cat_file(source, offset, offset + WRITE_BUFFER_BYTES)
-            if not data:
-                break
-            append_exactly_once(self.client, target, BytesPayload(data), offset, conditional=True)
-            offset += len(data)
+        appends = AppendPipeline(self.client, target, end=0, conditional=True)
+        try:
+            offset = 0
+            while data := self.cat_file(source, offset, offset + WRITE_BUFFER_BYTES):
+                appends.submit(data)  # sent while the next piece is read
+                offset += len(data)
+            appends.wait()
+        finally:
+            appends.close()
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
         name = self._strip_protocol(path)
@@ -350,8 +361,7 @@ class TierFile(AbstractBufferedFile):
     buffer: io.BytesIO
 
     _layout: SegmentLayout | None = None
-    _end_seen: int | None = None  # the segment's end after this file's last append
-    _lost_at: int | None = None  # where an append whose answer was lost may have landed
+    _appends: AppendPipeline | None = None  # this file's appends (write modes), once one is sent
     _layout_time_s = 0.0
 
     def _fetch_range(self, start: int, end: int) -> bytes:
@@ -377,33 +387,52 @@ class TierFile(AbstractBufferedFile):
     def _initiate_upload(self) -> None:
         """Nothing to do: ``_open`` created the segment."""
 
+    def write(self, data: Any) -> int:
+        """Buffer ``data``; a full buffer is sent as one append without waiting for its
+        answer (``flush`` waits for every append sent)."""
+        if not self.writable():
+            raise ValueError("File not in write mode")
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        written = self.buffer.write(data)
+        self.loc += written
+        if self.buffer.tell() >= self.blocksize:
+            self._send_buffer()
+        return written
+
+    def _send_buffer(self) -> None:
+        """The buffer as one append, sent at the end of the segment as this file last
+        saw it (a concurrent writer's append moves it on), after every append this
+        file sent before; it lands exactly once (``AppendPipeline``)."""
+        size = self.buffer.tell()
+        if not size:
+            return
+        if self._appends is None:
+            self._appends = AppendPipeline(self.fs.client, self.path)
+        self._appends.submit(self.buffer.getbuffer())  # held, not copied, until its answer
+        self.offset = (self.offset or 0) + size
+        self.buffer = io.BytesIO()
+
     def _upload_chunk(self, final: bool = False) -> bool:
-        """One append of the buffer, exactly once: at the end of the segment as this
-        file last saw it (a concurrent writer's append moves it on), and if an answer
-        was lost for good, ``close`` resends at the offset where it may have landed."""
-        data = self.buffer.getvalue()
-        if data:
-            maybe_landed = self._lost_at is not None
-            try:
-                offset = append_exactly_once(
-                    self.fs.client, self.path, BytesPayload(data),
-                    self._lost_at if maybe_landed else self._end_seen,
-                    conditional=False, maybe_landed=maybe_landed,
-                )
-            except ResponseLostError as lost:
-                self._lost_at = lost.offset
-                raise
-            self._lost_at, self._end_seen = None, offset + len(data)
+        """The buffer as one append, landed when this returns."""
+        self._send_buffer()
+        if self._appends is not None:
+            self._appends.wait()
         return True
 
     def flush(self, force: bool = False) -> None:
-        """Send everything written since the last flush as one atomic append."""
+        """Send everything written since the last flush as one atomic append, and
+        return once every append of this file has landed (at the segment's durability
+        level)."""
         if self.closed:
             raise ValueError("flush on a closed file")
-        if self.mode == "rb" or (self.buffer.tell() == 0 and not force):
+        if self.mode == "rb":
             return
-        if self.offset is None:
-            self.offset = 0
         self._upload_chunk(final=force)
-        self.offset += self.buffer.seek(0, 2)
-        self.buffer = io.BytesIO()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._appends is not None:
+                self._appends.close()

@@ -201,7 +201,7 @@ def test_copied_data_dir_one_owner_takeover_fences_the_other(
     client.append("log", b"journal-only\n")  # acknowledged (PD), not flushed
     client.close()
     daemon.kill9()
-    shutil.copytree(original, copy, ignore=shutil.ignore_patterns("LOCK", "tierfs.sock", "tierfs-follow.sock", "metadata.backup.tmp*"))
+    shutil.copytree(original, copy, ignore=shutil.ignore_patterns("LOCK", "tierfs.sock", "tierfs-follow.sock", "tierfs-append.sock", "metadata.backup.tmp*"))
 
     owner_dir, other_dir = (original, copy) if first == "original" else (copy, original)
     owner = start_daemon(owner_dir, config_file=config)

@@ -3,7 +3,8 @@ is by default, where the daemon's socket, TCP token and lock live.
 
 Invariants:
 - The socket is ``<data_dir>/tierfs.sock`` (beside it ``tierfs-follow.sock``, the
-  daemon's lean socket for streamed follows), the token ``<data_dir>/token`` and the
+  daemon's lean socket for streamed follows, and ``tierfs-append.sock``, its lean
+  socket for pipelined appends), the token ``<data_dir>/token`` and the
   owner's lock ``<data_dir>/LOCK``; nothing else names these paths.
 - The token is generated once (``secrets.token_urlsafe``), stored owner-only (0600,
   created exclusively) and never logged.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 SOCKET_NAME = "tierfs.sock"
 FOLLOW_SOCKET_NAME = "tierfs-follow.sock"
+APPEND_SOCKET_NAME = "tierfs-append.sock"
 TOKEN_NAME = "token"
 LOCK_NAME = "LOCK"  # flock'ed by the owner, which writes its pid into it
 
@@ -33,6 +35,10 @@ def socket_path(data_dir: Path) -> Path:
 
 def follow_socket_path(data_dir: Path) -> Path:
     return data_dir / FOLLOW_SOCKET_NAME
+
+
+def append_socket_path(data_dir: Path) -> Path:
+    return data_dir / APPEND_SOCKET_NAME
 
 
 def token_path(data_dir: Path) -> Path:

@@ -13,6 +13,9 @@ Invariants:
   connection (a full accept queue) is retried with backoff, then reported as its
   subclass ``DaemonOverloadedError`` ("daemon overloaded"), never as "no daemon"
   (``connect_retry``).
+- ``append`` is one request through the API; a writer of many appends pipelines them
+  on the daemon's append socket (``append_pipeline``, through ``append_socket`` and
+  ``connect_appends``).
 - ``follow`` is one streamed response per follower (on the daemon's follow socket when
   it has one), reopened at the offset reached when it ends: every durable byte once,
   in order, of the segment it first opened.
@@ -31,7 +34,12 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
-from tierfs.contracts.datadir import FOLLOW_SOCKET_NAME, default_data_dir, socket_path
+from tierfs.contracts.datadir import (
+    APPEND_SOCKET_NAME,
+    FOLLOW_SOCKET_NAME,
+    default_data_dir,
+    socket_path,
+)
 from tierfs.contracts.error_wire import rebuild_error
 from tierfs.contracts.errors import (
     DaemonOverloadedError,
@@ -41,6 +49,7 @@ from tierfs.contracts.errors import (
 )
 from tierfs.contracts.info import Info, SegmentInfo, info_from_json
 from tierfs.contracts.operations import FORWARDED_HEADER, Operation
+from tierfs.remote.append_connection import AppendConnection
 from tierfs.remote.connect_retry import OVERLOAD_RETRY_S, ConnectBackoff, refused_by_live_daemon
 from tierfs.remote.follow_reader import FollowStream, StreamCut, open_follow
 
@@ -216,6 +225,24 @@ class TierClient:
         response = self._request("POST", f"/v1/segments/{self._path(name)}", content=data,
                                  params=params, headers=headers)
         return int(response.json()["offset"])
+
+    def append_socket(self) -> str | None:
+        """The daemon's append socket (pipelined appends) when it serves one beside its
+        API socket; None over TCP or for a daemon without one."""
+        if not self.url.startswith("unix://"):
+            return None
+        path = str(Path(self.url[len("unix://"):]).with_name(APPEND_SOCKET_NAME))
+        return path if os.path.exists(path) else None
+
+    def connect_appends(self, path: str) -> AppendConnection:
+        """A connection to the append socket ``path``, retried with backoff while the
+        daemon is running but does not accept it (``DaemonOverloadedError`` at last);
+        ``DaemonUnavailableError`` when no daemon listens there."""
+        return self._connecting(f"unix://{path}", lambda: AppendConnection(path, CONNECT_TIMEOUT_S, self.read_timeout_s))
+
+    def answer_error(self, status: int, body: bytes) -> TierFSError:
+        """The daemon's error from an error answer read off a raw connection."""
+        return self._error(status, body)
 
     def read(self, name: str, start: int = 0, end: int | None = None, unconfirmed: bool = False,
              segment_id: int | None = None) -> bytes:

@@ -3,7 +3,8 @@
 ``serve(config)`` opens the store, serves the API on ``<data_dir>/tierfs.sock``
 (owner-only: the socket is chmod 0600 inside a 0700 data dir), its segment reads for
 streamed follows on ``<data_dir>/tierfs-follow.sock`` (``stream_socket``: a lean server
-of one GET per connection) and, when asked, the API on a TCP address that requires a
+of one GET per connection), its pipelined appends on ``<data_dir>/tierfs-append.sock``
+(``append_socket``) and, when asked, the API on a TCP address that requires a
 bearer token, until SIGTERM/SIGINT (or ``stop``); then it stops accepting requests,
 ends the streamed follows, flushes and closes the store (see ``open_store``), and
 removes the sockets. The listen backlog (``LISTEN_BACKLOG``) and the open file limit
@@ -35,11 +36,13 @@ from tierfs.cluster.opening import open_cluster
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.datadir import (
     TOKEN_NAME,
+    append_socket_path,
     follow_socket_path,
     load_or_create_token,
     socket_path,
 )
 from tierfs.contracts.errors import InvalidArgumentError
+from tierfs.server.append_socket import serve_append_socket
 from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.http_api import BearerTokenAuth, build_app
 from tierfs.server.reads import ReadRoutes
@@ -96,6 +99,7 @@ async def serve(
         data_dir = config.data_dir
         os.chmod(data_dir, 0o700)
         sock, follow_sock = socket_path(data_dir), follow_socket_path(data_dir)
+        append_sock = append_socket_path(data_dir)
         sock.unlink(missing_ok=True)
         _raise_descriptor_limit()
         streams = FollowStreams(store)
@@ -108,6 +112,7 @@ async def serve(
                 await nursery.start(_serve_one, app, _hypercorn_config(f"unix:{sock}"), shutdown)
                 os.chmod(sock, 0o600)
                 await nursery.start(serve_stream_socket, reads, follow_sock, LISTEN_BACKLOG, shutdown)
+                await nursery.start(serve_append_socket, store, append_sock, LISTEN_BACKLOG, shutdown)
                 log.info("serving %s on %s (epoch %d)", data_dir, sock, store.epoch)
                 if listen:
                     token = load_or_create_token(data_dir)
@@ -134,6 +139,7 @@ async def serve(
         finally:
             sock.unlink(missing_ok=True)
             follow_sock.unlink(missing_ok=True)
+            append_sock.unlink(missing_ok=True)
 
 
 @contextlib.asynccontextmanager
