@@ -93,9 +93,24 @@ def test_every_host_serves_the_whole_namespace_and_forwards_writes(cluster: Clus
         "log", "via-fsspec"]
 
 
-def test_flushed_bytes_are_read_from_tier2_on_the_host_that_reads(cluster: Cluster) -> None:
+@pytest.fixture
+def slow_flush_cluster(postgres_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster whose background flush waits a minute: what a test flushes explicitly is
+    in tier-2, everything appended after it stays in the owner's tail."""
+    cluster = Cluster(tmp_path, postgres_url, str(tmp_path / "tier2"), containers=CONTAINERS, lease_s=2.0,
+                      flush_interval_s=60.0)
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+def test_flushed_bytes_are_read_from_tier2_on_the_host_that_reads(slow_flush_cluster: Cluster) -> None:
     """A non-owner reads a flushed segment's chunks itself (CRC-checked): the owner hands
-    out the layout and serves only the unflushed tail, without a single tier-2 GET."""
+    out the layout and serves only the unflushed tail, without a single tier-2 GET.
+    (With the usual 0.2 s flush interval the tail could be flushed between the layout and
+    the tail's read; the owner would then rightly read it from tier-2.)"""
+    cluster = slow_flush_cluster
     for index in range(2):
         cluster.start(index)
     owners = cluster.wait_balanced([0, 1])
