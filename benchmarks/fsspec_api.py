@@ -63,6 +63,15 @@ segment of the daemon (one keep-alive connection), and by ``await store.append``
 and a VD segment of the in-process store; in the order API PD, engine PD, API VD, engine
 VD. Reported: p50, p99, max, the API / engine ratios and the difference in µs.
 
+Writes (issue 19 item 5, ``benchmarks/fsspec_writes.py`` has the details): per write round
+(``--write-rounds``, default 3), ``--write-mib`` MiB (default 256) written through
+``tierfs://`` in ``wb`` and in ``ab`` (``f.write`` of 1 MiB, so 8 MiB appends, PD),
+next to the engine in-process appending the same bytes in 8 MiB appends and to
+``os.write`` + ``fdatasync`` of 8 MiB pieces on the same disk; both stores flush
+everything and ``sync`` runs before each case (untimed); each fsspec segment is read back
+and compared.
+``--writes-only`` runs just these rounds, on a daemon and a store of their own.
+
 Finally the daemon is stopped with SIGTERM (its exit code is reported) and the child
 and the scratch directory are removed.
 
@@ -73,7 +82,8 @@ touches the engine (it hands out cached blocks without a copy), so (a) / (a') is
 reported as context only. (b) and (d)
 are reported without a target: a ``cat_file`` call costs one request to the daemon
 (about 1 ms here) whatever its size. There is no target on append latency; its ratio is
-reported. A missed target is reported, not an error: the
+reported. Writes: (wb) / (e) and (ab) / (e) >= 0.7, ``tierfs://`` against the engine
+in-process. A missed target is reported, not an error: the
 exit code is 0 either way (1 only if the daemon or the child cannot run).
 """
 
@@ -96,6 +106,7 @@ from typing import Any, TextIO
 
 import trio
 
+from benchmarks import fsspec_writes
 from benchmarks.common import (
     EXIT_USAGE,
     Check,
@@ -111,6 +122,7 @@ from benchmarks.common import (
     warm_cache_bytes,
 )
 from benchmarks.fsspec_child import Child
+from benchmarks.fsspec_writes import WriteResults
 from tierfs import StoreConfig, open_store
 from tierfs.contracts.info import SegmentInfo
 from tierfs.store.facade import SegmentStore
@@ -196,6 +208,7 @@ class Results:
     small_reads_api: Latency
     small_reads_engine: Latency
     appends: dict[str, AppendCase]  # key: "<via>_<durability>"
+    writes: WriteResults | None = None  # None with --write-rounds 0
     daemon_exit_code: int | None = None
 
     def median(self, pick: Callable[[Round], Throughput]) -> float:
@@ -415,6 +428,8 @@ class Options:
     size: int
     rounds: int
     appends: int
+    write_size: int = 256 * MiB
+    write_rounds: int = 3
 
 
 async def measure_in_process(
@@ -448,6 +463,10 @@ async def measure_in_process(
             appends[f"engine_{durability}"] = await engine_appends(
                 store, segment, durability, opts.appends
             )
+        writes = None
+        if opts.write_rounds:
+            writes = await fsspec_writes.measure_writes(store, daemon, directory, opts.write_size,
+                                                        opts.write_rounds, log)
     misses = "tierfs_cache_misses_total"
     return Results(
         size_bytes=opts.size,
@@ -459,6 +478,7 @@ async def measure_in_process(
         small_reads_api=small_api,
         small_reads_engine=small_engine,
         appends=appends,
+        writes=writes,
     )
 
 
@@ -504,6 +524,7 @@ def evaluate_targets(r: Results) -> list[Check]:
     return [
         Check("(a) / (r) fsspec.open vs pread + CRC", statistics.median(x.ceiling_ratio for x in r.rounds),
               TARGET_RATIO, True, "x"),
+        *(fsspec_writes.write_checks(r.writes) if r.writes else []),
     ]
 
 
@@ -622,7 +643,7 @@ def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: 
     )
     print(file=out)
     sections = [format_reads(r), format_rounds(r), format_details(r), format_appends(r),
-                format_checks(checks)]
+                *([fsspec_writes.format_writes(r.writes)] if r.writes else []), format_checks(checks)]
     print_sections(sections, out)
 
 
@@ -637,6 +658,7 @@ def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dic
         "round_ratios": [{"a_over_r": x.ceiling_ratio, "a_over_a_prime": x.open_ratio, "b_over_b_prime": x.cat_ratio,
                           "d_over_a_prime": x.daemon_open_ratio} for x in r.rounds],
         "results": dataclasses.asdict(r),
+        "writes": fsspec_writes.writes_json(r.writes) if r.writes else None,
         "targets": checks_json(checks),
     }
 
@@ -648,14 +670,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--appends", type=int, default=2000, help="timed 1 KiB appends per case (default 2000)"
     )
+    parser.add_argument("--write-mib", type=int, default=256,
+                        help="bytes written per write case, in MiB (default 256; 1024 for 1 GiB)")
+    parser.add_argument("--write-rounds", type=int, default=3, help="write rounds (default 3; 0: none)")
+    parser.add_argument("--writes-only", action="store_true",
+                        help="only the write rounds (no reads, no 1 KiB appends)")
     add_scratch_arguments(parser, "daemon and engine data dirs")
 
 
 def run(args: argparse.Namespace) -> int:
-    if min(args.size_mib, args.rounds, args.appends) < 1:
-        print("--size-mib, --rounds and --appends must be >= 1", file=sys.stderr)
+    if min(args.size_mib, args.rounds, args.appends, args.write_mib) < 1 or args.write_rounds < 0:
+        print("--size-mib, --rounds, --appends and --write-mib must be >= 1, --write-rounds >= 0", file=sys.stderr)
         return EXIT_USAGE
-    opts = Options(args.size_mib * MiB, args.rounds, args.appends)
+    if args.writes_only:
+        return run_in_scratch(
+            "fsspec", args.dir, args.json,
+            lambda directory: fsspec_writes.run_alone(directory, args.write_mib * MiB, max(1, args.write_rounds),
+                                                      sys.stderr),
+            fsspec_writes.write_checks, fsspec_writes.print_alone, fsspec_writes.alone_json,
+            errors=(RuntimeError,),
+        )
+    opts = Options(args.size_mib * MiB, args.rounds, args.appends, args.write_mib * MiB, args.write_rounds)
     return run_in_scratch(
         "fsspec", args.dir, args.json,
         lambda directory: run_all(directory, opts, sys.stderr),
