@@ -165,7 +165,7 @@ def test_an_append_refused_for_a_full_backlog_is_sent_again(monkeypatch: pytest.
     """A refused append wrote nothing: it is sent again, with pauses that double up to a
     second, until the daemon takes it; after BACKLOG_WAIT_S of refusals it fails."""
     from tierfs.contracts.errors import BacklogFullError
-    from tierfs.spark import write
+    from tierfs.spark import appends
 
     class Refusing:
         def __init__(self, refusals: int) -> None:
@@ -180,11 +180,61 @@ def test_an_append_refused_for_a_full_backlog_is_sent_again(monkeypatch: pytest.
             return 0
 
     pauses: list[float] = []
-    monkeypatch.setattr(write.time, "sleep", pauses.append)
+    monkeypatch.setattr(appends.time, "sleep", pauses.append)
     client = Refusing(refusals=7)
-    write.append_when_there_is_room(client, "tx/p0", b"rows\n")  # type: ignore[arg-type]
+    appends.append_when_there_is_room(client, "tx/p0", b"rows\n")  # type: ignore[arg-type]
     assert client.appended == [b"rows\n"]
     assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
-    monkeypatch.setattr(write, "BACKLOG_WAIT_S", 2.0)
+    monkeypatch.setattr(appends, "BACKLOG_WAIT_S", 2.0)
     with pytest.raises(BacklogFullError):
-        write.append_when_there_is_room(Refusing(refusals=100), "tx/p0", b"rows\n")  # type: ignore[arg-type]
+        appends.append_when_there_is_room(Refusing(refusals=100), "tx/p0", b"rows\n")  # type: ignore[arg-type]
+
+
+def test_pipelined_appends_keep_their_order_and_stop_at_the_first_failure() -> None:
+    """A task's appends leave from one thread in the order given, at most
+    APPENDS_WAITING waiting; the first failure reaches the task and nothing after it
+    is sent."""
+    import threading
+
+    from tierfs.spark.appends import APPENDS_WAITING, PipelinedAppends
+
+    class Slow:
+        def __init__(self, fail_at: int) -> None:
+            self.created: list[str] = []
+            self.appended: list[bytes] = []
+            self.gate = threading.Event()
+            self.fail_at = fail_at
+
+        def create(self, name: str, durability: str, parents: bool) -> None:
+            self.created.append(name)
+
+        def append(self, name: str, data: bytes) -> int:
+            self.gate.wait()
+            if len(self.appended) == self.fail_at:
+                raise OSError("daemon gone")
+            self.appended.append(data)
+            return 0
+
+    client = Slow(fail_at=-1)
+    pipe = PipelinedAppends(client, "tx/p1")  # type: ignore[arg-type]
+    sender = threading.Thread(target=lambda: [pipe.send(b"%d" % i) for i in range(10)])
+    sender.start()
+    sender.join(timeout=0.5)
+    assert sender.is_alive()  # blocked: one append in flight, APPENDS_WAITING waiting
+    assert APPENDS_WAITING < 10
+    client.gate.set()
+    sender.join(timeout=10)
+    assert pipe.finish() is True
+    assert client.created == ["tx/p1"] and client.appended == [b"%d" % i for i in range(10)]
+    assert pipe.sent_bytes == 10
+
+    failing = Slow(fail_at=3)
+    failing.gate.set()
+    pipe = PipelinedAppends(failing, "tx/p2")  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="daemon gone"):
+        for i in range(100):
+            pipe.send(b"%d" % i)
+        pipe.finish()
+    pipe.stop()
+    assert failing.appended == [b"0", b"1", b"2"]
+    assert PipelinedAppends(Slow(-1), "tx/p3").finish() is False  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ import datetime
 import json
 import math
 import random
+import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -125,6 +126,21 @@ def test_json_batches_equal_the_rows_encoded_one_by_one(local_zone: str) -> None
         batch = random_batch(rng, rng.choice([1, 2, 17, 300]), odd_floats=round_index % 3 == 0,
                              odd_strings=round_index % 2 == 0)
         assert encoder.encode(batch).to_pybytes() == reference("json", batch, SCHEMA)
+
+
+def test_floats_of_every_magnitude_as_repr_writes_them() -> None:
+    """Random bit patterns (every exponent, subnormals, NaN and infinities) as doubles
+    and as floats, and the edges of repr's plain notation."""
+    rng = random.Random(3)
+    doubles = [struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(20_000)]
+    doubles += [rng.uniform(-1e7, 1e7) for _ in range(20_000)] + [round(rng.random() * 1000, 3) for _ in range(5000)]
+    doubles += [1e-4, -1e-4, 9.999999999999999e-05, 1e16, 9999999999999998.0, 1e15, 0.0, -0.0, 5e-324, None]
+    schema = StructType([StructField("d", DoubleType()), StructField("f", FloatType())])
+    encoder = BatchEncoder.of("json", schema)
+    assert encoder is not None
+    floats = [None if d is None or not math.isfinite(d) or abs(d) > 3e38 else d for d in doubles]
+    batch = pa.record_batch([pa.array(doubles, pa.float64()), pa.array(floats, pa.float32())], names=["d", "f"])
+    assert encoder.encode(batch).to_pybytes() == reference("json", batch, schema)
 
 
 def test_timestamps_across_daylight_saving_changes(local_zone: str) -> None:

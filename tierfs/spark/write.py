@@ -24,8 +24,8 @@ Invariants:
   every batch lands exactly once. The writer id is the ``writer_id`` option, or derived
   from the query's checkpoint location.
 - The target is append-only: ``mode("overwrite")`` is refused before any task runs.
-- An append refused for a full backlog wrote nothing; it is sent again (with backoff,
-  for at most ``BACKLOG_WAIT_S``), so each byte lands once.
+- A task's appends go out in order from one thread while it encodes the next rows,
+  and one refused for a full backlog is sent again (``appends``): each byte lands once.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from tierfs.contracts.errors import (
     AlreadyCommittedError,
-    BacklogFullError,
     DirectoryNotEmptyError,
     InvalidArgumentError,
     NotADirectoryError_,
@@ -62,33 +61,12 @@ from tierfs.contracts.errors import (
 from tierfs.contracts.info import SegmentInfo
 from tierfs.contracts.names import basename, canonical, parent_of
 from tierfs.remote.client import TierClient, discover_url
+from tierfs.spark.appends import PipelinedAppends, task_client
 from tierfs.spark.read import strip_scheme
 from tierfs.spark.write_encoding import WRITE_FORMATS, BatchEncoder, encode_row
 
 TX_DIRECTORY = "_tierfs_tx"
 APPEND_BUFFER_BYTES = 1 << 20
-# A task faster than the daemon's upload to tier-2 meets a full backlog: its append is
-# refused and changed nothing, so it is sent again after a pause that doubles up to
-# a second; after ten minutes of refusals the task fails (and Spark may retry it).
-BACKLOG_RETRY_INITIAL_S = 0.05
-BACKLOG_RETRY_MAX_S = 1.0
-BACKLOG_WAIT_S = 600.0
-
-
-def append_when_there_is_room(client: TierClient, name: str, data: bytes) -> None:
-    """``client.append``, sent again while the daemon refuses it for a full backlog
-    (see ``BACKLOG_RETRY_*``)."""
-    delay_s, waited_s = BACKLOG_RETRY_INITIAL_S, 0.0
-    while True:
-        try:
-            client.append(name, data)
-            return
-        except BacklogFullError:
-            if waited_s >= BACKLOG_WAIT_S:
-                raise
-            time.sleep(delay_s)
-            waited_s += delay_s
-            delay_s = min(2 * delay_s, BACKLOG_RETRY_MAX_S)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +115,12 @@ class _TierWriterBase:
         url = self.options.get("url") or discover_url(self.options.get("data_dir") or None)
         return TierClient(url, self.options.get("token"))
 
+    def task_client(self) -> TierClient:
+        """This worker's client of the daemon, kept for its next tasks (``appends``);
+        never closed by a task."""
+        url = self.options.get("url") or discover_url(self.options.get("data_dir") or None)
+        return task_client(url, self.options.get("token"))
+
     def write(self, iterator: Iterator[Row]) -> TierCommitMessage:
         """Spark rows, one by one (``encode_row``)."""
         return self._write_encoded((1, encode_row(self.format, row)) for row in iterator)
@@ -155,20 +139,10 @@ class _TierWriterBase:
         partition = context.partitionId() if context else 0
         attempt = context.taskAttemptId() if context else 0
         name = f"{self.tx_dir}/p{partition:06d}-t{attempt}-{uuid.uuid4().hex[:8]}"
-        client = self.client()
-        created = False
-        rows = written = 0
+        client = self.task_client()
+        appends = PipelinedAppends(client, name)
+        rows = 0
         buffer = bytearray()
-
-        def send() -> None:
-            nonlocal created, written
-            if not created:
-                client.create(name, durability="vd", parents=True)
-                created = True
-            append_when_there_is_room(client, name, bytes(buffer))
-            written += len(buffer)
-            buffer.clear()
-
         try:
             for count, data in pieces:
                 rows += count
@@ -177,17 +151,18 @@ class _TierWriterBase:
                     room = APPEND_BUFFER_BYTES - len(buffer)
                     buffer += view[:room]
                     view = view[room:]
-                    send()
+                    appends.send(bytes(buffer))
+                    buffer.clear()
                 buffer += view
             if buffer:
-                send()
-            if not created:
+                appends.send(bytes(buffer))
+            if not appends.finish():
                 return TierCommitMessage(partition, None, rows, 0)
             client.op("sync", path=name)  # the VD appends are durable before the seal
             client.op("seal", path=name)
-            return TierCommitMessage(partition, name, rows, written)
+            return TierCommitMessage(partition, name, rows, appends.sent_bytes)
         finally:
-            client.close()
+            appends.stop()  # after a failure: what was not sent is dropped
 
     def _commit(self, messages: list[WriterCommitMessage | None], writer_seq: int | None) -> None:
         mine = sorted((m for m in messages if isinstance(m, TierCommitMessage) and m.segment),

@@ -13,11 +13,11 @@ Invariants:
   ``ArrowTableToRowsConversion``; ``ensure_ascii`` strings; ``NaN``/``Infinity``;
   ``float.__repr__``). ``BatchEncoder.of`` returns None for a schema with a type outside
   ``BATCH_JSON_TYPES`` (or duplicate names, or no column): those rows go one by one.
-- Within a batch, a column whose values the vectorised path cannot render exactly
-  (non-ASCII or control characters in a string, NaN or infinities, a local time zone
-  without a known name, a year outside 1000-9999, or outside 1970-2037 in a zone other
-  than UTC) is rendered value by value in Python with the reference conversion, for
-  that batch only.
+- Within a batch, values the vectorised path cannot render exactly are rendered one
+  by one in Python with the reference conversion: a string column with non-ASCII or
+  control characters, a timestamp column when the local zone has no known name or a
+  year is outside 1000-9999 (outside 1970-2037 in a zone other than UTC), and the
+  floats that repr writes with an exponent (or NaN, infinities).
 - Memory: one batch's encoded bytes (64-bit offsets, so a batch of any size fits).
 """
 
@@ -112,11 +112,22 @@ def _boolean(values: pa.Array) -> pa.Array:
 
 
 def _float(values: pa.Array) -> pa.Array:
-    if pc.all(pc.is_finite(values)).as_py() is False:
-        return _per_value(values, _encode_value)  # NaN, Infinity, -Infinity
-    if values.null_count == 0:
-        return pa.array(list(map(float.__repr__, values.to_pylist())), pa.large_string())
-    return _per_value(values, float.__repr__)
+    """``float.__repr__`` of each value (a float32 widened to the double Python sees).
+    Arrow's shortest round-trip text has repr's digits; where repr writes them plainly
+    (0 and magnitudes in [1e-4, 1e16)) it differs only by repr's ".0" on whole
+    numbers. Other values (exponents, NaN, infinities) are rendered in Python."""
+    doubles = values.cast(pa.float64())
+    texts = doubles.cast(pa.string())
+    magnitude = pc.abs(doubles)
+    plain = pc.and_(pc.or_(pc.and_(pc.greater_equal(magnitude, 1e-4), pc.less(magnitude, 1e16)),
+                           pc.equal(doubles, 0.0)),
+                    pc.invert(pc.match_substring(texts, "e")))
+    rendered = pc.if_else(pc.match_substring(texts, "."), texts, pc.binary_join_element_wise(texts, ".0", ""))
+    others = pc.and_(pc.is_valid(doubles), pc.invert(pc.fill_null(plain, True)))
+    if pc.any(others).as_py():
+        replacements = [_encode_value(v) for v in doubles.filter(others).to_pylist()]
+        rendered = pc.replace_with_mask(rendered, others, pa.array(replacements, pa.string()))
+    return _null_as_text(rendered)
 
 
 def _date(values: pa.Array) -> pa.Array:
