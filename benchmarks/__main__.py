@@ -36,6 +36,7 @@ BENCHMARKS: dict[str, str] = {
     "followers": "benchmarks.followers",
     "scale": "benchmarks.scale",
     "mixed": "benchmarks.mixed",
+    "tail": "benchmarks.tail_latency",
 }
 
 
