@@ -94,19 +94,64 @@ class DiskCounters:
         return cls(busy_ms=int(fields[9]), sectors_written=int(fields[6]))
 
 
+def thread_times(schedstat_path: str) -> tuple[float, float] | None:
+    """Seconds a thread has run on a CPU and waited runnable for one (its ``schedstat``);
+    None where the kernel keeps no such counters."""
+    try:
+        on_cpu_ns, waiting_ns, _ = Path(schedstat_path).read_text().split()
+    except (OSError, ValueError):
+        return None
+    return int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+@dataclasses.dataclass(frozen=True)
+class Counters:
+    """What a case is charged with, read at its start and at its end."""
+
+    process_cpu_s: float  # the process that appends (e: this one; wb, ab: the daemon)
+    loop: tuple[float, float] | None  # its event loop's thread: on a CPU, waiting for one
+    writer: tuple[float, float] | None  # wb, ab: this (the writing) thread
+    disk: DiskCounters | None
+
+    @classmethod
+    def read(cls, directory: Path, daemon: Daemon | None) -> Counters:
+        """For (e) (``daemon`` None: this process, whose event loop runs in this thread)
+        or for (wb)/(ab) (the daemon's process and main thread, and this thread)."""
+        if daemon is None:
+            return cls(time.process_time(), thread_times("/proc/thread-self/schedstat"), None,
+                       DiskCounters.read(directory))
+        return cls(process_cpu_s(daemon.pid), thread_times(f"/proc/{daemon.pid}/task/{daemon.pid}/schedstat"),
+                   thread_times("/proc/thread-self/schedstat"), DiskCounters.read(directory))
+
+
+def _spent(before: tuple[float, float] | None, after: tuple[float, float] | None) -> tuple[float, float] | None:
+    return None if before is None or after is None else (after[0] - before[0], after[1] - before[1])
+
+
 @dataclasses.dataclass(frozen=True)
 class WriteCase:
     throughput: Throughput
-    daemon_cpu_s: float | None = None  # the daemon's CPU meanwhile (fsspec cases)
-    writer_cpu_s: float | None = None  # the writing thread's CPU (engine: the whole process)
-    disk_busy_s: float | None = None  # the device had a request in flight (any tenant's)
-    disk_written_bytes: int | None = None  # written to the device meanwhile (any tenant's)
+    process_cpu_s: float  # the appending process's CPU (e: this process; wb, ab: the daemon)
+    loop_s: tuple[float, float] | None  # its event loop: on a CPU, runnable waiting for one
+    writer_s: tuple[float, float] | None  # wb, ab: the writing thread, likewise
+    disk_busy_s: float | None  # the device had a request in flight (any tenant's)
+    disk_written_bytes: int | None  # written to the device meanwhile (any tenant's)
 
-    def with_disk(self, before: DiskCounters | None, after: DiskCounters | None) -> WriteCase:
-        if before is None or after is None:
-            return self
-        return dataclasses.replace(self, disk_busy_s=(after.busy_ms - before.busy_ms) / 1000,
-                                   disk_written_bytes=(after.sectors_written - before.sectors_written) * 512)
+    @classmethod
+    def of(cls, throughput: Throughput, before: Counters, after: Counters) -> WriteCase:
+        disk_busy_s = written = None
+        if before.disk is not None and after.disk is not None:
+            disk_busy_s = (after.disk.busy_ms - before.disk.busy_ms) / 1000
+            written = (after.disk.sectors_written - before.disk.sectors_written) * 512
+        return cls(throughput, after.process_cpu_s - before.process_cpu_s, _spent(before.loop, after.loop),
+                   _spent(before.writer, after.writer), disk_busy_s, written)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,13 +175,6 @@ class WriteResults:
 
     def median_ratio(self, case: str) -> float:
         return statistics.median(r.ratio(case) for r in self.rounds)
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far, from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 # ----------------------------------------------------------------- measurements
@@ -163,18 +201,17 @@ async def engine_write(store: SegmentStore, directory: Path, name: str, payload:
     """(e): the payload appended in 8 MiB pieces by this process's store, then checked
     to be durable whole."""
     view = memoryview(payload)
-    disk_before, cpu_before = DiskCounters.read(directory), time.process_time()
+    before = Counters.read(directory, None)
     start_s = perf_counter()
     await store.create(name, make_parents=True)
     for offset in range(0, len(view), APPEND_BYTES):
         await store.append(name, view[offset:offset + APPEND_BYTES])
     elapsed_s = perf_counter() - start_s
-    cpu_s, disk_after = time.process_time() - cpu_before, DiskCounters.read(directory)
+    after = Counters.read(directory, None)
     info = await store.stat(name)
     if not isinstance(info, SegmentInfo) or info.durable_length != len(payload):
         raise RuntimeError(f"the engine holds {getattr(info, 'durable_length', None)} of {len(payload)} bytes")
-    return WriteCase(Throughput.of(LABELS["e"], len(payload), elapsed_s), writer_cpu_s=cpu_s).with_disk(
-        disk_before, disk_after)
+    return WriteCase.of(Throughput.of(LABELS["e"], len(payload), elapsed_s), before, after)
 
 
 def fsspec_write(fs: TierFileSystem, daemon: Daemon, directory: Path, name: str, mode: str,
@@ -185,23 +222,20 @@ def fsspec_write(fs: TierFileSystem, daemon: Daemon, directory: Path, name: str,
         head = bytes(range(256)) * (AB_HEAD_BYTES // 256)
         fs.pipe_file(name, head)
     view = memoryview(payload)
-    disk_before = DiskCounters.read(directory)
-    daemon_before, thread_before = process_cpu_s(daemon.pid), time.thread_time()
+    before = Counters.read(directory, daemon)
     start_s = perf_counter()
     with fs.open(name, mode) as f:
         for offset in range(0, len(view), USER_WRITE_BYTES):
             f.write(view[offset:offset + USER_WRITE_BYTES])
     elapsed_s = perf_counter() - start_s
-    thread_cpu_s, daemon_cpu_s = time.thread_time() - thread_before, process_cpu_s(daemon.pid) - daemon_before
-    disk_after = DiskCounters.read(directory)
+    after = Counters.read(directory, daemon)
     digest = hashlib.sha256()
     with fs.open(name, "rb") as f:
         while piece := f.read(4 * MiB):
             digest.update(piece)
     if digest.hexdigest() != hashlib.sha256(head + payload).hexdigest():
         raise RuntimeError(f"tierfs://{name} ({mode}) holds other bytes than were written")
-    return WriteCase(Throughput.of(LABELS[mode], len(payload), elapsed_s),
-                     daemon_cpu_s=daemon_cpu_s, writer_cpu_s=thread_cpu_s).with_disk(disk_before, disk_after)
+    return WriteCase.of(Throughput.of(LABELS[mode], len(payload), elapsed_s), before, after)
 
 
 async def settle(store: SegmentStore, fs: TierFileSystem) -> None:
@@ -257,8 +291,8 @@ def format_writes(w: WriteResults) -> list[str]:
     for key, pick in rows:
         values = [pick(r).mb_per_s for r in w.rounds]
         lines.append(f"{LABELS[key]:<52} {statistics.median(values):>8,.1f} {min(values):>8,.1f} {max(values):>8,.1f}")
-    lines.append("per round: MB/s -> / (e) [wall s; CPU s of the daemon + the writing thread (e: this "
-                 "process); disk busy s, MiB written to it]")
+    lines.append("per round: MB/s -> / (e) [wall; CPU of the appending process, its event loop's thread on a "
+                 "CPU and runnable waiting for one, the fsspec writer's; the disk's busy time and writes; seconds]")
     for index, r in enumerate(w.rounds, 1):
         lines.append(f"round {index} ({', '.join(r.order)}): (W) {r.disk.mb_per_s:,.1f}")
         lines.extend(f"  {describe_case(case, r)}" for case in CASES)
@@ -268,13 +302,17 @@ def format_writes(w: WriteResults) -> list[str]:
 
 
 def describe_case(case: str, r: WriteRound) -> str:
-    """One case of a round: throughput, ratio, wall, CPU and disk time."""
+    """One case of a round: throughput, ratio, wall, CPU, waits for a CPU, disk time."""
     c = r.cases[case]
-    cpu = f"{c.writer_cpu_s:.2f}" if c.daemon_cpu_s is None else f"{c.daemon_cpu_s:.2f} + {c.writer_cpu_s:.2f}"
-    disk = "" if c.disk_busy_s is None or c.disk_written_bytes is None else (
-        f"; disk {c.disk_busy_s:.2f} s, {c.disk_written_bytes / MiB:,.0f} MiB")
+    parts = [f"{c.throughput.seconds:.2f} s", f"{'this process' if case == 'e' else 'daemon'} CPU {c.process_cpu_s:.2f}"]
+    if c.loop_s is not None:
+        parts.append(f"its loop on CPU {c.loop_s[0]:.2f}, waiting for one {c.loop_s[1]:.2f}")
+    if c.writer_s is not None:
+        parts.append(f"writer on CPU {c.writer_s[0]:.2f}, waiting {c.writer_s[1]:.2f}")
+    if c.disk_busy_s is not None and c.disk_written_bytes is not None:
+        parts.append(f"disk busy {c.disk_busy_s:.2f}, {c.disk_written_bytes / MiB:,.0f} MiB")
     ratio = "" if case == "e" else f" -> {r.ratio(case):.3f}"
-    return f"({case}) {c.throughput.mb_per_s:,.1f}{ratio} [{c.throughput.seconds:.2f} s; CPU {cpu} s{disk}]"
+    return f"({case}) {c.throughput.mb_per_s:,.1f}{ratio} [{'; '.join(parts)}]"
 
 
 def writes_json(w: WriteResults) -> dict[str, Any]:
