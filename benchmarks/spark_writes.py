@@ -15,6 +15,11 @@ with a sixteenth of the rows starts the session's writer code (JIT, Python worke
 - (W) ``df.write.mode("overwrite").json(<scratch>/written-json)``; its part files'
   bytes are counted.
 - (o) ``df.write.format("noop").mode("overwrite").save()``.
+- (x) ``ArrowDiscardSink`` (``benchmarks/spark_write_ceiling.py``): a Python data
+  source whose tasks take the Arrow batches, as tierfs's writer does, and discard
+  them: the ceiling of any Python writer here (the rows handed to Python).
+- (e) the same sink encoding each batch as tierfs does (``BatchEncoder``), then
+  discarding it: (w) without the appends to the daemon.
 
 The ratio (w)/(W) compares rows per second (the same rows; the two write timestamps
 differently: Spark as ``2026-01-01T00:00:00.000Z``, tierfs as Python's isoformat).
@@ -29,8 +34,9 @@ from typing import Any
 
 from benchmarks.common import Throughput
 
-WRITE_CASES = ("w", "W", "o")
-WRITE_LABELS = {"w": "tierfs write (json)", "W": "df.write.json, local dir", "o": "noop sink (rows only)"}
+WRITE_CASES = ("w", "W", "o", "x", "e")
+WRITE_LABELS = {"w": "tierfs write (json)", "W": "df.write.json, local dir", "o": "noop sink (rows only)",
+                "x": "Python sink, discard", "e": "Python sink, encode"}
 WARM_UP_FRACTION = 16  # the first job of each case writes 1/16 of the rows
 WORDS = "array('alpha','beta','gamma','delta','epsilon','zeta','eta','theta'," \
         "'alpha','beta','gamma','delta','epsilon','zeta','eta','theta')"
@@ -72,8 +78,11 @@ def _directory_bytes(directory: Path) -> int:
 
 def write_round(spark: Any, client: Any, directory: Path, data_dir: str, rows: int, partitions: int,
                 tag: str, order: tuple[str, ...]) -> dict[str, Throughput]:
-    """The three write cases in ``order``, each the second of two jobs; MB/s of the
-    bytes each wrote (for (o): of what tierfs wrote, as a rate of rows)."""
+    """The write cases in ``order``, each the second of two jobs; MB/s of the bytes
+    each wrote (for (o), (x), (e): of what tierfs wrote, as a rate of rows)."""
+    from benchmarks.spark_write_ceiling import ArrowDiscardSink
+
+    spark.dataSource.register(ArrowDiscardSink)
     frame = events_frame(spark, rows, partitions)
     warm_up = events_frame(spark, max(1, rows // WARM_UP_FRACTION), partitions)
     local = directory / "written-json"
@@ -93,12 +102,19 @@ def write_round(spark: Any, client: Any, directory: Path, data_dir: str, rows: i
             frame.write.mode("overwrite").json(str(local))
             seconds[case] = perf_counter() - started
             written[case] = _directory_bytes(local)
+        elif case in ("x", "e"):
+            encode = "1" if case == "e" else "0"
+            warm_up.write.format(ArrowDiscardSink.name()).option("encode", encode).mode("append").save()
+            started = perf_counter()
+            frame.write.format(ArrowDiscardSink.name()).option("encode", encode).mode("append").save()
+            seconds[case] = perf_counter() - started
         else:
             warm_up.write.format("noop").mode("overwrite").save()
             started = perf_counter()
             frame.write.format("noop").mode("overwrite").save()
             seconds[case] = perf_counter() - started
-    written["o"] = written.get("w", 0)
+    for case in ("o", "x", "e"):
+        written[case] = written.get("w", 0)
     return {case: Throughput.of(f"{WRITE_LABELS[case]}, {tag}", written[case], seconds[case]) for case in order}
 
 
