@@ -133,6 +133,13 @@ def test_tail_options_after_the_paths_and_units(served_data_dir: Path) -> None:
     assert bad.returncode == 2 and b"invalid number 'x'" in bad.stderr and not bad.stdout
 
 
+def test_minus_n_minus_count_is_the_last_lines_without_gnu_tail(served_data_dir: Path) -> None:
+    """``-n -2`` is GNU's spelling of the last 2 lines (also compared with GNU tail above,
+    where GNU tail is installed); ``-n 2x`` is refused (tests/test_input_everywhere.py)."""
+    done = _tierfs(served_data_dir, "tail", "-n", "-2", "logs/a")
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"a11\na12\n", b"")
+
+
 # ------------------------------------------------------------------ following
 class Pipe:
     """What a process writes to one pipe, collected by a thread as it comes, with the
