@@ -50,6 +50,37 @@ def test_a_second_daemon_on_a_data_dir_in_use_exits_4(serving: Daemon) -> None:
     assert_one_line(result, 4, f"in use by pid {serving.pid}", "stop it first")
 
 
+def test_serve_typed_while_a_command_has_the_data_dir_in_process_waits_for_it(tmp_path: Path) -> None:
+    """``tierfs append ...; tierfs serve &`` in quick succession: the command opened the
+    store in-process (no daemon yet); serve waits for it to end instead of failing."""
+    data_dir = tmp_path / "data"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from tierfs.engine.ownership import DataDirLock\n"
+        f"lock = DataDirLock(Path({str(data_dir)!r})); lock.acquire(); print('held', flush=True)\n"
+        "time.sleep(1.5); lock.release()")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    daemon = start_daemon(data_dir, verbose=False)
+    try:
+        assert holder.wait(timeout=30) == 0
+        client = daemon.client()
+        client.create("after-the-wait")
+        client.close()
+    finally:
+        daemon.stop()
+
+
+def test_the_in_use_line_says_whether_a_daemon_or_a_command_holds_it(tmp_path: Path) -> None:
+    from tierfs.cli.failures import describe
+    from tierfs.contracts.datadir import socket_path
+    from tierfs.contracts.errors import StoreInUseError
+
+    line = describe(StoreInUseError(str(tmp_path), 4242)).line
+    assert "in use by pid 4242" in line and "a tierfs command has it open without a daemon" in line
+    socket_path(tmp_path).touch()
+    line = describe(StoreInUseError(str(tmp_path), 4242)).line
+    assert "a tierfs daemon serves it" in line and "stop it first" in line
+
+
 @pytest.mark.skipif(not HAVE_FUSE, reason="needs /dev/fuse and fusermount3 (apt install fuse3)")
 @pytest.mark.parametrize("foreground", [False, True])
 def test_mount_while_serve_owns_the_data_dir_exits_4(serving: Daemon, tmp_path: Path, foreground: bool) -> None:

@@ -130,7 +130,7 @@ def test_tail_options_after_the_paths_and_units(served_data_dir: Path) -> None:
     assert done.returncode == 0 and done.stdout == b"==> logs/a <==\n" + FILES["logs/a"]
     assert _tierfs(served_data_dir, "tail", "-n", "1k", "logs/a").stdout == FILES["logs/a"]
     bad = _tierfs(served_data_dir, "tail", "-n", "x", "logs/a")
-    assert bad.returncode == 2 and b"invalid number 'x'" in bad.stderr and not bad.stdout
+    assert bad.returncode == 2 and b"invalid number of lines: 'x'" in bad.stderr and not bad.stdout
 
 
 def test_minus_n_minus_count_is_the_last_lines_without_gnu_tail(served_data_dir: Path) -> None:

@@ -30,6 +30,9 @@ from tierfs.contracts.errors import StoreInUseError
 
 UMOUNT_WAIT_S = 120.0  # a clean shutdown flushes to tier-2 first; S3 may be slow
 UMOUNT_POLL_S = 0.05
+# A command run in-process holds the data dir for well under a second; a daemon that
+# is still opening (journal recovery) shows its socket within seconds.
+IN_PROCESS_HOLDER_WAIT_S = 10.0
 
 
 def _say(line: str) -> None:
@@ -44,11 +47,19 @@ def _where(config: StoreConfig, listen: str | None) -> str:
 
 
 def refuse_if_in_use(data_dir: Path) -> None:
-    """Fail at once (exit 4) when a running process owns ``data_dir``: before a mount
-    forks or a daemon opens anything (the lock still decides any race)."""
-    pid = running_owner_pid(data_dir)
-    if pid is not None and pid != os.getpid():
-        raise StoreInUseError(str(data_dir), pid)
+    """Fail (exit 4) when a running process owns ``data_dir``, before a mount forks or a
+    daemon opens anything (the lock still decides any race). A holder without the
+    daemon's socket is a command running in-process (``tierfs append`` typed a moment
+    before, ``tierfs serve &`` typed right after it) or a daemon still opening: it is
+    given ``IN_PROCESS_HOLDER_WAIT_S`` to end or to show its socket."""
+    deadline = time.monotonic() + IN_PROCESS_HOLDER_WAIT_S
+    while True:
+        pid = running_owner_pid(data_dir)
+        if pid is None or pid == os.getpid():
+            return
+        if socket_path(data_dir).exists() or time.monotonic() >= deadline:
+            raise StoreInUseError(str(data_dir), pid)
+        time.sleep(UMOUNT_POLL_S)
 
 
 async def _serve_with_lines(config: StoreConfig, listen: str | None, service: Any, what: str) -> None:

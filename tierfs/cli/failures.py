@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
+from pathlib import Path
 
+from tierfs.contracts.datadir import socket_path
 from tierfs.contracts.errors import StoreInUseError, TierFSError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_OWNED_ELSEWHERE, EXIT_NO_SPACE = range(7)
@@ -72,8 +74,11 @@ def _one_line(text: str) -> str:
 
 def _in_use(error: StoreInUseError) -> str:
     who = f"pid {error.pid}" if error.pid else "another process"
-    return (f"data directory {error.data_dir} is in use by {who}: a tierfs daemon serves it (commands go "
-            "through it; stop it first to serve or mount it, or pick another --data-dir)")
+    if socket_path(Path(error.data_dir)).exists():
+        return (f"data directory {error.data_dir} is in use by {who}: a tierfs daemon serves it (commands go "
+                "through it; stop it first to serve or mount it, or pick another --data-dir)")
+    return (f"data directory {error.data_dir} is in use by {who}: a tierfs command has it open without a "
+            "daemon (wait for it to end, or start `tierfs serve` first so that commands share it)")
 
 
 def _os_error(error: OSError) -> tuple[str, int]:

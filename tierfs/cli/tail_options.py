@@ -39,15 +39,25 @@ class Count:
     from_start: bool = False
 
 
-def count(text: str) -> Count:
+def _count(text: str, what: str) -> Count:
     """``N``, ``-N`` (the last N), ``+N`` (from the Nth on); N with or without a unit."""
     stripped = text.strip()
     from_start = stripped.startswith("+")
     number = stripped[1:] if stripped[:1] in ("+", "-") else stripped
     try:
         return Count(parse_size(number, "value"), from_start)
-    except InvalidArgumentError as e:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}: {str(e).removeprefix('value: ')}") from None
+    except InvalidArgumentError:
+        raise argparse.ArgumentTypeError(
+            f"invalid number of {what}: {text!r} (a whole number, optionally with a unit: 10, 2k, 1MiB; "
+            "+N counts from the start)") from None
+
+
+def line_count(text: str) -> Count:
+    return _count(text, "lines")
+
+
+def byte_count(text: str) -> Count:
+    return _count(text, "bytes")
 
 
 def process_id(text: str) -> int:
@@ -75,9 +85,9 @@ def add_tail_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-F", dest="follow_name_retry", action="store_true", help="--follow=name --retry")
     p.add_argument("--retry", action="store_true", help="keep trying a name that does not exist (yet)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("-n", "--lines", type=count, default=None, metavar="[+]N",
+    group.add_argument("-n", "--lines", type=line_count, default=None, metavar="[+]N",
                        help=f"the last N lines (default {DEFAULT_LINES}), or +N: from line N on")
-    group.add_argument("-c", "--bytes", type=count, default=None, metavar="[+]N",
+    group.add_argument("-c", "--bytes", type=byte_count, default=None, metavar="[+]N",
                        help="the last N bytes, or +N: from byte N on (units: 1KiB, 4k)")
     p.add_argument("-q", "--quiet", "--silent", dest="headers", action="store_const", const=HEADERS_NEVER,
                    help="never print ==> PATH <== headers")
