@@ -30,7 +30,7 @@ Invariants:
   that stops moving for ``BODY_STALL_S`` ends the connection; an idle connection is
   kept (a writer's file may stay open for long).
 - Owner-only like the API socket (0600 inside the 0700 data dir). When the daemon
-  stops, accepting stops and open connections get ``STOP_GRACE_S`` to end (an append
+  stops, accepting stops and open connections get ``unix_listener.STOP_GRACE_S`` to end (an append
   cut short is resolved by the client's exactly-once resend).
 """
 
@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 from dataclasses import dataclass
-from functools import partial
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -53,6 +51,7 @@ import trio
 from tierfs.contracts.error_wire import error_details
 from tierfs.contracts.errors import AppendTooLargeError, TierFSError
 from tierfs.server.statuses import error_response
+from tierfs.server.unix_listener import serve_unix_socket
 from tierfs.store.served import ServedStore
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,6 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 10.0  # a request head must arrive whole within this once started
 BODY_STALL_S = 60.0  # a body that moves no byte for this long ends the connection
 BUFFER_IDLE_S = 1.0  # an idle connection frees its receive buffer after this
-STOP_GRACE_S = 1.0  # connections still open when the daemon stops are cut after this
 REQUEST_HEAD_MAX_BYTES = 16 << 10
 HEAD_RECV_BYTES = 16 << 10  # a head is read in pieces of this size (a body's first bytes may come along)
 SEGMENTS_PATH = "/v1/segments/"
@@ -71,27 +69,11 @@ async def serve_append_socket(
     *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve appends on the Unix socket ``path`` until ``stop`` is set."""
-    path.unlink(missing_ok=True)
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        await sock.bind(str(path))
-        os.chmod(path, 0o600)
-        sock.listen(backlog)
-    except BaseException:
-        sock.close()
-        raise
-    listener = trio.SocketListener(sock)
 
     async def handle(stream: trio.SocketStream) -> None:
         await AppendConnection(store, stream.socket).serve()
 
-    async with trio.open_nursery() as connections:
-        async with trio.open_nursery() as accepting:
-            accepting.start_soon(partial(trio.serve_listeners, handle, [listener], handler_nursery=connections))
-            task_status.started()
-            await stop.wait()
-            accepting.cancel_scope.cancel()
-        connections.cancel_scope.deadline = trio.current_time() + STOP_GRACE_S
+    await serve_unix_socket(path, backlog, stop, handle, task_status=task_status)
 
 
 class ConnectionEnds(Exception):

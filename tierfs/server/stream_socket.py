@@ -22,7 +22,7 @@ Invariants:
   is the daemon's (sized for thousands of followers connecting at once).
 - A client that closes its connection ends its request at once (a task per connection
   watches for the end of its input); when the daemon stops, accepting stops and open
-  connections get ``STOP_GRACE_S`` to end.
+  connections get ``unix_listener.STOP_GRACE_S`` to end.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
-from functools import partial
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import unquote
@@ -46,13 +44,13 @@ from tierfs.server.follow_feed import Framing
 from tierfs.server.follow_stream import FollowResponse, StreamCursor
 from tierfs.server.reads import ReadRoutes
 from tierfs.server.statuses import tierfs_error, unexpected_error
+from tierfs.server.unix_listener import serve_unix_socket
 
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 10.0  # a connection must send its request head within this
 REQUEST_HEAD_MAX_BYTES = 16 << 10
 RECEIVE_BYTES = 4096  # reads after the request only watch for the client closing
-STOP_GRACE_S = 1.0  # connections still open when the daemon stops are cut after this
 SEGMENTS_PATH = "/v1/segments/"
 
 
@@ -61,27 +59,11 @@ async def serve_stream_socket(
     *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve segment reads on the Unix socket ``path`` until ``stop`` is set."""
-    path.unlink(missing_ok=True)
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        await sock.bind(str(path))
-        os.chmod(path, 0o600)
-        sock.listen(backlog)
-    except BaseException:
-        sock.close()
-        raise
-    listener = trio.SocketListener(sock)
 
     async def handle(stream: trio.SocketStream) -> None:
         await _serve_connection(reads, stream)
 
-    async with trio.open_nursery() as connections:
-        async with trio.open_nursery() as accepting:
-            accepting.start_soon(partial(trio.serve_listeners, handle, [listener], handler_nursery=connections))
-            task_status.started()
-            await stop.wait()
-            accepting.cancel_scope.cancel()
-        connections.cancel_scope.deadline = trio.current_time() + STOP_GRACE_S
+    await serve_unix_socket(path, backlog, stop, handle, task_status=task_status)
 
 
 async def _serve_connection(reads: ReadRoutes, stream: trio.SocketStream) -> None:
