@@ -16,18 +16,21 @@ Invariants:
   ``chunk_storage_options`` are given) and only the rest, or chunks they cannot open,
   through the daemon.
 - Executors fetch the next piece (``READ_PIECE_BYTES``) of a range while Spark consumes
-  the rows of the current one; at most one piece is in flight per partition.
+  the rows of the current one; at most one piece is in flight per partition
+  (``RAW_PIECES_AHEAD`` for raw blocks), so a partition holds at most that many pieces
+  plus the current one.
 - Directory walks skip names that start with ``_`` or ``.``, as Spark's file sources
   do: that is where writers keep their transaction segments.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import threading
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -46,6 +49,11 @@ from tierfs.spark.records import record_blocks, split_lines
 MiB = 1 << 20
 DEFAULT_PARTITION_BYTES = 64 * MiB
 READ_PIECE_BYTES = 4 * MiB
+# Raw reads keep two pieces in flight: the worker does nothing but wait for them (no
+# parsing), and the next GET then starts while the previous one's body is still
+# arriving, not after the worker has taken it. Lines and JSON parse each piece, which
+# takes longer than fetching the next one: one ahead keeps them busy.
+RAW_PIECES_AHEAD = 2
 FORMATS = ("lines", "json", "raw")
 DEFAULT_SCHEMAS = {
     "lines": "path string, offset long, value string",
@@ -220,21 +228,41 @@ class SegmentBytes:
             pieces.append(self._client.read(self._path, start, end))
         return b"".join(pieces)
 
-    def pieces(self, start: int, piece_bytes: int) -> Generator[tuple[int, bytes], None, None]:
-        """(offset, bytes) of consecutive pieces from ``start`` to the snapshot's end;
-        the next piece is fetched while the caller works on the current one."""
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tierfs-readahead") as pool:
-            position = start
-            pending = pool.submit(self.read, position, position + piece_bytes) if position < self._length else None
-            while pending is not None:
-                piece = pending.result()
-                if not piece:
-                    return
-                following = position + len(piece)
-                pending = (pool.submit(self.read, following, following + piece_bytes)
-                           if following < self._length else None)
-                yield position, piece
-                position = following
+    def pieces(self, start: int, piece_bytes: int, ahead: int = 1,
+               stop: int | None = None) -> Generator[tuple[int, bytes], None, None]:
+        """(offset, bytes) of consecutive pieces from ``start`` to the snapshot's end (or
+        to ``stop``, if before it: nothing past it is read); the next ``ahead`` pieces are
+        fetched while the caller works on the current one (a short piece restarts the
+        read-ahead after it)."""
+        limit = self._length if stop is None else min(stop, self._length)
+        pending: collections.deque[tuple[int, int, Future[bytes]]] = collections.deque()
+        submitted = start
+        with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="tierfs-readahead") as pool:
+
+            def fill() -> None:
+                nonlocal submitted
+                while len(pending) < ahead and submitted < limit:
+                    end = min(submitted + piece_bytes, limit)
+                    pending.append((submitted, end, pool.submit(self.read, submitted, end)))
+                    submitted = end
+
+            try:
+                fill()
+                while pending:
+                    piece_start, piece_end, future = pending.popleft()
+                    piece = future.result()
+                    if not piece:
+                        return
+                    if len(piece) != piece_end - piece_start:
+                        for _, _, later in pending:
+                            later.cancel()
+                        pending.clear()
+                        submitted = piece_start + len(piece)
+                    fill()
+                    yield piece_start, piece
+            finally:
+                for _, _, later in pending:  # the caller stopped early: drop what has not started
+                    later.cancel()
 
 
 def iter_record_blocks(source: SegmentBytes, item: SegmentRange) -> Iterator[tuple[int, bytes]]:
@@ -269,7 +297,8 @@ def iter_block_pieces(source: SegmentBytes, item: SegmentRange, block_size: int)
         yield first, source.read(first, cut)
         first = cut
     piece_bytes = max(1, READ_PIECE_BYTES // block_size) * block_size
-    stream = source.pieces(first, piece_bytes)
+    blocks_end = -(-item.end // block_size) * block_size  # the last block starting in the range ends here
+    stream = source.pieces(first, piece_bytes, RAW_PIECES_AHEAD, stop=blocks_end)
     try:
         for piece_start, piece in stream:
             if piece_start >= item.end:
