@@ -65,11 +65,12 @@ class ChunkRef:
     start: int  # segment offset of the chunk's first byte
     end: int  # segment offset after its last committed byte
     block_crc32c: tuple[int, ...]
+    object_offset: int = 0  # where the chunk's first byte is in the object (a pack of chunks)
 
     @classmethod
     def from_layout(cls, entry: dict[str, Any]) -> ChunkRef:
         return cls(entry["url"], int(entry["start"]), int(entry["end"]),
-                   tuple(int(x) for x in entry["block_crc32c"]))
+                   tuple(int(x) for x in entry["block_crc32c"]), int(entry.get("object_offset", 0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +118,14 @@ class _Block:
         return BlockAddress(f"chunk {self.chunk.url}", self.index, self.chunk.start + self.start)
 
     @property
+    def object_span(self) -> tuple[int, int]:
+        """The block's bytes in the chunk's object."""
+        place = self.chunk.object_offset
+        return place + self.start, place + self.end
+
+    @property
     def cache_key(self) -> tuple[str, int, int]:
-        return (self.chunk.url, self.start, self.chunk.block_crc32c[self.index])
+        return (self.chunk.url, self.object_span[0], self.chunk.block_crc32c[self.index])
 
 
 class DirectChunkReader:
@@ -156,7 +163,7 @@ class DirectChunkReader:
             wanted = [_Block(chunk, i) for i in range(first, last + 1)]
             blocks.extend(wanted)
             if chunk.url.startswith("file://"):
-                local = self._read_local(chunk.url[len("file://"):], [(b.start, b.end) for b in wanted])
+                local = self._read_local(chunk.url[len("file://"):], [b.object_span for b in wanted])
                 for block, data in zip(wanted, local, strict=True):
                     block.data = verified_block(data, len(data), chunk.block_crc32c[block.index], block.address)
             else:
@@ -217,7 +224,7 @@ class DirectChunkReader:
                 raise ChunkUnavailable(f"cannot read chunk {url}: {e}") from None
             entry = by_filesystem.setdefault(id(fs), (fs, []))
             for run in chunk_runs:
-                entry[1].append(Run(path, [(b.start, b.end) for b in run], functools.partial(self._arrived, run)))
+                entry[1].append(Run(path, [b.object_span for b in run], functools.partial(self._arrived, run)))
         for fs, fs_runs in by_filesystem.values():
             self._fetch_runs(fs, fs_runs)
 
