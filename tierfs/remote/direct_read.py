@@ -12,6 +12,10 @@ Invariants:
   nothing.
 - Only bytes inside a chunk's committed range ``[start, end)`` are read, so an object
   that holds more (an uncommitted flush after a crash) never leaks those bytes.
+- A read is served only from chunks that cover its range exactly, each starting where
+  the one before ends: a layout with a gap or an overlap there (which no committed
+  state has) is ``ChunkUnavailable``, so the daemon, whose reader checks the bytes
+  it assembles, answers instead; never fewer or repeated bytes.
 - A chunk that cannot be read (missing, unreadable, short) raises ``ChunkUnavailable``;
   callers fall back to the daemon, which knows where the bytes are now.
 - Remote blocks are cached verified, in an LRU bounded in bytes; local blocks are not
@@ -100,6 +104,24 @@ class SegmentLayout:
         first = max(0, bisect.bisect_right(self._starts, start) - 1)
         return [c for c in self.chunks[first:] if c.start < end]
 
+    def covering(self, start: int, end: int) -> list[ChunkRef]:
+        """``chunks_for(start, end)``, checked to cover the range without a gap or an
+        overlap (each chunk starting where the one before ends); else ``ChunkUnavailable``."""
+        chunks = self.chunks_for(start, end)
+        position = start
+        for chunk in chunks:
+            if chunk.start > position or (chunk is not chunks[0] and chunk.start != position):
+                raise ChunkUnavailable(
+                    f"the chunk layout of segment {self.segment_id} does not cover bytes {start}..{end} "
+                    f"contiguously: a chunk starts at {chunk.start}, the bytes before end at {position}"
+                )
+            position = chunk.end
+        if position < end:
+            raise ChunkUnavailable(
+                f"the chunk layout of segment {self.segment_id} covers bytes {start}..{end} only up to {position}"
+            )
+        return chunks
+
 
 class _Block:
     """One block a read needs: its chunk, index, chunk byte span and, once read, bytes."""
@@ -155,7 +177,7 @@ class DirectChunkReader:
             raise ValueError(f"range end {end} is beyond the chunks (they end at {layout.flushed_end})")
         blocks: list[_Block] = []
         remote: list[_Block] = []
-        for chunk in layout.chunks_for(start, end):
+        for chunk in layout.covering(start, end):
             if not self.can_read(chunk.url):
                 raise ChunkUnavailable(f"no storage options to read {chunk.url} directly")
             first = (max(start, chunk.start) - chunk.start) // BLOCK_BYTES
