@@ -297,16 +297,18 @@ def raw_cat_file(options: dict[str, Any], layout: list[dict[str, Any]],
 
 
 def block_ranges(layout: list[dict[str, Any]]) -> tuple[list[str], list[int], list[int]]:
-    """The 1 MiB ranges tierfs reads: blocks aligned to each chunk's start."""
+    """The 1 MiB ranges tierfs reads: blocks aligned to each chunk's start (a chunk
+    packed with others starts at its ``object_offset`` in the object)."""
     paths: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
     for chunk in layout:
         length = chunk["end"] - chunk["start"]
+        place = chunk.get("object_offset", 0)
         for block_start in range(0, length, MiB):
             paths.append(chunk["url"])
-            starts.append(block_start)
-            ends.append(min(block_start + MiB, length))
+            starts.append(place + block_start)
+            ends.append(place + min(block_start + MiB, length))
     return paths, starts, ends
 
 

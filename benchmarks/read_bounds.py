@@ -89,16 +89,18 @@ def measured(server_pid: int | None, run: Callable[[], T], client_cpu_s: Callabl
 
 
 def run_ranges(layout: list[dict[str, Any]], run_bytes: int) -> tuple[list[str], list[int], list[int]]:
-    """The chunk objects' bytes as ranges of ``run_bytes`` (cut at each object's end)."""
+    """The chunks' bytes as ranges of ``run_bytes`` (cut at each chunk's end; a chunk
+    packed with others starts at its ``object_offset`` in the object)."""
     paths: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
     for chunk in layout:
         length = chunk["end"] - chunk["start"]
+        place = chunk.get("object_offset", 0)
         for start in range(0, length, run_bytes):
             paths.append(chunk["url"])
-            starts.append(start)
-            ends.append(min(start + run_bytes, length))
+            starts.append(place + start)
+            ends.append(place + min(start + run_bytes, length))
     return paths, starts, ends
 
 
@@ -131,8 +133,8 @@ def raw_whole_joined(options: dict[str, Any], layout: list[dict[str, Any]], in_f
 
     fs, setup_s = client or new_s3fs(options, layout[0]["url"])
     paths = [chunk["url"] for chunk in layout]
-    starts = [0] * len(layout)
-    ends = [chunk["end"] - chunk["start"] for chunk in layout]
+    starts = [chunk.get("object_offset", 0) for chunk in layout]  # a packed chunk's place
+    ends = [start + chunk["end"] - chunk["start"] for start, chunk in zip(starts, layout, strict=True)]
     start_s = perf_counter()
     data = b"".join(fs.cat_ranges(paths, starts, ends, batch_size=in_flight, on_error="raise"))
     elapsed_s = perf_counter() - start_s

@@ -10,9 +10,9 @@ import pytest
 from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import open_store
-from tierfs.blocks.checksums import BLOCK_BYTES
+from tierfs.blocks.checksums import BLOCK_BYTES, block_crcs_of
 from tierfs.contracts.errors import ChunkUnavailable, DataCorruptionError
-from tierfs.remote.direct_read import ChunkRef, DirectChunkReader, SegmentLayout
+from tierfs.remote.direct_read import ChunkRef, DirectChunkReader, SegmentLayout, read_directly
 from tierfs.testing.harness import Daemon, small_config
 
 MiB = 1 << 20
@@ -158,3 +158,52 @@ def test_a_missing_local_chunk_file_is_unavailable(tmp_path: Path) -> None:
     layout = SegmentLayout(1, (ChunkRef(f"file://{tmp_path}/nothing", 0, 10, (0,)),))
     with pytest.raises(ChunkUnavailable, match="cannot open"):
         DirectChunkReader().read(layout, 0, 10)
+
+
+def _packed_ref(path: Path, data: bytes, start: int, end: int) -> ChunkRef:
+    """Segment bytes [start, end) as a chunk at ``start`` of the file ``path`` holding ``data``."""
+    return ChunkRef(f"file://{path}", start, end, tuple(block_crcs_of(data[start:end]).blocks), object_offset=start)
+
+
+def test_a_layout_with_a_gap_or_an_overlap_is_unavailable_never_short(tmp_path: Path) -> None:
+    data = payload(30, 11)
+    path = tmp_path / "pack"
+    path.write_bytes(data)
+    reader = DirectChunkReader()
+    whole = SegmentLayout(1, (_packed_ref(path, data, 0, 10), _packed_ref(path, data, 10, 20),
+                              _packed_ref(path, data, 20, 30)))
+    assert reader.read(whole, 0, 30) == data and reader.read(whole, 10, 25) == data[10:25]
+
+    gap = SegmentLayout(1, (_packed_ref(path, data, 0, 10), _packed_ref(path, data, 20, 30)))
+    overlap = SegmentLayout(1, (_packed_ref(path, data, 0, 10), _packed_ref(path, data, 5, 30)))
+    for layout, start, end in ((gap, 0, 30), (gap, 12, 25), (gap, 5, 21), (overlap, 0, 30), (overlap, 2, 12)):
+        with pytest.raises(ChunkUnavailable, match="contiguously"):
+            reader.read(layout, start, end)
+    # a range inside one chunk is served: every byte of it is there, once
+    assert reader.read(gap, 20, 30) == data[20:] and reader.read(gap, 2, 9) == data[2:9]
+    assert reader.read(overlap, 8, 12) == data[8:12]
+
+
+def test_a_layout_with_a_gap_is_read_through_the_daemon(tfs: TierFileSystem, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "direct/gap"
+    assert tfs.direct is not None
+    data = payload(700_000, 12)
+    write_flushed(tfs, name, data)
+    (entry,) = tfs.client.layout(name)
+
+    def piece(start: int, end: int) -> dict[str, object]:  # bytes [start, end) of the chunk, as a chunk of its own
+        crcs = list(block_crcs_of(data[start:end]).blocks)
+        return {**entry, "start": start, "end": end, "block_crc32c": crcs, "object_offset": start}
+
+    layout = [piece(0, 250_000), piece(250_000, 400_000), piece(400_000, len(data))]
+    monkeypatch.setattr(tfs.client, "layout", lambda _name: layout)
+    direct_before = tfs.direct.bytes_read
+    assert read_directly(tfs.direct, tfs.client, name, 0, None, False) == data
+    assert tfs.direct.bytes_read - direct_before == len(data), "three adjacent chunks: read directly"
+
+    del layout[1]  # as if the middle chunk's record were missing: 150,000 bytes unaccounted for
+    direct_before, daemon_before = tfs.direct.bytes_read, tfs.bytes_fetched_daemon
+    assert read_directly(tfs.direct, tfs.client, name, 0, None, False) == data
+    assert tfs._read_with_layout(name, SegmentLayout.from_json(layout), 0, None) == data
+    assert tfs.direct.bytes_read == direct_before, "nothing was read from a layout with a gap"
+    assert tfs.bytes_fetched_daemon - daemon_before == len(data)

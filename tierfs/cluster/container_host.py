@@ -1,8 +1,9 @@
 """``ContainerHost``: the containers this daemon owns, each a store of its own, held
 through leases that it renews, balances and gives back.
 
-Every tick (``lease_s / 3``, at most 1 s) the host heartbeats, renews its leases, takes
-every container whose lease expired (nobody serves it), and balances: with ``L``
+Every tick (``lease_s / 3``, at most 1 s) the host heartbeats and renews its leases, in
+a task of its own, and, in another, takes every container whose lease expired (nobody
+serves it) and balances: with ``L``
 live daemons (sorted by id) and ``N`` containers, daemon ``i`` should hold
 ``N // L + (1 if i < N % L else 0)``; a daemon holding more gives its highest-numbered
 extras back (flushed, closed, released), one holding fewer takes free or expired ones,
@@ -14,6 +15,10 @@ Invariants:
   that could not be renewed at its epoch (taken by another daemon), or not renewed
   for ``lease_s`` (the database unreachable), removes the store from ``stores`` at
   once, before it is closed. Its commits are refused by the epoch guard anyway.
+- Renewals never wait for a container being opened or given back (an open replays a
+  journal and claims tier-2: seconds on a loaded host): a daemon that is alive and
+  reaches the database keeps its leases, so no other daemon takes a container its
+  owner still serves, acknowledging appends that would then end in lost+found.
 - A container's data dir is replayed only if this daemon held the lease just before
   (lease epoch ``E - 1`` recorded in ``lease.json``): nobody else wrote the container
   since. Otherwise its journal may hold acknowledged bytes that never reached tier-2
@@ -111,6 +116,7 @@ class ContainerHost:
                 await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token)
                 epochs = await self.db_call(self._leases.epochs)
                 await trio.to_thread.run_sync(self._keep_followed_journals, epochs)
+                nursery.start_soon(self._keep_renewing)
                 await self._reclaim_own(nursery)
                 await self._balance(nursery)
                 task_status.started()
@@ -126,7 +132,14 @@ class ContainerHost:
     def stop(self) -> None:
         self._stopping.set()
 
-    async def _tick(self, nursery: trio.Nursery) -> None:
+    async def _keep_renewing(self) -> None:
+        """Heartbeat and renew every tick until ``stop``, whatever ``_tick`` is doing."""
+        while not self._stopping.is_set():
+            await self._renew()
+            with trio.move_on_after(tick_s(self._config.lease_s)):
+                await self._stopping.wait()
+
+    async def _renew(self) -> None:
         try:
             await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token)
             held = {c: h.epoch for c, h in self.held.items() if not h.release.is_set()}
@@ -141,6 +154,10 @@ class ContainerHost:
         for container in set(held) - renewed:
             log.warning("lost container %s to another daemon", container_label(container))
             self._drop(container, lost=True)
+
+    async def _tick(self, nursery: trio.Nursery) -> None:
+        if time.monotonic() - self._last_renewal_s > self._config.lease_s:
+            return  # the database is not answering renewals: taking more would not help
         try:
             await self._balance(nursery)
         except TierFSError as e:

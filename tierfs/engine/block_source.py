@@ -18,6 +18,8 @@ Invariants:
   cancellation) fails the blocks it did not bring with that error.
 - A growing chunk's last block is keyed by its length, so a longer version of it is a
   different key and a stale short copy is never served for bytes it does not hold.
+- A chunk packed with others into one object (``Chunk.object_offset``) is read at its
+  place there and keyed by it too, so two chunks of one pack never share a key.
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ RunReader = Callable[[Sequence[tuple[int, int]], Callable[[int, bytes], None]], 
 
 
 def block_key(chunk: Chunk, block: int) -> BlockKey:
-    """Cache key of a block: a growing chunk's last block is keyed by its length."""
+    """Cache key of a block: a growing chunk's last block is keyed by its length, a
+    packed chunk's by its place in the pack."""
     block_start = block * BLOCK_BYTES
-    return (chunk.name, block, min(block_start + BLOCK_BYTES, chunk.length) - block_start)
+    name = f"{chunk.name}@{chunk.object_offset}" if chunk.object_offset else chunk.name
+    return (name, block, min(block_start + BLOCK_BYTES, chunk.length) - block_start)
 
 
 def block_span(chunk: Chunk, block: int) -> tuple[int, int]:
@@ -83,7 +87,8 @@ class BlockSource:
 
         def fetch_and_verify() -> bytes:
             """In the worker thread: the GET and the CRC, off the event loop."""
-            data = self.chunk_storage.read(chunk.name, block_start, block_end)
+            place = chunk.object_offset
+            data = self.chunk_storage.read(chunk.name, place + block_start, place + block_end)
             return verified_block(data, block_end - block_start, expected_crc, address, "tier-2")
 
         async def fetch() -> bytes:
@@ -112,7 +117,9 @@ class BlockSource:
                 read: RunReader = lambda spans, sink: long_term.read_blocks(chunk, spans, sink)  # noqa: E731
             else:
                 crcs, source, origin = chunk.block_crc32c, f"chunk {chunk.name}", "tier-2"
-                read = lambda spans, sink: self.chunk_storage.read_blocks(chunk.name, spans, sink)  # noqa: E731
+                place = chunk.object_offset
+                read = lambda spans, sink: self.chunk_storage.read_blocks(  # noqa: E731
+                    chunk.name, [(start + place, end + place) for start, end in spans], sink)
             token = trio.lowlevel.current_trio_token()
             spans = [block_span(chunk, block) for block in blocks]
 

@@ -9,7 +9,9 @@ flush is a new object). ``Defragmenter.defrag(seg)`` merges each planned run
             (``SegmentState.flushing``) is held, so no flush can pick the same number;
 2. merge  - ``ChunkStorage.merge``: natively where tier-2 can (``copy_file_range``
             locally, S3 multipart ``UploadPartCopy`` for parts >= 5 MiB), else read +
-            write; the sources are never changed;
+            write; a run holding chunks packed with other segments' (the storage
+            writer's batches) is read from the packs and written; the sources are
+            never changed;
 3. verify - the new object is read back: every old 1 MiB block is checked against its
             recorded CRC32C, and the new per-1 MiB-block CRC32Cs are computed from the
             same bytes;
@@ -58,7 +60,7 @@ from tierfs.engine.defrag_plan import merge_runs, small_chunk_count
 from tierfs.engine.faults import crash_point
 from tierfs.engine.metadata import now_ns
 from tierfs.engine.metadata_sql import SegmentRow
-from tierfs.engine.object_keys import chunk_name
+from tierfs.engine.object_keys import chunk_name, is_pack_name
 from tierfs.engine.ports import GarbageSink
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.s3_merge import MergeCounts
@@ -99,6 +101,15 @@ class DefragResult:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def rewrite_run(storage: ChunkStorage, name: str, run: Sequence[Chunk]) -> MergeCounts:
+    """Chunk ``name`` from the bytes of ``run``, read where each is (a chunk packed with
+    others starts at its ``object_offset``) and written at once (blocking; in memory:
+    a run never exceeds ``max_chunk_bytes``). Verified afterwards like any merge."""
+    data = b"".join(storage.read(c.name, c.object_offset, c.object_offset + c.length) for c in run)
+    storage.write(name, 0, data)
+    return MergeCounts(rewritten_bytes=len(data))
 
 
 def verify_merged(storage: ChunkStorage, name: str, old: Sequence[Chunk]) -> BlockCrcs:
@@ -256,9 +267,12 @@ class Defragmenter:
         name = chunk_name(seg.segment_id, self._epoch, seq)
         storage = self.chunk_storage
         try:
-            counts = await trio.to_thread.run_sync(
-                storage.merge, name, [(c.name, c.length) for c in run], limiter=self._limiter
-            )
+            if any(c.object_offset or is_pack_name(c.name) for c in run):
+                counts = await trio.to_thread.run_sync(rewrite_run, storage, name, run, limiter=self._limiter)
+            else:
+                counts = await trio.to_thread.run_sync(
+                    storage.merge, name, [(c.name, c.length) for c in run], limiter=self._limiter
+                )
             crcs = await trio.to_thread.run_sync(verify_merged, storage, name, run, limiter=self._limiter)
         except Exception:
             await self._garbage.queue([name])

@@ -7,8 +7,15 @@ into tier-2 and commits them:
             durable bytes read from the tail (memory, or CRC-checked journal frames);
 2. check  - a passed owner-claim check no older than the check interval (normally
             the fence's periodic one: no request);
-3. write  - every piece's bytes, concurrently, each in a worker thread under the tier-2
-            limiter; a failed write fails only its segment;
+3. write  - on a store that cannot append (an object store, where every flush is a
+            new object anyway), the new chunks of a batch (at least
+            ``MIN_PACK_PIECES`` of at most ``PACK_PIECE_MAX_BYTES`` each) packed into
+            one new object, a *pack* (``object_keys.pack_name``: one PUT instead of
+            one per segment, each chunk record pointing at its place), the other
+            pieces each to its own object (a store that appends grows a segment's
+            last chunk in place instead, which a packed chunk could not);
+            concurrently, each in a worker thread under the tier-2 limiter; a failed
+            write fails only the segments whose bytes it carried;
 4. verify - a passed claim check that started after the last write completed (one
             check shared by the whole batch and by every other flush waiting then);
             fenced or unverifiable: nothing is committed;
@@ -26,7 +33,12 @@ Invariants:
 - A deleted segment's new chunk object is queued as garbage, never committed; a piece
   whose grown chunk was replaced meanwhile (an offload attempt started) is not
   committed (``ConcurrentModificationError``, retried by the writer).
-- Memory: the caller bounds a batch's bytes (``max_flush_bytes`` in all).
+- A pack is written once, under a name never used before, and is in
+  ``packs_in_flight`` from before its write until its commit ended, so the orphan sweep
+  (which deletes packs once no chunk record references them) never takes one that is
+  about to be committed. No pack is ever grown or queued as garbage.
+- Memory: the caller bounds a batch's bytes (``max_flush_bytes`` in all); a pack holds
+  one more copy of them while it is written.
 """
 
 from __future__ import annotations
@@ -45,12 +57,19 @@ from tierfs.engine.clock import monotonic_s
 from tierfs.engine.faults import crash_point
 from tierfs.engine.fencing import OwnerFence
 from tierfs.engine.flush_plan import FlushPiece, plan_flush
+from tierfs.engine.object_keys import is_pack_name, pack_name
 from tierfs.engine.ports import GarbageSink
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.tail_reader import TailReader
 
 log = logging.getLogger(__name__)
+
+# Pieces up to one block share a pack: below that a PUT's fixed cost (a request, a few
+# hundred microseconds of the S3 client's CPU) dominates; larger ones keep an object of
+# their own, which defrag can copy inside S3.
+PACK_PIECE_MAX_BYTES = 1 << 20
+MIN_PACK_PIECES = 2  # a pack of one would be a chunk object with another name
 
 
 class FlushCatalogue(Protocol):
@@ -86,6 +105,8 @@ class ChunkFlusher:
         self._garbage = garbage
         self._fence = fence
         self.commits = 0  # metadata transactions that committed flushes
+        self.packs = 0  # pack objects written
+        self.packs_in_flight: set[str] = set()  # written or being written, commit not ended
 
     async def flush(self, segs: list[SegmentState], storage: ChunkStorage) -> FlushOutcome:
         """Flush the next piece of each of ``segs`` (none deleted, each with durable
@@ -100,32 +121,56 @@ class ChunkFlusher:
             piece.take(await self._tail.tail_bytes(seg, piece.start, piece.end))
             pieces.append(piece)
         await self._fence.confirm_recent()
-        written = await self._write(pieces, storage, outcome)
-        crash_point("flush.chunk_written")  # in tier-2, not committed: orphans if we die
-        if written:
-            await self._fence.confirm_since(monotonic_s())  # started after every write returned
-            await self._commit(written, outcome)
+        objects = self._objects(pieces, packing=not storage.supports_append)
+        try:
+            written = await self._write(objects, storage, outcome)
+            crash_point("flush.chunk_written")  # in tier-2, not committed: orphans if we die
+            if written:
+                await self._fence.confirm_since(monotonic_s())  # started after every write returned
+                await self._commit(written, outcome)
+        finally:
+            self.packs_in_flight.difference_update(name for name, group in objects if len(group) > 1)
         return outcome
 
-    async def _write(self, pieces: list[FlushPiece], storage: ChunkStorage, outcome: FlushOutcome) -> list[FlushPiece]:
+    def _objects(self, pieces: list[FlushPiece], *, packing: bool) -> list[tuple[str, list[FlushPiece]]]:
+        """The objects to write: (name, the pieces it carries, in object order); with
+        ``packing``, the small new chunks share one pack."""
+        small = [p for p in pieces if not p.grows and len(p.data) <= PACK_PIECE_MAX_BYTES]
+        if not packing or len(small) < MIN_PACK_PIECES:
+            return [(p.name, [p]) for p in pieces]
+        pack = pack_name(self._epoch)
+        position = 0
+        for piece in small:
+            piece.pack_into(pack, position)
+            position += len(piece.data)
+        self.packs_in_flight.add(pack)
+        return [(pack, small)] + [(p.name, [p]) for p in pieces if p not in small]
+
+    async def _write(
+        self, objects: list[tuple[str, list[FlushPiece]]], storage: ChunkStorage, outcome: FlushOutcome
+    ) -> list[FlushPiece]:
         written: list[FlushPiece] = []
 
-        async def write(piece: FlushPiece) -> None:
-            try:
-                await trio.to_thread.run_sync(
-                    storage.write, piece.name, piece.chunk_offset, piece.data, limiter=self._limiter
-                )
-            except TierFSError as e:
-                outcome.failed[piece.seg] = e
+        async def write(name: str, group: list[FlushPiece]) -> None:
+            if len(group) == 1:
+                offset, data = group[0].chunk_offset, group[0].data
             else:
-                written.append(piece)
+                offset, data = 0, b"".join(piece.data for piece in group)
+                self.packs += 1
+            try:
+                await trio.to_thread.run_sync(storage.write, name, offset, data, limiter=self._limiter)
+            except TierFSError as e:
+                for piece in group:
+                    outcome.failed[piece.seg] = e
+            else:
+                written.extend(group)
 
-        if len(pieces) == 1:
-            await write(pieces[0])
+        if len(objects) == 1:
+            await write(*objects[0])
         else:
             async with trio.open_nursery() as nursery:
-                for piece in pieces:
-                    nursery.start_soon(write, piece)
+                for name, group in objects:
+                    nursery.start_soon(write, name, group)
         return written
 
     async def _commit(self, written: list[FlushPiece], outcome: FlushOutcome) -> None:
@@ -135,7 +180,7 @@ class ChunkFlusher:
             ready = []
             for piece in written:
                 if piece.seg.deleted:
-                    if not piece.grows:
+                    if not piece.grows and not is_pack_name(piece.name):  # a pack: the orphan sweep's
                         await self._garbage.queue([piece.name])
                 elif piece.overtaken():
                     outcome.failed[piece.seg] = ConcurrentModificationError(

@@ -7,9 +7,10 @@ small segments in one batch (``flush_batch``); both plan each piece here:
 - the range: from the segment's flushed length, at most ``max_flush_bytes`` of
   **durable** bytes (never bytes a crash could take back), ending where the chunk ends;
 - the object: the segment's last chunk, grown in place, when the backend can append,
-  the chunk was created by this epoch, it has no offload attempt, it ends exactly at
-  the flushed length and has room below ``max_chunk_bytes``; otherwise a new chunk
-  ``s<id>/e<epoch>-c<seq>`` from the record's ``next_chunk_seq``;
+  the chunk was created by this epoch, has an object of its own (not a pack), has no
+  offload attempt, ends exactly at the flushed length and has room below
+  ``max_chunk_bytes``; otherwise a new chunk ``s<id>/e<epoch>-c<seq>`` from the
+  record's ``next_chunk_seq`` (which a batch may put into a pack instead: ``pack_into``);
 - a ``tier2`` segment's piece ends where an append ends, and an append that does not
   fit the last chunk's room starts a new chunk, so the loss of the host never leaves an
   append cut (unless it alone exceeds a flush or a chunk).
@@ -29,12 +30,12 @@ import dataclasses
 from tierfs.blocks.checksums import BlockCrcs
 from tierfs.contracts.config import StoreConfig
 from tierfs.engine.metadata import now_ns
-from tierfs.engine.object_keys import chunk_name
+from tierfs.engine.object_keys import chunk_name, is_pack_name
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class FlushPiece:
     """Segment bytes ``[start, end)`` written at ``chunk_offset`` of chunk ``name``."""
 
@@ -47,10 +48,18 @@ class FlushPiece:
     new_seq: int | None  # the new chunk's sequence number; None when growing ``last``
     crcs: BlockCrcs
     data: bytes = b""
+    object_offset: int = 0  # where the chunk starts in its object (a pack)
 
     @property
     def grows(self) -> bool:
         return self.new_seq is None
+
+    def pack_into(self, pack: str, object_offset: int) -> None:
+        """Write this new chunk at ``object_offset`` of the pack object ``pack`` instead
+        of an object of its own (its sequence number is consumed all the same)."""
+        assert not self.grows
+        self.name = pack
+        self.object_offset = object_offset
 
     def take(self, data: bytes) -> None:
         """The piece's bytes (read from the tail): checksummed for the chunk record."""
@@ -70,6 +79,7 @@ class FlushPiece:
             epoch=epoch,
             created_ns=last.created_ns if self.grows and last is not None else now_ns(),
             location="",
+            object_offset=self.object_offset,
         )
 
     def record(self) -> SegmentMeta:
@@ -100,6 +110,8 @@ def plan_flush(
         supports_append
         and last is not None
         and last.epoch == epoch
+        and not last.object_offset
+        and not is_pack_name(last.name)  # other segments' chunks follow it in the pack
         and last.location == ""
         and last.offload_attempt_uuid == ""  # never grow a chunk an offload copies
         and last.start_offset + last.length == start

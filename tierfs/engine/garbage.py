@@ -9,6 +9,9 @@ Invariants:
   so a crash at any point leaves at worst an object that will be deleted again.
 - A failed delete is kept and retried on the next collection; long-term names wait
   until a long-term store is configured again.
+- A pack (many segments' small chunks in one object) is never deleted here: its
+  queued names are holds (``object_keys.pack_hold``) that keep it from the orphan
+  sweep until their time; collecting one only forgets it.
 - Deletes run in worker threads under the tier-2 limiter.
 """
 
@@ -22,7 +25,7 @@ import trio
 from tierfs.contracts.errors import Tier2Error
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
-from tierfs.engine.object_keys import LONG_TERM_GARBAGE_PREFIX
+from tierfs.engine.object_keys import LONG_TERM_GARBAGE_PREFIX, is_pack_name
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ class GarbageCollector:
                         continue  # kept until tierfs runs with --offload-to again
                     key = name[len(LONG_TERM_GARBAGE_PREFIX):]
                     await trio.to_thread.run_sync(self._long_term.delete, key, limiter=self._limiter)
-                else:
+                elif not is_pack_name(name):  # a pack's hold: forgetting it is all (object_keys.pack_hold)
                     await trio.to_thread.run_sync(self.chunk_storage.delete, name, limiter=self._limiter)
                 done.append(name)
             except Tier2Error as e:

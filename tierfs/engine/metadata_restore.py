@@ -37,7 +37,7 @@ from tierfs.engine.ownership import DataDirLock
 log = logging.getLogger(__name__)
 
 METADATA_FILE = "metadata.sqlite"
-_CHUNK_EPOCH = re.compile(r"^s\d+/e(\d+)-c\d+")
+_CHUNK_EPOCH = re.compile(r"^(?:s\d+/e(\d+)-c\d+|packs/e(\d+)-[0-9a-f]{32})")  # a chunk or a pack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,8 @@ def restore_metadata(
         manifest = _fetch_newest_usable(objects, staging)
         epoch = max(
             _snapshot_epoch(staging), objects.highest_epoch(),
-            max((int(m.group(1)) for n in objects.chunk_names() if (m := _CHUNK_EPOCH.match(n))), default=0),
+            max((int(m.group(1) or m.group(2)) for n in objects.chunk_names() if (m := _CHUNK_EPOCH.match(n))),
+                default=0),
         )
         segments = _prepare(staging, epoch)
         set_aside = _set_aside(data_dir)

@@ -10,7 +10,12 @@ from __future__ import annotations
 import operator
 
 from tierfs.engine import records
-from tierfs.engine.object_keys import LONG_TERM_GARBAGE_PREFIX, ObjectReferences, OffloadKeys
+from tierfs.engine.object_keys import (
+    LONG_TERM_GARBAGE_PREFIX,
+    ObjectReferences,
+    OffloadKeys,
+    held_pack,
+)
 from tierfs.engine.sql_database import Database
 
 # the fields of a chunk record (``Chunk``) that the start-up scan reads
@@ -18,7 +23,7 @@ _HOT_COPY_FIELDS = operator.attrgetter(
     "segment_id", "start_offset", "offload_complete", "offload_hot_deleted", "offload_completed_ns"
 )
 # the fields orphan collection reads off chunk and segment records
-_REFERENCE_FIELDS = operator.attrgetter("name", "offload_attempt_uuid")
+_REFERENCE_FIELDS = operator.attrgetter("name", "offload_attempt_uuid", "offload_hot_deleted")
 _NEXT_CHUNK_SEQ = operator.attrgetter("next_chunk_seq")
 
 
@@ -48,8 +53,9 @@ class WholeStoreScans:
         tier2: set[str] = set()
         long_term: set[str] = set()
         for (value,) in self._db.execute("SELECT value FROM chunks"):
-            name, attempt = _REFERENCE_FIELDS(records.decode(records.ChunkRecord, value))
-            tier2.add(name)
+            name, attempt, hot_deleted = _REFERENCE_FIELDS(records.decode(records.ChunkRecord, value))
+            if not hot_deleted:  # its chunk-store copy is gone (a pack's is another's, or nobody's)
+                tier2.add(name)
             if attempt:
                 keys = OffloadKeys.for_attempt(name, attempt)
                 long_term.update((keys.data, keys.index))
@@ -61,7 +67,7 @@ class WholeStoreScans:
         prefix = LONG_TERM_GARBAGE_PREFIX
         return ObjectReferences(
             frozenset(tier2), frozenset(long_term),
-            frozenset(n for n in queued if not n.startswith(prefix)),
+            frozenset(held_pack(n) for n in queued if not n.startswith(prefix)),  # a hold keeps its pack
             frozenset(n[len(prefix):] for n in queued if n.startswith(prefix)),
             next_seq,
         )

@@ -13,10 +13,11 @@ A sweep, in order:
    (``MetadataStore.object_references``): chunk names, offload keys of recorded
    attempts, queued garbage, every segment's ``next_chunk_seq``;
 3. keep only candidates: names of exactly a chunk's shape ``s<8 digits>/e<6
-   digits>-c<8 digits>`` (chunk store) or an offload attempt's ``<chunk name>-<UUID>
-   .data|.index`` (long-term store), neither referenced nor queued. Nothing else under
-   either URL (``_owner/`` claims, ``_metadata/`` backups, anything a user put there)
-   is ever a candidate;
+   digits>-c<8 digits>`` or a pack's ``packs/e<6 digits>-<32 hex digits>`` (chunk
+   store) or an offload attempt's ``<chunk or pack name>-<UUID>.data|.index``
+   (long-term store), neither referenced nor queued. Nothing else under either URL
+   (``_owner/`` claims, ``_metadata/`` backups, anything a user put there) is ever a
+   candidate;
 4. keep those that are not in flight, of an owner epoch at most ours, and older than
    ``orphan_grace_s`` by their mtime on the store's wall clock (unknown mtime: kept);
 5. delete them (``--dry-run``: only report them).
@@ -34,6 +35,16 @@ Why a concurrent commit cannot lose an object (the race between list and delete)
   retried flush, and is kept; one below it that the same instant's references do not
   name will never be written nor committed again, and deleting it is safe. Appends
   (local tier-2) only grow a chunk that is already referenced.
+- Packs (many segments' small chunks in one object, written by the storage writer's
+  batches) are never queued as garbage: the sweep is what deletes them, once no chunk
+  record references them. A pack becomes referenced by its batch's commit, after its
+  write; until that commit ended (committed or failed) its name is in the writer's
+  ``packs_in_flight``, which the sweep copies after the listing and before reading the
+  references. A listed pack missing from that copy left the set before it, so its
+  commit had ended: committed, the references (read later) name it; failed, it is
+  never committed (a batch retries under a new name) and may go. A chunk leaving a
+  pack (delete, retention, defrag) queues a hold (``object_keys.pack_hold``) in the
+  same transaction, with that operation's deletion lag; a queued hold keeps the pack.
 - An offload key is recorded in the chunk record before its upload starts (PIP-17),
   so it is referenced while its attempt lives; the offloader lists the keys it is
   uploading (``Offloader.uploading``), checked after the listing, so an upload that
@@ -54,7 +65,7 @@ under the tier-2 limiter.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container
+from collections.abc import Callable, Collection, Container
 from typing import Protocol
 
 import trio
@@ -98,8 +109,10 @@ class OrphanSweeper:
         uploading: Container[str],
         tier2_limiter: trio.CapacityLimiter,
         clock: Callable[[], float],
+        packs_in_flight: Collection[str] = (),
     ) -> None:
         self._epoch = epoch
+        self._packs_in_flight = packs_in_flight  # the storage writer's, written and not yet committed
         self._references = references
         self.chunk_storage = chunk_storage  # replaced with the store's (tests wrap it)
         self._long_term = long_term
@@ -140,6 +153,7 @@ class OrphanSweeper:
             (label, store, await trio.to_thread.run_sync(store.list_objects, limiter=self._limiter))
             for label, store in stores
         ]
+        packing = frozenset(self._packs_in_flight)  # after every listing, before the references
         references = await self._references.object_references()  # after every listing
         now_s = self._clock()
         newer_epoch = in_flight = young = 0
@@ -151,7 +165,7 @@ class OrphanSweeper:
                     continue
                 if shape.epoch > self._epoch:
                     newer_epoch += 1
-                elif self._in_flight(label, obj.name, shape, references):
+                elif self._in_flight(label, obj.name, shape, references, packing):
                     in_flight += 1
                 elif obj.modified_s is None or now_s - obj.modified_s < grace_s:
                     young += 1
@@ -185,11 +199,15 @@ class OrphanSweeper:
             return None
         return offload_key_shape(name)
 
-    def _in_flight(self, label: str, name: str, shape: ChunkShape, references: ObjectReferences) -> bool:
+    def _in_flight(
+        self, label: str, name: str, shape: ChunkShape, references: ObjectReferences, packing: frozenset[str]
+    ) -> bool:
         if label == LONG_TERM:
             return name in self._uploading
         if shape.epoch < self._epoch:
             return False  # only an owner of that epoch writes it, and it is gone
+        if shape.pack:
+            return name in packing
         next_seq = references.next_chunk_seq.get(shape.segment_id)
         return next_seq is None or shape.seq >= next_seq
 

@@ -110,6 +110,11 @@ class Chunk:
     offload_complete: bool = False
     offload_hot_deleted: bool = False  # the chunk-store copy is gone
     offload_completed_ns: int = 0
+    # Where byte 0 of the chunk is in object ``name``: 0 for a chunk of its own; a
+    # chunk packed with other segments' small chunks into one object (the storage
+    # writer's batches, ``object_keys.pack_name``) has its place there. Long-term
+    # copies (``location``) always hold the chunk alone, from byte 0.
+    object_offset: int = 0
 
 
 for _value_type in (StoreMeta, DirectoryMeta, SegmentMeta, Chunk):

@@ -31,7 +31,10 @@ from google.protobuf.message import Message
 
 # 2: POSIX attributes on segment and directory records (a tierfs that knows version 1
 # only would drop them when it rewrote a record, so it refuses version 2 records)
-RECORD_VERSION = 2
+# 3: chunks packed into shared objects (``ChunkRecord.object_offset``): a tierfs that
+# knows version 2 only would read a packed chunk from the object's start, and delete
+# the shared object with one of its chunks
+RECORD_VERSION = 3
 
 _T = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {
@@ -116,6 +119,9 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("offload_complete", "bool", False),
         ("offload_hot_deleted", "bool", False),  # the chunk-store copy is gone
         ("offload_completed_ns", "uint64", False),
+        # where the chunk's first byte is in object ``name``: 0, or its place in a pack
+        # object shared with other segments' small chunks (object_keys.pack_name)
+        ("object_offset", "uint64", False),
     ],
     # The index object stored next to an offloaded chunk's data object.
     "OffloadIndex": [

@@ -6,9 +6,10 @@ Stages of the loop, in order (after Pravega's StorageWriter):
             ``flush_interval_s``, or a flush was requested (seal, sync-to-tier-2,
             shutdown); one flush at a time per segment. Segments with less than
             ``flush_bytes`` pending (a trickle, or many small files) are flushed
-            together, up to ``max_flush_bytes`` and ``MAX_BATCH_SEGMENTS`` per batch;
-            a segment with more gets a task of its own that keeps flushing while
-            ``flush_bytes`` are pending;
+            together, up to ``max_flush_bytes`` and ``MAX_BATCH_SEGMENTS`` per batch,
+            and join a batch early once half their interval passed
+            (``JOIN_AFTER_FRACTION``); a segment with more gets a task of its own that
+            keeps flushing while ``flush_bytes`` are pending;
 3. flush  - ``flush_batch.ChunkFlusher``: plan each segment's piece (``flush_plan``),
             write it, verify ownership with a claim check that started after the
             writes, commit every piece of the batch in one metadata transaction;
@@ -63,6 +64,10 @@ TICK_S = 0.05  # how often time-based triggers are checked
 # Segments per batch: one transaction of this many rows stays short (a few ms), and
 # so does the time each segment's meta_lock is held for it.
 MAX_BATCH_SEGMENTS = 512
+# A small segment whose oldest unflushed append is this share of flush_interval_s old
+# joins a batch that goes anyway: batches (a claim check, a PUT and a commit each) come
+# about twice per interval rather than at every tick, and no append waits longer.
+JOIN_AFTER_FRACTION = 0.5
 
 
 class FlushCatalogue(PieceCatalogue, Protocol):
@@ -92,6 +97,7 @@ class StorageWriter:
         self._journal = journal
         self._fence = fence
         self._flusher = ChunkFlusher(config, epoch, tier2_limiter, catalogue, tail, garbage, fence)
+        self.packs_in_flight = self._flusher.packs_in_flight  # for the orphan sweep
         self.dirty: set[SegmentState] = set()  # segments with unflushed bytes or a request
         self.unflushed_bytes = 0  # appended, not yet in tier-2 (the backlog)
         self._wakeup = trio.Event()
@@ -134,6 +140,9 @@ class StorageWriter:
     async def flush_segments(self, segs: list[SegmentState]) -> None:
         """Wait until tier-2 holds every byte of ``segs`` durable now."""
         targets = [(seg, seg.durable_length) for seg in segs]
+        for seg, target in targets:  # all at once: small ones are flushed in shared batches
+            if seg.flushed_length < target:
+                self.request_flush(seg)
         for seg, target in targets:
             while not seg.deleted and seg.flushed_length < target:
                 self._fence.ensure_owner()
@@ -176,7 +185,9 @@ class StorageWriter:
         return monotonic_s() - min(oldest) if oldest else 0.0
 
     # ------------------------------------------------------------------ the loop
-    def _is_due(self, seg: SegmentState, now_s: float) -> bool:
+    def _is_due(self, seg: SegmentState, now_s: float, age_s: float) -> bool:
+        """Whether ``seg`` may be flushed now: a flush was requested, ``flush_bytes``
+        are pending, or its oldest unflushed append is ``age_s`` old."""
         if seg.flushing or seg.deleted or now_s < seg.retry_at_s or self._fence.fenced:
             return False
         pending = seg.durable_length - seg.flushed_length
@@ -185,12 +196,17 @@ class StorageWriter:
         if seg.flush_requested or pending >= self._config.flush_bytes:
             return True
         oldest = seg.tail.oldest_append_s()
-        return oldest is not None and now_s - oldest >= self._config.flush_interval_s
+        return oldest is not None and now_s - oldest >= age_s
 
     @property
     def flush_commits(self) -> int:
         """Metadata transactions that committed flushes (a batch is one)."""
         return self._flusher.commits
+
+    @property
+    def packs(self) -> int:
+        """Pack objects written (many segments' small chunks in one object)."""
+        return self._flusher.packs
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -201,27 +217,36 @@ class StorageWriter:
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 now_s = monotonic_s()
-                batch: list[SegmentState] = []
-                batch_bytes = 0
+                due_small: list[SegmentState] = []
+                early: list[SegmentState] = []
                 for seg in list(self.dirty):
                     if seg.deleted:
                         self.dirty.discard(seg)
-                        continue
-                    if not self._is_due(seg, now_s):
-                        continue
-                    seg.flushing = True
-                    pending = seg.durable_length - seg.flushed_length
-                    if pending >= self._config.flush_bytes:
-                        nursery.start_soon(self._flush_task, seg)
-                        continue
-                    if batch and (len(batch) == MAX_BATCH_SEGMENTS
-                                  or batch_bytes + pending > self._config.max_flush_bytes):
-                        nursery.start_soon(self._batch_task, batch)
-                        batch, batch_bytes = [], 0
-                    batch.append(seg)
-                    batch_bytes += pending
-                if batch:
-                    nursery.start_soon(self._batch_task, batch)
+                    elif self._is_due(seg, now_s, self._config.flush_interval_s):
+                        if seg.durable_length - seg.flushed_length >= self._config.flush_bytes:
+                            seg.flushing = True
+                            nursery.start_soon(self._flush_task, seg)
+                        else:
+                            due_small.append(seg)
+                    elif self._is_due(seg, now_s, self._config.flush_interval_s * JOIN_AFTER_FRACTION):
+                        early.append(seg)
+                if due_small:
+                    self._start_batches(nursery, due_small + early)
+
+    def _start_batches(self, nursery: trio.Nursery, segs: list[SegmentState]) -> None:
+        """Flush ``segs`` (each with less than ``flush_bytes`` pending) in batches of at
+        most ``MAX_BATCH_SEGMENTS`` segments and ``max_flush_bytes``."""
+        batch: list[SegmentState] = []
+        batch_bytes = 0
+        for seg in segs:
+            seg.flushing = True
+            pending = seg.durable_length - seg.flushed_length
+            if batch and (len(batch) == MAX_BATCH_SEGMENTS or batch_bytes + pending > self._config.max_flush_bytes):
+                nursery.start_soon(self._batch_task, batch)
+                batch, batch_bytes = [], 0
+            batch.append(seg)
+            batch_bytes += pending
+        nursery.start_soon(self._batch_task, batch)
 
     async def _flush_task(self, seg: SegmentState) -> None:
         # Flush what was due when the task started (everything durable if a flush was

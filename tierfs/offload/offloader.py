@@ -51,7 +51,7 @@ from tierfs.contracts.errors import (
 )
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.faults import crash_point
-from tierfs.engine.object_keys import OffloadKeys, new_attempt_uuid
+from tierfs.engine.object_keys import OffloadKeys, is_pack_name, new_attempt_uuid
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
 from tierfs.offload.longterm import LongTermStore
@@ -294,7 +294,8 @@ class Offloader:
         """The chunk's committed bytes from the chunk store, every block CRC-checked
         (a damaged chunk is never copied to the long-term store)."""
         length = chunk.length
-        data = self.chunk_storage.read(chunk.name, 0, length)
+        place = chunk.object_offset  # a packed chunk's place in its pack
+        data = self.chunk_storage.read(chunk.name, place, place + length)
         if len(data) != length:
             raise DataCorruptionError(
                 f"chunk {chunk.name}: the chunk store returned {len(data)} of {length} bytes"
@@ -319,9 +320,10 @@ class Offloader:
         if seg.deleted or chunk is None or not chunk.offload_complete or chunk.offload_hot_deleted:
             self._hot_pending.pop((seg.segment_id, start), None)
             return
-        await trio.to_thread.run_sync(
-            self.chunk_storage.delete, chunk.name, limiter=self._limiter
-        )
+        if not is_pack_name(chunk.name):  # a pack holds other chunks: the orphan sweep deletes it
+            await trio.to_thread.run_sync(
+                self.chunk_storage.delete, chunk.name, limiter=self._limiter
+            )
         crash_point("offload.hot_deleted")
         async with seg.meta_lock:
             current = seg.chunk_at(start)

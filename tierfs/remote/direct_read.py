@@ -12,6 +12,10 @@ Invariants:
   nothing.
 - Only bytes inside a chunk's committed range ``[start, end)`` are read, so an object
   that holds more (an uncommitted flush after a crash) never leaks those bytes.
+- A read is served only from chunks that cover its range exactly, each starting where
+  the one before ends: a layout with a gap or an overlap there (which no committed
+  state has) is ``ChunkUnavailable``, so the daemon, whose reader checks the bytes
+  it assembles, answers instead; never fewer or repeated bytes.
 - A chunk that cannot be read (missing, unreadable, short) raises ``ChunkUnavailable``;
   callers fall back to the daemon, which knows where the bytes are now.
 - Remote blocks are cached verified, in an LRU bounded in bytes; local blocks are not
@@ -65,11 +69,12 @@ class ChunkRef:
     start: int  # segment offset of the chunk's first byte
     end: int  # segment offset after its last committed byte
     block_crc32c: tuple[int, ...]
+    object_offset: int = 0  # where the chunk's first byte is in the object (a pack of chunks)
 
     @classmethod
     def from_layout(cls, entry: dict[str, Any]) -> ChunkRef:
         return cls(entry["url"], int(entry["start"]), int(entry["end"]),
-                   tuple(int(x) for x in entry["block_crc32c"]))
+                   tuple(int(x) for x in entry["block_crc32c"]), int(entry.get("object_offset", 0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +104,24 @@ class SegmentLayout:
         first = max(0, bisect.bisect_right(self._starts, start) - 1)
         return [c for c in self.chunks[first:] if c.start < end]
 
+    def covering(self, start: int, end: int) -> list[ChunkRef]:
+        """``chunks_for(start, end)``, checked to cover the range without a gap or an
+        overlap (each chunk starting where the one before ends); else ``ChunkUnavailable``."""
+        chunks = self.chunks_for(start, end)
+        position = start
+        for chunk in chunks:
+            if chunk.start > position or (chunk is not chunks[0] and chunk.start != position):
+                raise ChunkUnavailable(
+                    f"the chunk layout of segment {self.segment_id} does not cover bytes {start}..{end} "
+                    f"contiguously: a chunk starts at {chunk.start}, the bytes before end at {position}"
+                )
+            position = chunk.end
+        if position < end:
+            raise ChunkUnavailable(
+                f"the chunk layout of segment {self.segment_id} covers bytes {start}..{end} only up to {position}"
+            )
+        return chunks
+
 
 class _Block:
     """One block a read needs: its chunk, index, chunk byte span and, once read, bytes."""
@@ -117,8 +140,14 @@ class _Block:
         return BlockAddress(f"chunk {self.chunk.url}", self.index, self.chunk.start + self.start)
 
     @property
+    def object_span(self) -> tuple[int, int]:
+        """The block's bytes in the chunk's object."""
+        place = self.chunk.object_offset
+        return place + self.start, place + self.end
+
+    @property
     def cache_key(self) -> tuple[str, int, int]:
-        return (self.chunk.url, self.start, self.chunk.block_crc32c[self.index])
+        return (self.chunk.url, self.object_span[0], self.chunk.block_crc32c[self.index])
 
 
 class DirectChunkReader:
@@ -148,7 +177,7 @@ class DirectChunkReader:
             raise ValueError(f"range end {end} is beyond the chunks (they end at {layout.flushed_end})")
         blocks: list[_Block] = []
         remote: list[_Block] = []
-        for chunk in layout.chunks_for(start, end):
+        for chunk in layout.covering(start, end):
             if not self.can_read(chunk.url):
                 raise ChunkUnavailable(f"no storage options to read {chunk.url} directly")
             first = (max(start, chunk.start) - chunk.start) // BLOCK_BYTES
@@ -156,7 +185,7 @@ class DirectChunkReader:
             wanted = [_Block(chunk, i) for i in range(first, last + 1)]
             blocks.extend(wanted)
             if chunk.url.startswith("file://"):
-                local = self._read_local(chunk.url[len("file://"):], [(b.start, b.end) for b in wanted])
+                local = self._read_local(chunk.url[len("file://"):], [b.object_span for b in wanted])
                 for block, data in zip(wanted, local, strict=True):
                     block.data = verified_block(data, len(data), chunk.block_crc32c[block.index], block.address)
             else:
@@ -217,7 +246,7 @@ class DirectChunkReader:
                 raise ChunkUnavailable(f"cannot read chunk {url}: {e}") from None
             entry = by_filesystem.setdefault(id(fs), (fs, []))
             for run in chunk_runs:
-                entry[1].append(Run(path, [(b.start, b.end) for b in run], functools.partial(self._arrived, run)))
+                entry[1].append(Run(path, [b.object_span for b in run], functools.partial(self._arrived, run)))
         for fs, fs_runs in by_filesystem.values():
             self._fetch_runs(fs, fs_runs)
 

@@ -81,11 +81,13 @@ def _still_holds(seg: SegmentState, chunk: Chunk) -> bool:
 async def _check_chunk(store: FsckTarget, name: str, chunk: Chunk) -> tuple[list[Problem], int]:
     """Problems of one chunk object against its record, and the bytes read."""
     checked = 0
+    place = chunk.object_offset  # where the chunk starts in its object (a pack), tier-2 only
     try:
         storage, key = store.chunk_storage, chunk.name
         if chunk.location:
             reads = require_long_term_reads(store.long_term_reads)
             storage, key = reads.long_term.storage, reads.long_term.key_of(chunk.location)
+            place = 0  # the long-term copy holds the chunk alone
             await reads.index_of(chunk, cached=False)
         size = await trio.to_thread.run_sync(storage.stat, key, limiter=store.tier2_limiter)
     except ChunkMissingError as e:
@@ -94,14 +96,14 @@ async def _check_chunk(store: FsckTarget, name: str, chunk: Chunk) -> tuple[list
         raise
     except TierFSError as e:
         return [Problem(name, chunk.name, str(e))], checked
-    if size < chunk.length:
-        return [Problem(name, chunk.name, f"object holds {size} bytes, metadata says {chunk.length}")], checked
+    if size < place + chunk.length:
+        return [Problem(name, chunk.name, f"object holds {size} bytes, metadata says {place} + {chunk.length}")], checked
     problems = []
     whole = 0
     for block, expected_crc in enumerate(chunk.block_crc32c):
         start = block * BLOCK_BYTES
         end = min(start + BLOCK_BYTES, chunk.length)
-        data = await trio.to_thread.run_sync(storage.read, key, start, end, limiter=store.tier2_limiter)
+        data = await trio.to_thread.run_sync(storage.read, key, place + start, place + end, limiter=store.tier2_limiter)
         checked += len(data)
         whole = crc32c(data, whole)
         if crc32c(data) != expected_crc:

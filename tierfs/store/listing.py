@@ -59,7 +59,9 @@ async def walk_segments(table: SegmentTable) -> list[SegmentInfo]:
 def chunk_layout(
     seg: SegmentState, chunks: list[Chunk], chunk_url: Callable[[str], str]
 ) -> list[dict[str, Any]]:
-    """Chunks of a segment for direct readers: name, URL, segment offset range, CRCs."""
+    """Chunks of a segment for direct readers: name, URL, segment offset range, CRCs,
+    and where the chunk starts in the object (``object_offset``: a chunk packed with
+    others; 0 for an offloaded one, whose long-term object holds it alone)."""
     return [
         {
             "name": c.name,
@@ -71,6 +73,7 @@ def chunk_layout(
             "epoch": c.epoch,
             "segment_id": seg.segment_id,
             "offloaded": bool(c.location),  # "" = in the chunk store
+            "object_offset": 0 if c.location else c.object_offset,
         }
         for c in chunks
     ]

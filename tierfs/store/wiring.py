@@ -112,7 +112,7 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     offloader = Offloader(config, long_term, chunk_storage, limiter, catalogue, table.segment_by_id,
                           flush_one, shared.clock)
     orphans = OrphanSweeper(config, epoch, catalogue, chunk_storage, long_term.storage if long_term else None,
-                            offloader.uploading, limiter, shared.clock)
+                            offloader.uploading, limiter, shared.clock, packs_in_flight=writer.packs_in_flight)
     policies = PolicyBook(table, catalogue, garbage)
     scheduler = PolicyScheduler(offloader, catalogue, policies.segments_with_policy, policies.truncate_head,
                                 shared.clock, config.policy_interval_s)
