@@ -8,11 +8,19 @@ its attributes, the inode (if the kernel knows it) gets its attributes invalidat
 next ``stat`` or read past the cached end asks again, and a changed size makes the
 kernel drop the file's cached pages, so no stale page (the zero-filled end of the old
 last page) is ever served. When a name is created, removed or moved, its directory
-entry is invalidated and its directory's attributes (mtime, st_nlink) too.
+entry is invalidated and its directory's attributes (mtime, st_nlink) too, unless this
+mount made the change itself (``made_here``): a create or mkdir reply gives the kernel the
+new entry, and the kernel invalidates the parent's attributes itself (``fuse_dir_changed``),
+so invalidating them again would only drop the entry it was just given (the inode is then
+forgotten and looked up again) and cost two notifications per file created.
 
 Invariants:
 - ``segment_grew`` and ``name_changed`` run in the event loop from the store's
   callbacks: they only record the inode or entry; they never block and never raise.
+- ``made_here`` skips the notification of exactly one change of that name made while the
+  mount's handler runs; if the handler fails after another change of the name used the
+  mark up (the name cannot change twice at once: the namespace lock orders them), that
+  other change's notification is sent after all.
 - Notifications go out from a worker thread (``pyfuse3.invalidate_inode`` writes to
   /dev/fuse synchronously), in batches: many appends within ``COALESCE_S`` cost one
   notification per inode.
@@ -23,6 +31,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pyfuse3
 import trio
@@ -39,6 +49,7 @@ class KernelNotifier:
         self._pending: set[int] = set()
         self._pending_entries: set[tuple[int, bytes]] = set()  # (directory inode, name)
         self._wake = trio.Event()
+        self._made_here: set[str] = set()  # names this mount's handlers are changing right now
         self.notifications = 0
 
     def segment_grew(self, name: str) -> None:
@@ -47,7 +58,27 @@ class KernelNotifier:
             self._pending.add(inode)
             self._wake.set()
 
+    @contextmanager
+    def made_here(self, name: str) -> Iterator[None]:
+        """Around a handler that creates ``name`` through this mount: its change needs no
+        notification (module docstring)."""
+        self._made_here.add(name)
+        try:
+            yield
+        except BaseException:
+            if name not in self._made_here:  # another change of the name used the mark up
+                self._queue_name(name)
+            raise
+        finally:
+            self._made_here.discard(name)
+
     def name_changed(self, name: str) -> None:
+        if name in self._made_here:
+            self._made_here.discard(name)
+            return
+        self._queue_name(name)
+
+    def _queue_name(self, name: str) -> None:
         directory, _, component = name.rpartition("/")
         directory_inode = self._inodes.known_inode(directory)
         if directory_inode is not None:

@@ -31,7 +31,6 @@ from pathlib import Path
 
 import pyfuse3
 import trio
-from tierfs.fuse.invalidation import KernelNotifier
 from tierfs.fuse.operations import ATTR_TIMEOUT_S, ENTRY_TIMEOUT_S, SHORT_TIMEOUT_S, TierOperations
 
 from tierfs.contracts.config import StoreConfig
@@ -134,7 +133,7 @@ async def run_mount(
         attr_timeout_s = ATTR_TIMEOUT_S if store.name_listeners is not None else SHORT_TIMEOUT_S
     operations = TierOperations(store, direct_io=direct_io, attr_timeout_s=attr_timeout_s,
                                 entry_timeout_s=entry_timeout_s)
-    notifier = KernelNotifier(operations.inodes)
+    notifier = operations.notifier
     # fsname is what mount(8) and /proc/mounts show as the source: the data dir
     options = {*pyfuse3.default_options, *MOUNT_OPTIONS, f"fsname={FSNAME_PREFIX}{store.config.data_dir}"}
     if allow_other:  # shared hosts: other users, checked by the kernel from the modes

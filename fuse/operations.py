@@ -38,6 +38,7 @@ import pyfuse3
 import trio
 from tierfs.fuse.errors import fuse_errors
 from tierfs.fuse.inodes import ROOT_INODE, InodeTable
+from tierfs.fuse.invalidation import KernelNotifier
 from tierfs.fuse.rewrites import already_written
 from tierfs.fuse.whole_file_rewrites import WholeFileRewrites
 from tierfs.fuse.xattrs import ExtendedAttributes
@@ -98,6 +99,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         self.attr_timeout_s = attr_timeout_s
         self.entry_timeout_s = entry_timeout_s
         self.inodes = InodeTable()
+        self.notifier = KernelNotifier(self.inodes)  # mount.py wires it to the store's changes
         self.rewrites = WholeFileRewrites(store)
         self._files: dict[int, OpenFile] = {}
         self._directories: dict[int, list[tuple[str, Info]]] = {}
@@ -190,7 +192,8 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     @fuse_errors
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         path = join(self.inodes.name_of(parent_inode), name)
-        await self.store.mkdir(path)
+        with self.notifier.made_here(path):
+            await self.store.mkdir(path)
         await self._keep_creator(path, mode, DEFAULT_DIRECTORY_MODE, ctx)
         return await self._entry(path)
 
@@ -327,7 +330,8 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         path = join(self.inodes.name_of(parent_inode), name)
         mode_on_close = None
         try:
-            await self.store.create(path)
+            with self.notifier.made_here(path):
+                await self.store.create(path)
             if not stat.S_IMODE(mode) & 0o222:
                 mode_on_close, mode = stat.S_IMODE(mode), mode | stat.S_IWUSR
             await self._keep_creator(path, mode, DEFAULT_FILE_MODE, ctx)

@@ -15,8 +15,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyfuse3
 import pytest
+import trio
+from tierfs.fuse.inodes import InodeTable
+from tierfs.fuse.invalidation import KernelNotifier
 
+from tierfs.contracts.errors import SegmentExistsError
 from tierfs.testing.harness import Mount
 
 pytestmark = pytest.mark.skipif(
@@ -96,3 +101,62 @@ def test_ls_l_asks_once_per_device_for_labels_and_acls(mount: Mount, tmp_path: P
     calls = [line for line in traced.stderr.splitlines() if "getxattr(" in line]
     assert len(calls) <= 4, calls  # one of each kind, not two per entry
     assert len(traced.stdout.splitlines()) == 51  # "total" and the 50 entries
+
+
+def test_names_created_through_the_mount_keep_their_inode_and_move_directory_times(mount: Mount) -> None:
+    """The mount's own create and mkdir replies give the kernel the new entry, and the
+    kernel invalidates the parent's attributes itself: no notification drops the entry
+    (which made the kernel forget the inode and look the name up again under a new inode
+    number), yet the directory's times and link count move at once, and later changes
+    made elsewhere still reach the kernel."""
+    directory = mount.path("made-here")
+    directory.mkdir()
+    before = os.stat(directory)
+    inodes = {}
+    for i in range(20):  # as the peers benchmark creates small files
+        fd = os.open(directory / f"f{i:02d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, b"s" * 1024)
+            inodes[f"f{i:02d}"] = os.fstat(fd).st_ino
+        finally:
+            os.close(fd)
+    (directory / "sub").mkdir()
+    inodes["sub"] = os.stat(directory / "sub").st_ino
+    after = os.stat(directory)
+    assert after.st_mtime_ns > before.st_mtime_ns
+    assert after.st_nlink == before.st_nlink + 1  # the new subdirectory's ".."
+    time.sleep(0.3)  # well past the notifications' 5 ms coalescing
+    assert {name: os.stat(directory / name).st_ino for name in inodes} == inodes
+    client = mount.client()
+    client.delete("made-here/f00")
+    client.create("made-here/f00")
+    client.append("made-here/f00", b"from the api")
+    assert eventually(lambda: (directory / "f00").read_bytes() == b"from the api")
+    client.delete("made-here/f01")
+    assert eventually(lambda: not (directory / "f01").exists())
+    client.close()
+
+
+async def test_only_the_mounts_own_change_goes_unnotified(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[int, bytes]] = []
+    monkeypatch.setattr(pyfuse3, "invalidate_entry", lambda inode, name: sent.append((inode, name)))
+    monkeypatch.setattr(pyfuse3, "invalidate_inode", lambda inode, attr_only: sent.append((inode, b"")))
+    inodes = InodeTable()
+    directory = inodes.looked_up("d")
+    notifier = KernelNotifier(inodes)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(notifier.run)
+        with notifier.made_here("d/mine"):
+            notifier.name_changed("d/mine")  # this mount's create: the reply told the kernel
+        notifier.name_changed("d/mine")  # a later change made elsewhere
+        with pytest.raises(SegmentExistsError), notifier.made_here("d/raced"):
+            notifier.name_changed("d/raced")  # the API created it first and used the mark up
+            raise SegmentExistsError("d/raced")  # so this mount's create failed
+        with notifier.made_here("d/quiet"):
+            notifier.name_changed("d/quiet")
+        with trio.fail_after(SEEN_WITHIN_S):
+            while len(sent) < 3:
+                await trio.sleep(0.01)
+        await trio.sleep(0.05)  # nothing more comes
+        nursery.cancel_scope.cancel()
+    assert sorted(sent) == [(directory, b""), (directory, b"mine"), (directory, b"raced")]
