@@ -30,7 +30,7 @@ def _frame(spark: Any, fail_at: int, always: bool) -> Any:
     from pyspark import TaskContext
     from pyspark.sql.functions import udf
 
-    @udf("string")
+    @udf("string", useArrow=False)  # a plain Python UDF (useArrow=None makes PySpark warn about the hints)
     def payload(i: int) -> str:
         context = TaskContext.get()
         if i == fail_at and (always or context.attemptNumber() == 0):
