@@ -24,7 +24,7 @@ from tierfs.contracts.errors import BadOffsetError, SegmentSealedError
 from tierfs.contracts.info import SegmentInfo
 from tierfs.remote.append_pipeline import AppendPipeline
 from tierfs.testing.harness import Daemon, start_daemon
-from tierfs.testing.lossy_proxy import AnswerDroppingProxy
+from tierfs.testing.lossy_proxy import AnswerDroppingProxy, UnixSocketProxy, close_both
 
 WAIT_S = 30.0
 
@@ -173,36 +173,22 @@ def test_concurrent_writers_never_interleave_inside_a_flush(daemon: Daemon, requ
 
 
 # ------------------------------------------------------------------ lost answers
-class AnswerSwallowingProxy:
+class AnswerSwallowingProxy(UnixSocketProxy):
     """A Unix socket in front of the append socket: it forwards every request, and on
     each of its first ``cuts`` connections swallows the answers and cuts the connection
     once ``answers`` of them came (those appends ran; the client never hears it)."""
 
     def __init__(self, listen_path: Path, target_path: Path, cuts: int, answers: int) -> None:
-        self.target_path, self.cuts, self.answers = target_path, cuts, answers
+        self.cuts, self.answers = cuts, answers
         self.cut = 0
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(listen_path))
-        self._listener.listen(16)
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(listen_path, target_path)
 
-    def close(self) -> None:
-        self._listener.close()
+    def _connection_state(self) -> bool:
+        cutting = self.cut < self.cuts  # connections are accepted one at a time
+        self.cut += cutting
+        return cutting
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            upstream.connect(str(self.target_path))
-            cutting = self.cut < self.cuts
-            self.cut += cutting
-            threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._answers_of, args=(upstream, client, cutting), daemon=True).start()
-
-    def _answers_of(self, upstream: socket.socket, client: socket.socket, cutting: bool) -> None:
+    def _answers(self, upstream: socket.socket, client: socket.socket, cutting: bool) -> None:
         seen = 0
         try:
             while data := upstream.recv(65536):
@@ -214,24 +200,7 @@ class AnswerSwallowingProxy:
                     break
         except OSError:
             pass
-        for sock in (client, upstream):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-
-
-def _pump(source: socket.socket, target: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            target.sendall(data)
-    except OSError:
-        pass
-    try:
-        target.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
+        close_both(client, upstream)
 
 
 @pytest.mark.parametrize("answers", [1, 2], ids=["cut-after-one-answer", "cut-after-two-answers"])

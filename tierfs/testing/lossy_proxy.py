@@ -7,7 +7,8 @@ a blind retry would land the bytes twice.
 Invariants:
 - An answer is dropped only once the daemon has started sending it, i.e. after the
   append was committed; requests are never altered.
-- One thread per direction per connection; ``close`` stops accepting (connections in
+- ``UnixSocketProxy`` is the forwarding part (also for tests' own proxies). One thread per
+  direction per connection; ``close`` stops accepting (connections in
   flight end with their peers).
 """
 
@@ -17,18 +18,21 @@ import re
 import socket
 import threading
 from pathlib import Path
+from typing import Any, Self
 
 _REQUEST_LINE = re.compile(rb"^([A-Z]+) (/\S*) HTTP/1\.[01]\r\n")
 RECV_BYTES = 1 << 16
 
 
-class AnswerDroppingProxy:
-    def __init__(self, listen_path: Path, target_path: Path, drops: int = 1) -> None:
+class UnixSocketProxy:
+    """A Unix socket at ``listen_path`` in front of ``target_path``: each connection
+    gets an upstream connection and two threads, ``_requests`` (client to daemon) and
+    ``_answers`` (daemon to client), which subclasses define; ``_connection_state``
+    gives both threads of one connection what they share."""
+
+    def __init__(self, listen_path: Path, target_path: Path) -> None:
         self.listen_path = listen_path
         self.target_path = target_path
-        self.drops = drops
-        self.dropped = 0
-        self._lock = threading.Lock()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(listen_path))
         self._listener.listen(16)
@@ -37,7 +41,7 @@ class AnswerDroppingProxy:
     def close(self) -> None:
         self._listener.close()
 
-    def __enter__(self) -> AnswerDroppingProxy:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -51,9 +55,36 @@ class AnswerDroppingProxy:
                 return
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             upstream.connect(str(self.target_path))
-            last_request = [b""]
-            threading.Thread(target=self._requests, args=(client, upstream, last_request), daemon=True).start()
-            threading.Thread(target=self._answers, args=(upstream, client, last_request), daemon=True).start()
+            state = self._connection_state()
+            threading.Thread(target=self._requests, args=(client, upstream, state), daemon=True).start()
+            threading.Thread(target=self._answers, args=(upstream, client, state), daemon=True).start()
+
+    def _connection_state(self) -> Any:
+        return None
+
+    def _requests(self, client: socket.socket, upstream: socket.socket, state: Any) -> None:
+        """Every request byte, unchanged."""
+        try:
+            while data := client.recv(RECV_BYTES):
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            shut(upstream)
+
+    def _answers(self, upstream: socket.socket, client: socket.socket, state: Any) -> None:
+        raise NotImplementedError
+
+
+class AnswerDroppingProxy(UnixSocketProxy):
+    def __init__(self, listen_path: Path, target_path: Path, drops: int = 1) -> None:
+        self.drops = drops
+        self.dropped = 0
+        self._lock = threading.Lock()
+        super().__init__(listen_path, target_path)
+
+    def _connection_state(self) -> list[bytes]:
+        return [b""]  # the last request line seen on the connection
 
     def _requests(self, client: socket.socket, upstream: socket.socket, last_request: list[bytes]) -> None:
         try:
@@ -65,7 +96,7 @@ class AnswerDroppingProxy:
         except OSError:
             pass
         finally:
-            _shut(upstream)
+            shut(upstream)
 
     def _answers(self, upstream: socket.socket, client: socket.socket, last_request: list[bytes]) -> None:
         try:
@@ -76,9 +107,7 @@ class AnswerDroppingProxy:
         except OSError:
             pass
         finally:  # shutdown, not just close: the other thread is blocked in recv
-            for sock in (client, upstream):
-                _shut(sock, socket.SHUT_RDWR)
-                sock.close()
+            close_both(client, upstream)
 
     def _take_drop(self) -> bool:
         with self._lock:
@@ -88,8 +117,16 @@ class AnswerDroppingProxy:
             return True
 
 
-def _shut(sock: socket.socket, how: int = socket.SHUT_WR) -> None:
+def shut(sock: socket.socket, how: int = socket.SHUT_WR) -> None:
+    """``shutdown`` that ignores a socket already gone."""
     try:
         sock.shutdown(how)
     except OSError:
         pass
+
+
+def close_both(*socks: socket.socket) -> None:
+    """Shut down (waking a thread blocked in ``recv`` on it) and close each socket."""
+    for sock in socks:
+        shut(sock, socket.SHUT_RDWR)
+        sock.close()
