@@ -101,6 +101,11 @@ class System(abc.ABC):
     # the time after a close until the system starts uploading (0: at close or sooner)
     settle_min_s = 0.0
     has_s3 = True  # False: the local-disk ceiling, which keeps everything on the disk
+    small_files_only = False  # True: a floor that serves only the small-file step (peer_floor.py)
+
+    def process_id(self) -> int | None:
+        """The process serving the mount (its CPU is reported per small file), if any."""
+        return None
 
     def is_mounted(self) -> bool:
         return self.mounted and os.path.ismount(self.mountpoint)
@@ -174,6 +179,9 @@ class ProcessSystem(System):
 
     def environment(self) -> dict[str, str]:
         return dict(os.environ)
+
+    def process_id(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     def log_tail(self) -> str:
         try:
@@ -306,6 +314,9 @@ class TierfsSystem(System):
         except HarnessError as e:
             raise PeerError(f"tierfs did not mount: {e}") from None
         self.mounted = True
+
+    def process_id(self) -> int | None:
+        return self.handle.pid if self.handle is not None else None
 
     def unmount(self) -> None:
         self.mounted = False

@@ -16,9 +16,11 @@ import math
 from typing import Any, TextIO
 
 from benchmarks.common import MiB
+from benchmarks.peer_floor import FLOOR, PD_FLOOR
 from benchmarks.peer_mounts import CEILING
 from benchmarks.peer_proxy import Traffic, total
 
+NOT_PEERS = ("tierfs", CEILING, FLOOR, PD_FLOOR)  # never the "best peer"
 NO_S3 = "(no S3)"  # the note of a figure that has no S3 side (the local-disk ceiling)
 CELL_WIDTH = 17
 LABEL_WIDTH = 44
@@ -47,6 +49,7 @@ def rows(size_mib: int, small_files: int, appends: int, random_reads: int) -> li
         Row("append_down", "  the appends: received from S3", "MiB", None, 2),
         Row("fsync_s3", "  in S3 right after the last fsync", "MiB", None, 3),
         Row("create", f"create {small_files:,} small files", "files/s", True, 0),
+        Row("create_cpu", "  CPU of the mount's process per file", "ms", False, 3),
         Row("ls_fresh", "ls -l of them, fresh mount", "s", False, 2),
         Row("ls_again", "ls -l of them again", "s", False, 2),
         Row("tail", "append -> shown by tail -f -s 0.01, p50", "ms", False, 1),
@@ -58,6 +61,7 @@ class Cell:
     value: float | None = None
     note: str = ""  # shown after the value, e.g. "(1,234 in 600 s)"
     error: str = ""
+    measured: bool = True  # False: not an error, the system does not do this (``error`` says why)
 
     @classmethod
     def failed(cls, error: str) -> Cell:
@@ -68,13 +72,17 @@ class Cell:
             text = f"{text[: ERROR_CHARS // 3]} ... {text[-(ERROR_CHARS - ERROR_CHARS // 3):]}"
         return cls(error=text)
 
+    @classmethod
+    def not_measured(cls, reason: str) -> Cell:
+        return cls(error=reason, measured=False)
+
     @property
     def ok(self) -> bool:
         return self.value is not None and not self.error and math.isfinite(self.value)
 
     def text(self, row: Row) -> str:
         if self.error:
-            return f"error: {self.error}"
+            return f"{'error' if self.measured else 'not measured'}: {self.error}"
         if self.value is None:
             return "?"
         return f"{self.value:,.{row.digits}f}" + (f" {self.note}" if self.note else "")
@@ -105,7 +113,7 @@ def ratio(row: Row, results: list[SystemResult]) -> float | None:
     if row.higher_is_better is None:
         return None
     tierfs = next((r.cells.get(row.key) for r in results if r.name == "tierfs"), None)
-    peers = [c.value for r in results if r.name not in ("tierfs", CEILING) for c in [r.cells.get(row.key)]
+    peers = [c.value for r in results if r.name not in NOT_PEERS for c in [r.cells.get(row.key)]
              if c and c.ok and c.value is not None]
     if tierfs is None or not tierfs.ok or not peers or tierfs.value is None:
         return None
@@ -131,7 +139,8 @@ def format_table(table_rows: list[Row], results: list[SystemResult], out: TextIO
             if cell.error:
                 if cell.error not in footnotes:
                     footnotes.append(cell.error)
-                cells.append(_fit(f"error [{footnotes.index(cell.error) + 1}]", CELL_WIDTH))
+                label = "error" if cell.measured else "n/m"
+                cells.append(_fit(f"{label} [{footnotes.index(cell.error) + 1}]", CELL_WIDTH))
             else:
                 cells.append(_fit(cell.text(row), CELL_WIDTH))
         value = ratio(row, results)

@@ -57,13 +57,16 @@ from benchmarks.common import (
     percentile,
     run_in_scratch,
 )
+from benchmarks.peer_floor import FLOOR, FLOOR_SYSTEMS, NOT_SERVED, PD_FLOOR
 from benchmarks.peer_mounts import (
     CEILING,
     PROGRAM_OF,
-    SYSTEMS,
     PeerError,
     System,
     TierfsSystem,
+)
+from benchmarks.peer_mounts import (
+    SYSTEMS as PEER_SYSTEMS,
 )
 from benchmarks.peer_operations import (
     APPEND_BYTES,
@@ -83,6 +86,7 @@ from benchmarks.peer_operations import (
 from benchmarks.peer_proxy import CountingProxy, total, traffic_difference
 from benchmarks.peer_report import (
     NO_S3,
+    NOT_PEERS,
     Cell,
     SystemResult,
     format_markdown,
@@ -92,7 +96,10 @@ from benchmarks.peer_report import (
     rows,
 )
 from benchmarks.peer_setup import install_peers, peer_versions
+from benchmarks.read_bounds import process_cpu_of
 from benchmarks.s3server import S3ServerError
+
+SYSTEMS: dict[str, type[System]] = {**PEER_SYSTEMS, **FLOOR_SYSTEMS}
 
 HELP = "tierfs vs s3fs-fuse and rclone mount (vfs cache off/full) on one local S3: reads, fsync'd appends, small files, ls, tail -f"
 
@@ -114,7 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tail-lines", type=int, default=20, help="lines whose tail -f latency is measured (default 20)")
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; {CEILING} is the "
-                        "ceiling: a directory on the scratch disk, never counted as a peer)")
+                        f"ceiling: a directory on the scratch disk; {FLOOR} and {PD_FLOOR} the floor of a Python "
+                        "FUSE filesystem creating small files, without and with tierfs's pd syncs; these three "
+                        "are never counted as peers)")
     parser.add_argument("--tierfs-durability", choices=("vd", "pd", "tier2"), default="pd",
                         help="durability of the files tierfs creates (default pd, tierfs's default)")
     parser.add_argument("--op-timeout-s", type=float, default=600.0,
@@ -234,6 +243,12 @@ class SystemRun:
         system, args = self.system, self.args
         every = tuple(r.key for r in rows(args.size_mib, args.small_files, args.appends, args.random_reads))
         try:
+            if system.small_files_only:
+                if self.step("prepare", every, lambda: self.system.mount() or {}):
+                    self.step("create", ("create", "create_cpu"), lambda: self.create([0]))
+                for key in every:
+                    self.result.cells.setdefault(key, Cell.not_measured(NOT_SERVED))
+                return self.result
             if not self.step("prepare", every, self.prepare):
                 return self.result
             if self.mount_cold(("cold_read", "warm_read", "random_warm")):
@@ -245,7 +260,7 @@ class SystemRun:
             self.step("appends", ("appends", "append_up", "append_down", "fsync_s3"), self.appends)
             self.step("tail", ("tail",), self.tail)
             created = [0]
-            self.step("create", ("create",), lambda: self.create(created))
+            self.step("create", ("create", "create_cpu"), lambda: self.create(created))
             if self.mount_cold(("ls_fresh", "ls_again")) and created[0]:
                 if self.step("ls_fresh", ("ls_fresh",), lambda: self.ls("ls_fresh", created[0])):
                     self.step("ls_again", ("ls_again",), lambda: self.ls("ls_again", created[0]))
@@ -307,23 +322,47 @@ class SystemRun:
     def create(self, created: list[int]) -> dict[str, Cell]:
         directory = self.system.path(SMALL_DIR)
         directory.mkdir()
+        pid = self.system.process_id()
+        cpu_before_s = process_cpu_of(pid)
         count, seconds = create_small_files(directory, self.args.small_files, self.args.op_timeout_s,
                                             self.progress.beat)
+        cpu_s = process_cpu_of(pid) - cpu_before_s
         created[0] = count
         note = f"({count:,} in {seconds:.0f} s)" if count < self.args.small_files else ""
         cell = Cell(count / seconds, note)
+        cpu = Cell(cpu_s * 1e3 / count) if pid is not None and count else Cell.failed(
+            "no process of its own: the kernel's filesystem")
         try:
             settle(self.proxy.snapshot, self.system.settle_min_s, lambda: not self.system.uploads_pending(),
                    self.progress.beat)
         except OperationError as e:
             self.result.notes.append(f"small files: {e}")
-        return {"create": cell}
+        return {"create": cell, "create_cpu": cpu}
 
     def ls(self, key: str, expected: int) -> dict[str, Cell]:
         return {key: Cell(list_long(self.system.path(SMALL_DIR), expected))}
 
 
 # ------------------------------------------------------------------ report
+def small_files_bound(results: list[SystemResult]) -> str:
+    """The small-file row's bound, from the floors measured in the same run."""
+    rate = {r.name: c.value for r in results for c in [r.cells.get("create")]
+            if c is not None and c.ok and c.value is not None}
+    peers = {name: value for name, value in rate.items() if name not in NOT_PEERS}
+    floor, tierfs = rate.get(PD_FLOOR), rate.get("tierfs")
+    if floor is None or not peers:
+        return f"small files, the bound: not measured (needs {PD_FLOOR} and a peer in the same run)"
+    best = max(peers, key=lambda name: peers[name])
+    text = (f"small files, the bound: {PD_FLOOR} (a pyfuse3 filesystem doing tierfs's two pd syncs per file and "
+            f"nothing else) {floor:,.0f} files/s = {floor / peers[best]:.2f}x the best peer ({best} "
+            f"{peers[best]:,.0f})")
+    if FLOOR in rate:
+        text += f"; without the syncs {rate[FLOOR]:,.0f} files/s = {rate[FLOOR] / peers[best]:.2f}x"
+    if tierfs is not None:
+        text += f"; tierfs = {tierfs / floor:.2f}x the pd floor"
+    return text
+
+
 def report(machine: dict[str, Any], measured: dict[str, Any], args: argparse.Namespace, out: TextIO) -> None:
     results: list[SystemResult] = measured["systems"]
     table_rows = rows(args.size_mib, args.small_files, args.appends, args.random_reads)
@@ -334,6 +373,7 @@ def report(machine: dict[str, Any], measured: dict[str, Any], args: argparse.Nam
         print(f"  {program}: {version}", file=out)
     print(file=out)
     format_table(table_rows, results, out)
+    print(small_files_bound(results), file=out)
     print(file=out)
     print(f"what fsync promised (after the last of {args.appends:,} fsync'd 4 KiB appends, file still open):",
           file=out)

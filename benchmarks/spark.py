@@ -75,6 +75,18 @@ class Round:
     s3fs: Throughput
     memory_one_core: Throughput  # (d) Spark's Python data source path, no I/O
     memory_two_cores: Throughput
+    # CPU seconds by kind of process (``process_cpu``) during the timed job of (a), (b), (c)
+    cpu_one_core: dict[str, float]
+    cpu_two_cores: dict[str, float]
+    cpu_s3fs: dict[str, float]
+
+    def cpu_bound(self) -> float:
+        """(b)/(c) when both are CPU-bound on the same cores: (c)'s CPU over (b)'s."""
+        return sum(self.cpu_s3fs.values()) / max(sum(self.cpu_two_cores.values()), 1e-9)
+
+    def scaling_bound(self, cores: int = 2) -> float:
+        """(b)/(a) at most: ``cores`` over the cores (a) already kept busy."""
+        return cores / max(sum(self.cpu_one_core.values()) / self.one_core.seconds, 1e-9)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,19 +100,25 @@ class Results:
         return float(statistics.median(getattr(r, field).mb_per_s for r in self.rounds))
 
 
-def _timed_sum(frame: Any, size: int) -> float:
-    """The second of two ``sum(length(value))`` jobs (the first warms the session up)."""
+def _timed_sum(frame: Any, size: int, cpu: dict[str, float] | None = None) -> float:
+    """The second of two ``sum(length(value))`` jobs (the first warms the session up);
+    ``cpu`` gets the CPU every process spent during it, by kind."""
+    from benchmarks import process_cpu
+
     frame.selectExpr("sum(length(value))").collect()
+    cpu_before = process_cpu.snapshot()
     started = perf_counter()
     total = frame.selectExpr("sum(length(value))").collect()[0][0]
     seconds = perf_counter() - started
+    if cpu is not None:
+        cpu.update(process_cpu.spent(cpu_before, process_cpu.snapshot()))
     if total != size:
         raise RuntimeError(f"the data source read {total} bytes of {size}")
     return seconds
 
 
 def _spark_read_seconds(
-    master: str, data_dir: Path, storage: dict[str, Any], size: int
+    master: str, data_dir: Path, storage: dict[str, Any], size: int, cpu: dict[str, float]
 ) -> tuple[float, float, int]:
     """Wall time of one full read with a fresh ``local[N]`` session, after one untimed
     read (the first job of a session runs at a fraction of the speed while the JVM
@@ -119,15 +137,19 @@ def _spark_read_seconds(
         partitions = frame.rdd.getNumPartitions()
         memory = (spark.read.format("tierfs-bench-memory").option("size", str(size))
                   .option("partitions", str(partitions)).load())
-        return _timed_sum(frame, size), _timed_sum(memory, size), partitions
+        return _timed_sum(frame, size, cpu), _timed_sum(memory, size), partitions
     finally:
         spark.stop()
 
 
-def _s3fs_seconds(storage: dict[str, Any], layout: list[dict[str, Any]], size: int) -> float:
+def _s3fs_seconds(storage: dict[str, Any], layout: list[dict[str, Any]], size: int,
+                  cpu: dict[str, float]) -> float:
+    from benchmarks import process_cpu
     from benchmarks.read import raw_cat_ranges
 
+    cpu_before = process_cpu.snapshot()
     ceiling = raw_cat_ranges(storage, layout)
+    cpu.update(process_cpu.spent(cpu_before, process_cpu.snapshot()))
     if ceiling.nbytes != size:
         raise RuntimeError(f"s3fs returned {ceiling.nbytes} of {size} bytes")
     return ceiling.seconds
@@ -164,18 +186,20 @@ def _measure(directory: Path, size: int, rounds: int, log: TextIO) -> Results:
                 order = ["local[1]", "local[2]"] if index % 2 == 0 else ["local[2]", "local[1]"]
                 seconds: dict[str, float] = {}
                 memory: dict[str, float] = {}
+                cpu: dict[str, dict[str, float]] = {"local[1]": {}, "local[2]": {}, "s3fs": {}}
                 for master in order:
                     seconds[master], memory[master], partitions = _spark_read_seconds(
-                        master, data_dir, storage, size)
+                        master, data_dir, storage, size, cpu[master])
                     print(f"round {index + 1}: {master} {size / seconds[master] / 1e6:.0f} MB/s",
                           file=log, flush=True)
-                ceiling_s = _s3fs_seconds(storage, layout, size)
+                ceiling_s = _s3fs_seconds(storage, layout, size, cpu["s3fs"])
                 print(f"round {index + 1}: s3fs {size / ceiling_s / 1e6:.0f} MB/s", file=log, flush=True)
                 measured.append(Round(Throughput.of("tierfs data source, local[1]", size, seconds["local[1]"]),
                                       Throughput.of("tierfs data source, local[2]", size, seconds["local[2]"]),
                                       Throughput.of("s3fs cat_ranges, one process", size, ceiling_s),
                                       Throughput.of("memory source, local[1]", size, memory["local[1]"]),
-                                      Throughput.of("memory source, local[2]", size, memory["local[2]"])))
+                                      Throughput.of("memory source, local[2]", size, memory["local[2]"]),
+                                      cpu["local[1]"], cpu["local[2]"], cpu["s3fs"]))
         finally:
             daemon.stop(timeout_s=DAEMON_STOP_TIMEOUT_S)
     return Results(size, len(layout), partitions, measured)
@@ -209,13 +233,33 @@ def print_report(machine: dict[str, Any], results: Results, figures: dict[str, f
                     f"{r.memory_one_core.mb_per_s:12.0f} {r.memory_two_cores.mb_per_s:12.0f}")
     medians = [f"{name:<40} {value:6.3f} x (median of {len(results.rounds)} rounds)"
                for name, value in figures.items()]
-    print_sections([header, rows, medians, format_checks(raw_checks(figures), 30)], out)
+    print_sections([header, rows, medians, cpu_lines(results), format_checks(raw_checks(figures), 30)], out)
+
+
+def cpu_lines(results: Results) -> list[str]:
+    """Where each timed job's CPU went, and the bounds it sets on the two targets."""
+    from benchmarks.process_cpu import describe_per_mib
+
+    lines = ["CPU per MiB read during each timed job, by process (this process: the driver; in (c), s3fs):"]
+    for i, r in enumerate(results.rounds, start=1):
+        for label, cpu, figure in (("(a)", r.cpu_one_core, r.one_core), ("(b)", r.cpu_two_cores, r.two_cores),
+                                   ("(c)", r.cpu_s3fs, r.s3fs)):
+            lines.append(f"  round {i} {label}: {describe_per_mib(cpu, results.size_bytes, figure.seconds)}")
+    lines.append("bound on (b)/(c), both CPU-bound on these cores: (c)'s CPU / (b)'s = "
+                 + ", ".join(f"{r.cpu_bound():.2f}" for r in results.rounds)
+                 + f" (median {statistics.median(r.cpu_bound() for r in results.rounds):.2f})")
+    lines.append("bound on (b)/(a): 2 cores / the cores (a) kept busy = "
+                 + ", ".join(f"{r.scaling_bound():.2f}" for r in results.rounds)
+                 + f" (median {statistics.median(r.scaling_bound() for r in results.rounds):.2f})")
+    return lines
 
 
 def report_json(machine: dict[str, Any], results: Results, figures: dict[str, float]) -> dict[str, Any]:
     from benchmarks.common import checks_json
 
     return {"machine": machine, "results": dataclasses.asdict(results), "ratios": figures,
+            "bounds": {"(b)/(c) cpu": [r.cpu_bound() for r in results.rounds],
+                       "(b)/(a) cores": [r.scaling_bound() for r in results.rounds]},
             "checks": checks_json(raw_checks(figures))}
 
 

@@ -1,6 +1,7 @@
 """``python -m benchmarks peers`` runs end to end on tierfs's column at tiny sizes (so the
 benchmark cannot rot): a real s3rver behind the counting proxy, a real tierfs mount
-with S3 as tier-2, every operation of the table. No peer is installed or mounted."""
+with S3 as tier-2, every operation of the table; and the two small-file floors (real
+pyfuse3 mounts). No peer is installed or mounted."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_the_peer_benchmark_measures_every_row_of_tierfs() -> None:
     parent = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "benchmarks", "peers", "--systems", "tierfs", "--size-mib", str(SIZE_MIB),
+            [sys.executable, "-m", "benchmarks", "peers", "--systems", "tierfs,pyfuse3-floor,pyfuse3-pd-floor",
+             "--size-mib", str(SIZE_MIB),
              "--small-files", str(SMALL_FILES), "--appends", str(APPENDS), "--random-reads", "10",
              "--tail-lines", "3", "--keep-page-cache", "--json", "--dir", str(parent)],
             cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -53,3 +55,11 @@ def test_the_peer_benchmark_measures_every_row_of_tierfs() -> None:
     assert "cold sequential read, 2 MiB" in done.stderr
     assert "not dropped: --keep-page-cache" in done.stderr
     assert all(row["ratio_tierfs_best_peer"] is None for row in figures["rows"])
+    assert cells["create_cpu"]["value"] > 0  # the daemon's CPU per file
+    # the floors create the small files (the pd floor with its SQLite commit and fdatasync
+    # per file) and measure nothing else; the bound needs a peer, so it says so
+    for floor in ("pyfuse3-floor", "pyfuse3-pd-floor"):
+        floor_cells = figures["systems"][floor]["cells"]
+        assert floor_cells["create"]["value"] > 0 and floor_cells["create_cpu"]["value"] > 0, floor_cells
+        assert floor_cells["cold_read"]["measured"] is False
+    assert "small files, the bound: not measured (needs pyfuse3-pd-floor and a peer" in done.stderr
