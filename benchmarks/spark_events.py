@@ -76,6 +76,7 @@ MASTERS = ("local[1]", "local[2]")
 class SessionRound:
     master: str
     figures: dict[str, Throughput]  # case letter -> figure
+    cpu: dict[str, dict[str, float]]  # write case letter -> CPU seconds of its timed job, by process kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,11 +187,11 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
         if totals["m"][0] != events or totals["n"][0] != events:
             raise RuntimeError(f"the memory sources gave {totals['m']} and {totals['n']} rows, not {events}")
         figures = {case: Throughput.of(f"{LABELS[case]}, {master}", size, seconds[case]) for case in READ_CASES}
-        writes = write_round(spark, client, directory, data_dir, events, partitions, f"{index}-{master[6]}",
-                             WRITE_CASES if index % 2 == 0 else WRITE_CASES[::-1])
+        writes, cpu = write_round(spark, client, directory, data_dir, events, partitions, f"{index}-{master[6]}",
+                                  WRITE_CASES if index % 2 == 0 else WRITE_CASES[::-1])
         for case, figure in writes.items():
             print(f"round {index + 1} {master}: {LABELS[case]} {figure.mb_per_s:.1f} MB/s", file=log, flush=True)
-        return SessionRound(master, {**figures, **writes}), partitions
+        return SessionRound(master, {**figures, **writes}, cpu), partitions
     finally:
         spark.stop()
 
@@ -272,6 +273,28 @@ def bounds(results: Results) -> list[str]:
                      f"{results.rows_ratio('e', 'x', master):6.3f} x and (W)/(x) "
                      f"{results.rows_ratio('W', 'x', master):6.3f} x the Python writer ceiling, rows/s")
     lines += [f"({case}) {LABELS[case]:<20} local[2]/local[1] {results.scaling(case):6.3f} x" for case in WRITE_CASES]
+    return lines + write_cpu_lines(results)
+
+
+def write_cpu_lines(results: Results) -> list[str]:
+    """Where each timed write job's CPU went (per MiB tierfs wrote: the same rows for
+    every case), and the bound it sets on (w)/(W): with the cores full, a job's time
+    follows its CPU, so (w)/(W) in rows/s is at most (W)'s CPU over (w)'s."""
+    from benchmarks.process_cpu import describe_per_mib
+
+    lines = ["write jobs, CPU per MiB of tierfs's output, by process:"]
+    cpu_bounds: dict[str, list[float]] = {master: [] for master in MASTERS}
+    for index, sessions in enumerate(results.rounds, start=1):
+        for session in sessions:
+            nbytes = session.figures["w"].nbytes
+            for case in ("w", "e", "x", "W"):
+                lines.append(f"  round {index} {session.master} ({case}): "
+                             f"{describe_per_mib(session.cpu[case], nbytes, session.figures[case].seconds)}")
+            cpu_bounds[session.master].append(sum(session.cpu["W"].values())
+                                              / max(sum(session.cpu["w"].values()), 1e-9))
+    for master, values in cpu_bounds.items():
+        lines.append(f"bound on (w)/(W) {master} with the cores full: (W)'s CPU / (w)'s = "
+                     + ", ".join(f"{v:.2f}" for v in values) + f" (median {statistics.median(values):.2f})")
     return lines
 
 

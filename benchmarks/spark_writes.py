@@ -27,6 +27,7 @@ differently: Spark as ``2026-01-01T00:00:00.000Z``, tierfs as Python's isoformat
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from time import perf_counter
@@ -77,9 +78,12 @@ def _directory_bytes(directory: Path) -> int:
 
 
 def write_round(spark: Any, client: Any, directory: Path, data_dir: str, rows: int, partitions: int,
-                tag: str, order: tuple[str, ...]) -> dict[str, Throughput]:
+                tag: str, order: tuple[str, ...]) -> tuple[dict[str, Throughput], dict[str, dict[str, float]]]:
     """The write cases in ``order``, each the second of two jobs; MB/s of the bytes
-    each wrote (for (o), (x), (e): of what tierfs wrote, as a rate of rows)."""
+    each wrote (for (o), (x), (e): of what tierfs wrote, as a rate of rows), and the CPU
+    each timed job cost every process, by kind (``process_cpu``: the JVM, its Python
+    workers, the tierfs daemon)."""
+    from benchmarks import process_cpu
     from benchmarks.spark_write_ceiling import ArrowDiscardSink
 
     spark.dataSource.register(ArrowDiscardSink)
@@ -88,34 +92,36 @@ def write_round(spark: Any, client: Any, directory: Path, data_dir: str, rows: i
     local = directory / "written-json"
     seconds: dict[str, float] = {}
     written: dict[str, int] = {}
+    cpu: dict[str, dict[str, float]] = {}
+
+    def timed(case: str, job: Any) -> None:
+        before = process_cpu.snapshot()
+        started = perf_counter()
+        job()
+        seconds[case] = perf_counter() - started
+        cpu[case] = process_cpu.spent(before, process_cpu.snapshot())
+
     for case in order:
         if case == "w":
             _tierfs_write(warm_up, data_dir, f"bench/warm-{tag}")
             _checked_segment_bytes(client, f"bench/warm-{tag}")
-            started = perf_counter()
-            _tierfs_write(frame, data_dir, f"bench/written-{tag}")
-            seconds[case] = perf_counter() - started
+            timed(case, functools.partial(_tierfs_write, frame, data_dir, f"bench/written-{tag}"))
             written[case] = _checked_segment_bytes(client, f"bench/written-{tag}")
         elif case == "W":
             warm_up.write.mode("overwrite").json(str(local))
-            started = perf_counter()
-            frame.write.mode("overwrite").json(str(local))
-            seconds[case] = perf_counter() - started
+            timed(case, functools.partial(frame.write.mode("overwrite").json, str(local)))
             written[case] = _directory_bytes(local)
         elif case in ("x", "e"):
             encode = "1" if case == "e" else "0"
             warm_up.write.format(ArrowDiscardSink.name()).option("encode", encode).mode("append").save()
-            started = perf_counter()
-            frame.write.format(ArrowDiscardSink.name()).option("encode", encode).mode("append").save()
-            seconds[case] = perf_counter() - started
+            timed(case, frame.write.format(ArrowDiscardSink.name()).option("encode", encode).mode("append").save)
         else:
             warm_up.write.format("noop").mode("overwrite").save()
-            started = perf_counter()
-            frame.write.format("noop").mode("overwrite").save()
-            seconds[case] = perf_counter() - started
+            timed(case, frame.write.format("noop").mode("overwrite").save)
     for case in ("o", "x", "e"):
         written[case] = written.get("w", 0)
-    return {case: Throughput.of(f"{WRITE_LABELS[case]}, {tag}", written[case], seconds[case]) for case in order}
+    figures = {case: Throughput.of(f"{WRITE_LABELS[case]}, {tag}", written[case], seconds[case]) for case in order}
+    return figures, cpu
 
 
 def rows_ratio(ours: Throughput, theirs: Throughput) -> float:
