@@ -85,8 +85,9 @@ class Round:
         return sum(self.cpu_s3fs.values()) / max(sum(self.cpu_two_cores.values()), 1e-9)
 
     def scaling_bound(self, cores: int = 2) -> float:
-        """(b)/(a) at most: ``cores`` over the cores (a) already kept busy."""
-        return cores / max(sum(self.cpu_one_core.values()) / self.one_core.seconds, 1e-9)
+        """(b)/(a) at most: (b) cannot go faster than ``cores`` cores running its CPU per
+        byte, so (b)/(a) <= cores x (a)'s time / (b)'s CPU."""
+        return cores * self.one_core.seconds / max(sum(self.cpu_two_cores.values()), 1e-9)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +249,7 @@ def cpu_lines(results: Results) -> list[str]:
     lines.append("bound on (b)/(c), both CPU-bound on these cores: (c)'s CPU / (b)'s = "
                  + ", ".join(f"{r.cpu_bound():.2f}" for r in results.rounds)
                  + f" (median {statistics.median(r.cpu_bound() for r in results.rounds):.2f})")
-    lines.append("bound on (b)/(a): 2 cores / the cores (a) kept busy = "
+    lines.append("bound on (b)/(a): 2 cores running (b)'s CPU per MiB, against (a)'s time = "
                  + ", ".join(f"{r.scaling_bound():.2f}" for r in results.rounds)
                  + f" (median {statistics.median(r.scaling_bound() for r in results.rounds):.2f})")
     return lines
