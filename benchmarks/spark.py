@@ -84,7 +84,7 @@ class Round:
         """(b)/(c) when both are CPU-bound on the same cores: (c)'s CPU over (b)'s."""
         return sum(self.cpu_s3fs.values()) / max(sum(self.cpu_two_cores.values()), 1e-9)
 
-    def scaling_bound(self, cores: int = 2) -> float:
+    def scaling_bound(self, cores: int = 2) -> float:  # (b) is local[2]: two executor cores
         """(b)/(a) at most: (b) cannot go faster than ``cores`` cores running its CPU per
         byte, so (b)/(a) <= cores x (a)'s time / (b)'s CPU."""
         return cores * self.one_core.seconds / max(sum(self.cpu_two_cores.values()), 1e-9)
