@@ -330,7 +330,7 @@ class SystemRun:
         created[0] = count
         note = f"({count:,} in {seconds:.0f} s)" if count < self.args.small_files else ""
         cell = Cell(count / seconds, note)
-        cpu = Cell(cpu_s * 1e3 / count) if pid is not None and count else Cell.failed(
+        cpu = Cell(cpu_s * 1e3 / count) if pid is not None and count else Cell.not_measured(
             "no process of its own: the kernel's filesystem")
         try:
             settle(self.proxy.snapshot, self.system.settle_min_s, lambda: not self.system.uploads_pending(),
