@@ -28,10 +28,15 @@ Per system, in this order (operations: ``peer_operations.py``):
    counts from the first append to then are the bytes each system moved;
 5. ``tail -f -s 0.01`` of a new file, ``--tail-lines`` (default 20) lines each appended
    with open(O_APPEND)/write/close: p50 of the time until tail prints the line;
-6. ``--small-files`` (default 10,000) files of 1 KiB created in a new directory (files/s),
-   then a wait until the system has uploaded them (tierfs: until its flush backlog is
-   empty; the others: no upload through the proxy for 2 s);
+6. ``--small-files`` (default 10,000) files of 1 KiB created in a new directory (files/s,
+   and the CPU of the mount's process per file), then a wait until the system has
+   uploaded them (tierfs: until its flush backlog is empty; the others: no upload
+   through the proxy for 2 s);
 7. cold mount, ``ls -l`` of that directory (must list them all), and again.
+
+Two floors do step 6 only (``peer_floor.py``; never peers): ``pyfuse3-floor``, a minimal
+pyfuse3 filesystem in memory, and ``pyfuse3-pd-floor``, the same doing tierfs's two pd
+syncs per file; the report prints the small-file bound they set.
 
 One table: rows are the operations, columns the systems, and tierfs / best peer per
 row (best: the highest rate or the lowest time among the peers that did it). A system

@@ -34,8 +34,10 @@ alternating between rounds:
 Every Spark figure is the second of two identical jobs in its session (the first runs
 at a fraction of the speed while the JVM compiles and the workers start); the driver
 binds to 127.0.0.1. Reported: (b)/(a), how the read scales from one executor core to
-two, (a)/(c), (b)/(c) and (a)/(d1), (b)/(d2). Targets (issue 19): (b)/(c) >= 0.8 (raw
-against one s3fs process) and (b)/(a) >= 1.6.
+two, (a)/(c), (b)/(c) and (a)/(d1), (b)/(d2); the CPU every process spent on each timed
+job of (a), (b) and (c), per MiB (``process_cpu``), and the bounds it sets: (b)/(c) <=
+(c)'s CPU / (b)'s, (b)/(a) <= 2 cores running (b)'s CPU against (a)'s time. Targets
+(issue 19): (b)/(c) >= 0.8 (raw against one s3fs process) and (b)/(a) >= 1.6.
 """
 
 from __future__ import annotations
