@@ -1,5 +1,5 @@
-"""``tierfs.spark.appends`` against a real daemon: a Spark task's appends land in the
-order given, each once; the first failure reaches the task and nothing given after it
+"""``tierfs.spark.appends`` against a real daemon: a Spark task's appends go over the
+daemon's append socket and land in the order given, each once; the first failure reaches the task and nothing given after it
 is sent; an append refused for a full backlog is sent again until the daemon takes
 it; ``stop`` ends the sending thread at once, dropping what was not sent; the cached
 client is one per process."""
@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,19 +31,24 @@ class CountingClient(TierClient):
     def __init__(self, url: str, hold_at: int = 0) -> None:
         super().__init__(url)
         self.appends_sent = 0
+        self.api_appends = 0
         self.refusals = 0
         self.hold_at = hold_at
         self.holding = threading.Event()
         self.release = threading.Event()
 
-    def append(self, name: str, data: Any, expected_offset: int | None = None, *,
+    def append(self, name: str, data: object, expected_offset: int | None = None, *,
                length: int | None = None) -> int:
+        self.api_appends += 1  # the HTTP API: only where the daemon has no append socket
+        return super().append(name, data, expected_offset, length=length)  # type: ignore[arg-type]
+
+    def append_on_socket(self, name: str, data: bytes) -> int:
         self.appends_sent += 1
         if self.appends_sent == self.hold_at:
             self.holding.set()
             assert self.release.wait(30)
         try:
-            return super().append(name, data, expected_offset, length=length)
+            return super().append_on_socket(name, data)
         except BacklogFullError:
             self.refusals += 1
             raise
@@ -67,6 +71,7 @@ def test_appends_land_in_order_each_once(daemon: Daemon) -> None:
         finally:
             pipe.stop()
         assert client.appends_sent == len(given)
+        assert client.append_socket() is not None and client.api_appends == 0  # the append socket
         assert pipe.sent_bytes == sum(map(len, given))
         assert client.read("appends/ordered/p0", unconfirmed=True) == b"".join(given)
         assert client.stat("appends/ordered/p0").durability == "vd"
