@@ -55,11 +55,14 @@ def test_the_peer_benchmark_measures_every_row_of_tierfs() -> None:
     assert "cold sequential read, 2 MiB" in done.stderr
     assert "not dropped: --keep-page-cache" in done.stderr
     assert all(row["ratio_tierfs_best_peer"] is None for row in figures["rows"])
-    assert cells["create_cpu"]["value"] > 0  # the daemon's CPU per file
+    # the CPU per file is read from /proc in clock ticks (10 ms): for a few dozen files it
+    # may round to 0, but it is always a measured figure
+    assert cells["create_cpu"]["value"] >= 0 and cells["create_cpu"]["measured"]
     # the floors create the small files (the pd floor with its SQLite commit and fdatasync
     # per file) and measure nothing else; the bound needs a peer, so it says so
     for floor in ("pyfuse3-floor", "pyfuse3-pd-floor"):
         floor_cells = figures["systems"][floor]["cells"]
-        assert floor_cells["create"]["value"] > 0 and floor_cells["create_cpu"]["value"] > 0, floor_cells
+        assert floor_cells["create"]["value"] > 0, floor_cells
+        assert floor_cells["create_cpu"]["value"] >= 0 and floor_cells["create_cpu"]["error"] == "", floor_cells
         assert floor_cells["cold_read"]["measured"] is False
     assert "small files, the bound: not measured (needs pyfuse3-pd-floor and a peer" in done.stderr
