@@ -46,6 +46,12 @@ def _stat(pid: int) -> tuple[str, int, float, float] | None:
     return name, int(fields[1]), own, reaped
 
 
+def own_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` itself (0.0 when it is gone)."""
+    stat = _stat(pid)
+    return stat[2] if stat is not None else 0.0
+
+
 def _command_line(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

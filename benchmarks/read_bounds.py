@@ -68,14 +68,9 @@ def s3rver_pid(data_dir: Path) -> int | None:
 
 def process_cpu_of(pid: int | None) -> float:
     """User + system CPU seconds of process ``pid`` (0.0 when it is unknown or gone)."""
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    from benchmarks.process_cpu import own_cpu_s
+
+    return own_cpu_s(pid) if pid is not None else 0.0
 
 
 def measured(server_pid: int | None, run: Callable[[], T], client_cpu_s: Callable[[T], float] | None = None,

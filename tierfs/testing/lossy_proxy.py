@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import abc
 import re
 import socket
 import threading
@@ -24,7 +25,7 @@ _REQUEST_LINE = re.compile(rb"^([A-Z]+) (/\S*) HTTP/1\.[01]\r\n")
 RECV_BYTES = 1 << 16
 
 
-class UnixSocketProxy:
+class UnixSocketProxy(abc.ABC):
     """A Unix socket at ``listen_path`` in front of ``target_path``: each connection
     gets an upstream connection and two threads, ``_requests`` (client to daemon) and
     ``_answers`` (daemon to client), which subclasses define; ``_connection_state``
@@ -72,8 +73,9 @@ class UnixSocketProxy:
         finally:
             shut(upstream)
 
+    @abc.abstractmethod
     def _answers(self, upstream: socket.socket, client: socket.socket, state: Any) -> None:
-        raise NotImplementedError
+        """Carry the daemon's answers to the client (what each proxy does to them)."""
 
 
 class AnswerDroppingProxy(UnixSocketProxy):
