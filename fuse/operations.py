@@ -197,12 +197,15 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         await self._keep_creator(path, mode, DEFAULT_DIRECTORY_MODE, ctx)
         return await self._entry(path)
 
-    async def _keep_creator(self, path: str, mode: int, default_mode: int, ctx: pyfuse3.RequestContext) -> None:
+    async def _keep_creator(self, path: str, mode: int, default_mode: int, ctx: pyfuse3.RequestContext) -> bool:
         """A new entry gets the caller's mode (the kernel applied the umask) and owner;
-        one more commit only when they differ from what the store reports anyway."""
+        one more commit only when they differ from what the store reports anyway
+        (returns whether it made one)."""
         bits = stat.S_IMODE(mode)
         if bits != default_mode or ctx.uid != self._uid or ctx.gid != self._gid:
             await self.store.set_attributes(path, mode=bits, uid=ctx.uid, gid=ctx.gid)
+            return True
+        return False
 
     @fuse_errors
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -329,12 +332,14 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         path = join(self.inodes.name_of(parent_inode), name)
         mode_on_close = None
+        info: Info | None = None  # what the reply reports, when nothing changed it since
         try:
             with self.notifier.made_here(path):
-                await self.store.create(path)
+                info = await self.store.create(path)
             if not stat.S_IMODE(mode) & 0o222:
                 mode_on_close, mode = stat.S_IMODE(mode), mode | stat.S_IWUSR
-            await self._keep_creator(path, mode, DEFAULT_FILE_MODE, ctx)
+            if await self._keep_creator(path, mode, DEFAULT_FILE_MODE, ctx):
+                info = None
         except SegmentExistsError:
             if flags & os.O_EXCL:
                 raise
@@ -343,7 +348,10 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
                 raise IsADirectoryError_(path) from None
             if flags & os.O_TRUNC and info.appended_length > 0:
                 await self.rewrites.replace_with_empty(info, "create with O_TRUNC")
-        attr = await self._entry(path)
+                info = None
+        if info is None:
+            info = await self.store.stat(path)
+        attr = self.attributes(self.inodes.looked_up(path), info)
         file_info = self._open_handle(attr.st_ino, flags)
         self._files[file_info.fh].mode_on_close = mode_on_close
         return file_info, attr

@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 import trio
@@ -70,6 +71,24 @@ log = logging.getLogger(__name__)
 # their own, which defrag can copy inside S3.
 PACK_PIECE_MAX_BYTES = 1 << 20
 MIN_PACK_PIECES = 2  # a pack of one would be a chunk object with another name
+
+
+@asynccontextmanager
+async def holding(locks: list[trio.Lock]) -> AsyncIterator[None]:
+    """Hold every lock of ``locks``, taken in the order given; a free one is taken at
+    once, without the scheduler round trip of ``acquire`` (a batch takes hundreds)."""
+    held: list[trio.Lock] = []
+    try:
+        for lock in locks:
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                await lock.acquire()
+            held.append(lock)
+        yield
+    finally:
+        for lock in reversed(held):
+            lock.release()
 
 
 class FlushCatalogue(Protocol):
@@ -174,9 +193,7 @@ class ChunkFlusher:
         return written
 
     async def _commit(self, written: list[FlushPiece], outcome: FlushOutcome) -> None:
-        async with AsyncExitStack() as locks:
-            for piece in sorted(written, key=lambda p: p.seg.segment_id):
-                await locks.enter_async_context(piece.seg.meta_lock)
+        async with holding([piece.seg.meta_lock for piece in sorted(written, key=lambda p: p.seg.segment_id)]):
             ready = []
             for piece in written:
                 if piece.seg.deleted:

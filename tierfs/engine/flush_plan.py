@@ -83,13 +83,18 @@ class FlushPiece:
         )
 
     def record(self) -> SegmentMeta:
-        """The segment record once the piece is committed."""
-        record = dataclasses.replace(flushed_times(self.seg, self.end), flushed_length=self.end)
-        if self.new_seq is not None:
-            record = dataclasses.replace(
-                record, next_chunk_seq=self.new_seq + 1, chunk_count=record.chunk_count + 1
+        """The segment record once the piece is committed (one new value: a batch makes
+        one per segment it flushes)."""
+        record = self.seg.record
+        modified_ns, changed_ns = flushed_times(self.seg, self.end)
+        if self.new_seq is None:
+            return dataclasses.replace(
+                record, flushed_length=self.end, modified_ns=modified_ns, changed_ns=changed_ns
             )
-        return record
+        return dataclasses.replace(
+            record, flushed_length=self.end, modified_ns=modified_ns, changed_ns=changed_ns,
+            next_chunk_seq=self.new_seq + 1, chunk_count=record.chunk_count + 1,
+        )
 
     def overtaken(self) -> bool:
         """An offload attempt replaced the grown chunk's record while the bytes were
@@ -136,12 +141,12 @@ def plan_flush(
     return piece
 
 
-def flushed_times(seg: SegmentState, end: int) -> SegmentMeta:
-    """The record with its times as they are once bytes up to ``end`` are flushed:
-    mtime (and ctime) move to the time of the append holding byte ``end - 1``, unless
-    an explicit set covers it (``mtime_set_length``); the flush itself never moves them."""
+def flushed_times(seg: SegmentState, end: int) -> tuple[int, int]:
+    """The record's (mtime, ctime) as they are once bytes up to ``end`` are flushed:
+    they move to the time of the append holding byte ``end - 1``, unless an explicit
+    set covers it (``mtime_set_length``); the flush itself never moves them."""
     record = seg.record
     if end <= record.mtime_set_length:
-        return record
+        return record.modified_ns, record.changed_ns
     append_ns = seg.tail.wall_ns_at(end) or now_ns()  # 0: replayed from an old journal
-    return dataclasses.replace(record, modified_ns=append_ns, changed_ns=max(record.changed_ns, append_ns))
+    return append_ns, max(record.changed_ns, append_ns)

@@ -203,8 +203,11 @@ class SegmentTable:
             return True
         return self._rows is not None and self._rows.any_in_directory(directory)
 
-    def taken(self, name: str) -> bool:
-        return name in self.directories or self.get(name) is not None
+    def taken_in_memory(self, name: str) -> bool:
+        """Whether ``name`` is a directory or a segment held in memory. A segment known
+        only to the metadata is not looked up here: the metadata's own check at commit
+        refuses it, so a create costs no read of the metadata first."""
+        return name in self.directories or name in self._by_name
 
     def is_directory(self, name: str) -> bool:
         return name == "" or name in self.directories

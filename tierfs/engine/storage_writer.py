@@ -1,7 +1,9 @@
 """The storage writer: moves durable journal data into tier-2 chunks in the background.
 
 Stages of the loop, in order (after Pravega's StorageWriter):
-1. wait   - until a segment is due or the tick passes;
+1. wait   - until woken (a flush requested or finished, ``flush_bytes`` reached) or
+            the tick passes; a tick before the time a segment can come due by age
+            alone does nothing more;
 2. pick   - due segments: >= ``flush_bytes`` pending, oldest pending byte older than
             ``flush_interval_s``, or a flush was requested (seal, sync-to-tier-2,
             shutdown); one flush at a time per segment. Segments with less than
@@ -29,8 +31,10 @@ Invariants:
   tier-2): appends add to it through ``appended``, flushes and deletes take from it.
 - Append ages, ``retry_at_s`` and the tick are on the engine's monotonic clock
   (``clock.monotonic_s``, the trio run's clock).
-- Per tick the loop's work grows with the dirty segments, per batch with its segments,
-  never with the store.
+- A pass over the dirty segments runs when the loop is woken or when one can have come
+  due by age (``_next_pass_s``), not at every tick: with many small segments waiting
+  for their interval (10,000 small files), ticks in between cost nothing. A pass grows
+  with the dirty segments, a batch with its segments, never with the store.
 """
 
 from __future__ import annotations
@@ -101,6 +105,7 @@ class StorageWriter:
         self.dirty: set[SegmentState] = set()  # segments with unflushed bytes or a request
         self.unflushed_bytes = 0  # appended, not yet in tier-2 (the backlog)
         self._wakeup = trio.Event()
+        self._next_pass_s = 0.0  # the loop's next pass over the dirty segments (``_pass``)
         self.flushes = 0
         self.flushed_bytes = 0
         self.batches = 0  # flushes of many small segments together
@@ -215,23 +220,46 @@ class StorageWriter:
             while True:
                 with trio.move_on_after(TICK_S):
                     await self._wakeup.wait()
+                woken = self._wakeup.is_set()
                 self._wakeup = trio.Event()
                 now_s = monotonic_s()
-                due_small: list[SegmentState] = []
-                early: list[SegmentState] = []
-                for seg in list(self.dirty):
-                    if seg.deleted:
-                        self.dirty.discard(seg)
-                    elif self._is_due(seg, now_s, self._config.flush_interval_s):
-                        if seg.durable_length - seg.flushed_length >= self._config.flush_bytes:
-                            seg.flushing = True
-                            nursery.start_soon(self._flush_task, seg)
-                        else:
-                            due_small.append(seg)
-                    elif self._is_due(seg, now_s, self._config.flush_interval_s * JOIN_AFTER_FRACTION):
-                        early.append(seg)
-                if due_small:
-                    self._start_batches(nursery, due_small + early)
+                if woken or now_s >= self._next_pass_s:
+                    self._pass(nursery, now_s)
+
+    def _pass(self, nursery: trio.Nursery, now_s: float) -> None:
+        """One pass over the dirty segments: start the flushes that are due, and note
+        when the next one can come due by age alone (``_next_pass_s``), so that ticks
+        before it cost nothing whatever the number of dirty segments. Only a due segment
+        starts a batch (the early ones join it), so that time is the oldest pending
+        append's plus ``flush_interval_s``; a segment that turns dirty after the pass
+        appends no sooner than now. A requested flush, a segment reaching
+        ``flush_bytes`` and a finished flush wake the loop instead."""
+        interval_s = self._config.flush_interval_s
+        join_after_s = interval_s * JOIN_AFTER_FRACTION
+        next_pass_s = now_s + interval_s
+        due_small: list[SegmentState] = []
+        early: list[SegmentState] = []
+        for seg in list(self.dirty):
+            if seg.deleted:
+                self.dirty.discard(seg)
+                continue
+            if self._is_due(seg, now_s, interval_s):
+                if seg.durable_length - seg.flushed_length >= self._config.flush_bytes:
+                    seg.flushing = True
+                    nursery.start_soon(self._flush_task, seg)
+                else:
+                    due_small.append(seg)
+                continue
+            if self._is_due(seg, now_s, join_after_s):
+                early.append(seg)  # flushed now only if a due segment starts a batch
+            oldest = seg.tail.oldest_append_s()
+            if oldest is not None:
+                next_pass_s = min(next_pass_s, oldest + interval_s)
+            if seg.retry_at_s > now_s:
+                next_pass_s = min(next_pass_s, seg.retry_at_s)
+        self._next_pass_s = next_pass_s
+        if due_small:
+            self._start_batches(nursery, due_small + early)
 
     def _start_batches(self, nursery: trio.Nursery, segs: list[SegmentState]) -> None:
         """Flush ``segs`` (each with less than ``flush_bytes`` pending) in batches of at
@@ -318,8 +346,9 @@ class StorageWriter:
         finally:
             for seg in segs:
                 seg.notify_flushed()
-                if seg.flush_requested:  # asked for during this flush (tier2 appends): next round now
-                    self.wake()
+            # a pass now: what was appended during the flush, or asked for then (tier2
+            # appends), may be due before the time the last pass noted
+            self.wake()
 
     async def flush_once(self, seg: SegmentState) -> None:
         """Flush the next piece of ``seg`` (its flush slot held by the caller)."""

@@ -13,6 +13,7 @@ from typing import Any
 import trio
 
 from tierfs.contracts import names
+from tierfs.contracts.errors import SegmentNotFoundError
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.segment_state import SegmentState
@@ -29,9 +30,8 @@ async def stat(table: SegmentTable, name: str) -> Info:
     if canonical == "" or canonical in table.directories:
         return directory_info(canonical, table.directory_record(canonical), table.subdirectories_of(canonical))
     found = table.row_or_state(canonical)  # no state is made for a segment nobody uses
-    if found is None:
-        table.segment(canonical)  # raises the error a user expects
-    assert found is not None
+    if found is None:  # one lookup answers a miss: a name the kernel asks about before creating it
+        raise SegmentNotFoundError(canonical)
     return segment_info(found)
 
 

@@ -77,7 +77,7 @@ class Namespace:
             if parent:
                 await self.mkdir(parent, parents=True, exist_ok=True)
         async with table.lock:
-            if table.taken(canonical):
+            if table.taken_in_memory(canonical):
                 raise SegmentExistsError(canonical)
             parent = table.check_parent(canonical)
             stamp = now_ns()
