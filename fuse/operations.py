@@ -16,6 +16,9 @@ Directories are namespaces, files are segments. Semantics (append-only):
   under a hidden name and is deleted at the last close (``_keep_for_open_handles``);
 - readdir lists ``.`` and ``..``; a directory's ``st_nlink`` is 2 + its subdirectories;
 - ``fsync``/``fdatasync`` make every byte written so far durable, also on a VD segment;
+- a created file is durable with the journal's next sync, as on a local file system:
+  within ``vd_sync_interval_s``, and before the first PD write to it is acknowledged;
+  ``fsync`` of the file or of its directory waits for it (``store.create_file``);
 - ``st_size`` is the durable length: readers never see bytes a crash could take away;
 - extended attributes ``user.tierfs.*`` report the segment's lengths and state;
   ``user.tierfs.durability`` can be set to ``pd``/``vd``/``tier2`` on an empty segment.
@@ -335,7 +338,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         info: Info | None = None  # what the reply reports, when nothing changed it since
         try:
             with self.notifier.made_here(path):
-                info = await self.store.create(path)
+                info = await self.store.create_file(path)
             if not stat.S_IMODE(mode) & 0o222:
                 mode_on_close, mode = stat.S_IMODE(mode), mode | stat.S_IWUSR
             if await self._keep_creator(path, mode, DEFAULT_FILE_MODE, ctx):
@@ -402,6 +405,10 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     @fuse_errors
     async def fsync(self, fh: int, datasync: bool) -> None:
         await self.store.sync(self.inodes.name_of(self._file(fh).inode))
+
+    @fuse_errors
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        await self.store.sync()  # the directory's entries: creations are journal frames
 
     def _file(self, fh: int) -> OpenFile:
         handle = self._files.get(fh)

@@ -252,6 +252,20 @@ def test_o_excl_create(mount: Mount) -> None:
         os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
 
 
+def test_fsync_of_a_directory_makes_its_new_files_durable(mount: Mount) -> None:
+    """A create is durable with the journal's next sync (within the VD interval, 1 s by
+    default); fsync of the directory runs that sync at once, as on a local file system."""
+    (mount.mountpoint / "synced-dir").mkdir()
+    syncs = metric(mount, "tierfs_journal_syncs_total")
+    (mount.mountpoint / "synced-dir" / "new").touch()
+    fd = os.open(mount.mountpoint / "synced-dir", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert metric(mount, "tierfs_journal_syncs_total") > syncs
+
+
 def test_statfs_reports_sane_figures(mount: Mount) -> None:
     figures = os.statvfs(mount.mountpoint)
     disk = os.statvfs(mount.data_dir)

@@ -36,13 +36,17 @@ async def test_journal_torn_at_many_offsets(tmp_path: Path) -> None:
     snapshot = await _snapshot_while_open(tmp_path, records)
     (journal_file,) = [p for _, p in list_files(snapshot / "journal")]
     size = journal_file.stat().st_size
+    # the segment's creation frame comes first (its metadata commit is in the copy too)
+    position = size - sum(FRAME_OVERHEAD + len(record) for record in records)
+    assert position > 0
+    all_ends = [position]
     frame_ends = []
-    position = 0
     for record in records:
         position += FRAME_OVERHEAD + len(record)
         frame_ends.append(position)
+    all_ends += frame_ends
     assert frame_ends[-1] == size
-    cuts = {0, size} | {e + d for e in frame_ends for d in (-1, 0, 1) if 0 <= e + d <= size}
+    cuts = {0, size} | {e + d for e in all_ends for d in (-1, 0, 1) if 0 <= e + d <= size}
     cuts |= {rng.randrange(size) for _ in range(40)}
     for cut in sorted(cuts):
         work = tmp_path / f"cut{cut}"
@@ -55,7 +59,7 @@ async def test_journal_torn_at_many_offsets(tmp_path: Path) -> None:
             assert data == b"".join(records[:whole]), f"cut at {cut}"
             report = store.statistics().recovery
             assert report is not None
-            assert report.torn_bytes_cut == cut - (frame_ends[whole - 1] if whole else 0)
+            assert report.torn_bytes_cut == cut - max([0] + [e for e in all_ends if e <= cut])
             # the store keeps working after the cut, and the next restart agrees
             await store.append("seg", b"after")
         async with open_store(small_config(work, **NO_FLUSH)) as store:
@@ -68,7 +72,8 @@ async def test_corrupted_frame_cuts_the_journal_there(tmp_path: Path) -> None:
     snapshot = await _snapshot_while_open(tmp_path, records)
     (journal_file,) = [p for _, p in list_files(snapshot / "journal")]
     raw = bytearray(journal_file.read_bytes())
-    raw[FRAME_OVERHEAD + 3 + FRAME_OVERHEAD] ^= 0x55  # first data byte of the second frame
+    first_append = len(raw) - sum(FRAME_OVERHEAD + len(record) for record in records)  # after the creation
+    raw[first_append + FRAME_OVERHEAD + 3 + FRAME_OVERHEAD] ^= 0x55  # first data byte of the second append
     journal_file.write_bytes(bytes(raw))
     async with open_store(small_config(snapshot, **NO_FLUSH)) as store:
         assert await store.read("seg") == b"one"

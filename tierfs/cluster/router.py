@@ -213,6 +213,10 @@ class ClusterStore:
     async def create(self, name: str, *, durability: str | None = None, make_parents: bool = False) -> SegmentInfo:
         return await self._at(name, lambda s: s.create(name, durability=durability, make_parents=make_parents))
 
+    async def create_file(self, name: str) -> SegmentInfo:
+        """The mount's create: a cluster's metadata (PostgreSQL) is durable at commit."""
+        return await self.create(name)
+
     async def append(self, name: str, data: bytes, *, expected_offset: int | None = None) -> int:
         """Lands once, even when an owner stops answering after the append was sent: the
         append is then resolved at the offset it may have landed at, on whichever daemon

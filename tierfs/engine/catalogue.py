@@ -1,9 +1,11 @@
 """The chunk catalogue: the engine's one way into the metadata store from the event loop.
 
 Every metadata call runs in a worker thread under a limiter of one (SQLite has one
-writer), and every commit that changes a segment's row or chunks is installed into the
-segment's in-memory state right after it succeeds (write-through), so readers of the
-state always see what the metadata holds.
+writer), except an unsynced SQLite commit, which never waits for the disk and runs on
+the event loop under the same limiter (``call_on_loop``: a create, whose journal frame
+keeps it until the metadata syncs). Every commit that changes a segment's row or chunks
+is installed into the segment's in-memory state right after it succeeds
+(write-through), so readers of the state always see what the metadata holds.
 
 Invariants:
 - Reads ask only for the records they cover (``chunks_covering``); a segment's whole
@@ -28,6 +30,7 @@ from tierfs.engine.metadata import MetadataStore, SegmentRow, now_ns
 from tierfs.engine.object_keys import ObjectReferences
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.sql_database import SQLITE
 
 T = TypeVar("T")
 
@@ -47,6 +50,20 @@ class ChunkCatalogue:
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run one ``MetadataStore`` method off the event loop."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    @property
+    def commits_on_loop(self) -> bool:
+        """Whether an unsynced commit may run on the event loop (``call_on_loop``):
+        SQLite's, which only writes its WAL into the page cache; a PostgreSQL commit is
+        a network round trip and always durable."""
+        return self.metadata.database.dialect == SQLITE
+
+    async def call_on_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a ``MetadataStore`` call that never waits for the disk (an unsynced
+        SQLite commit: no fsync, and checkpoints only ever run in ``call``) on the event
+        loop, under the same limiter as ``call``: a thread hop costs more than it."""
+        async with self._limiter:
+            return fn(*args)
 
     async def chunks_of(self, seg: SegmentState) -> list[Chunk]:
         """The segment's chunk records (loaded once, then kept write-through)."""

@@ -43,6 +43,7 @@ from tierfs.engine.journal_format import (
     FRAME_OVERHEAD,
     TailEntryLike,
     encode_append_header,
+    encode_create,
     file_name,
     list_files,
     read_entries,
@@ -157,23 +158,36 @@ class Journal:
         """Queue an append frame; return (LSN of the frame, LSN just past it).
 
         Raises ``NoSpaceError`` (nothing queued) when the disk cannot hold the frame."""
+        seq, frame_lsn, end_lsn = self._place(FRAME_OVERHEAD + len(data))
+        queued = self._queued
+        queued.append(encode_append_header(seq, segment_id, offset, data, wall_ns))
+        queued.append(data)
+        return frame_lsn, end_lsn
+
+    def add_create(self, segment_id: int, name: str, record: bytes) -> int:
+        """Queue a create frame (``journal_format.encode_create``); return the LSN just
+        past it. ``NoSpaceError`` as ``add_append``."""
+        frame = encode_create(self._next_seq, segment_id, name, record)
+        _, _, end_lsn = self._place(len(frame))
+        self._queued.append(frame)
+        return end_lsn
+
+    def _place(self, frame_bytes: int) -> tuple[int, int, int]:
+        """(sequence number, LSN, end LSN) of the next frame, of ``frame_bytes``, counted
+        as queued: the caller queues it right after, before anything else runs."""
         if self._failure is not None:
             raise JournalCorruptionError(f"journal write failed earlier: {self._failure}")
         queued_bytes = self._queued_bytes  # 0 exactly when nothing is queued
         if not queued_bytes and self.written_lsn - self._file_start_lsn >= self._file_bytes:
             self._roll()
         frame_lsn = self.written_lsn + queued_bytes
-        end_lsn = frame_lsn + FRAME_OVERHEAD + len(data)
+        end_lsn = frame_lsn + frame_bytes
         if end_lsn - self._file_start_lsn > self._space.reserved_end_bytes:  # once per MiB
             self._space.ensure(self._fd, end_lsn - self._file_start_lsn)
         seq = self._next_seq
-        header = encode_append_header(seq, segment_id, offset, data, wall_ns)
         self._next_seq = seq + 1
-        queued = self._queued
-        queued.append(header)
-        queued.append(data)
         self._queued_bytes = end_lsn - self.written_lsn
-        return frame_lsn, end_lsn
+        return seq, frame_lsn, end_lsn
 
     def write_queued(self, *, arm_vd_timer: bool = True) -> None:
         """write(2) every queued frame in one call (rolling the file first if full).

@@ -5,10 +5,14 @@ Frame layout (little endian)::
 
     payload_len:u32 | crc32c:u32 | seq:u64 | payload
     payload = kind:u8 (2 = append) | segment_id:u64 | offset:u64 | wall_ns:u64 | data
+            | kind:u8 (3 = create) | segment_id:u64 | record_len:u32 | record | name
 
 ``wall_ns`` is the append's wall-clock time (the segment's mtime once the bytes are
 durable, also after a restart). Frames of kind 1 (written before tierfs stored it)
-have no ``wall_ns`` and still replay (with ``wall_ns`` 0: unknown).
+have no ``wall_ns`` and still replay (with ``wall_ns`` 0: unknown). A create frame
+holds a segment's creation whose metadata commit was not synced (``record``: its
+``SegmentRecord``, ``name``: UTF-8); recovery puts it back if the metadata lost it
+(``metadata_replay``). A tierfs older than kind 3 stops its replay at such a frame.
 
 The CRC covers the 8 sequence bytes and the payload. Every byte position in the journal
 has a global *LSN* (log sequence number = bytes written since the store was created);
@@ -40,6 +44,8 @@ APPEND_V1_HEADER = struct.Struct("<BQQ")  # kind 1: kind, segment_id, offset
 APPEND_HEADER = struct.Struct("<BQQQ")  # kind, segment_id, offset, wall_ns
 KIND_APPEND_V1 = 1
 KIND_APPEND = 2
+KIND_CREATE = 3
+CREATE_HEADER = struct.Struct("<BQI")  # kind, segment_id, record_len
 FRAME_OVERHEAD = FRAME_HEADER.size + APPEND_HEADER.size
 FILE_SUFFIX = ".jnl"
 
@@ -71,6 +77,13 @@ def encode_append_header(seq: int, segment_id: int, offset: int, data: bytes, wa
 
 def encode_append(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: int = 0) -> bytes:
     return encode_append_header(seq, segment_id, offset, data, wall_ns) + data
+
+
+def encode_create(seq: int, segment_id: int, name: str, record: bytes) -> bytes:
+    """A create frame: segment ``segment_id`` called ``name`` with the stored ``record``."""
+    payload = CREATE_HEADER.pack(KIND_CREATE, segment_id, len(record)) + record + name.encode()
+    crc = _raw_crc32c(payload, _raw_crc32c(SEQ.pack(seq)))
+    return FRAME_HEADER.pack(len(payload), crc, seq) + payload
 
 
 def verified_payloads(raw: bytes, start_lsn: int, entries: Sequence[TailEntryLike]) -> list[bytes]:
@@ -114,6 +127,9 @@ def _merged_entry_data(view: memoryview, at: int, end: int, entry: TailEntryLike
         if frame_end > end:
             raise DataCorruptionError(f"journal frame at LSN {start_lsn + at} runs past its entry")
         kind = view[body]
+        if kind == KIND_CREATE:  # another segment's creation between this one's appends
+            at = frame_end
+            continue
         frame_segment, offset = APPEND_V1_HEADER.unpack_from(view, body)[1:]
         if segment_id < 0:
             segment_id, expected = frame_segment, offset
@@ -237,6 +253,18 @@ class ReplayedAppend:
     data: bytes
     end_lsn: int = 0  # LSN just past the frame
     wall_ns: int = 0  # the append's wall-clock time (0: a kind-1 frame, unknown)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayedCreate:
+    """One valid create frame found by recovery."""
+
+    seq: int
+    frame_lsn: int
+    segment_id: int
+    name: str
+    record: bytes  # the stored SegmentRecord
+    end_lsn: int
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """The scan recovery runs over the journal files (format: ``journal_format``).
 
 Invariants:
-- ``scan`` yields the valid append frames in LSN order and stops at the first frame
+- ``scan`` yields the valid append and create frames in LSN order and stops at the first frame
   that is short, fails its CRC or breaks the sequence: nothing after it was ever
   acknowledged as durable, so it is cut off (``ScanResult.cut``), and files after a cut
   or a gap between files are dropped (``ScanResult.dropped_files``).
@@ -20,14 +20,19 @@ from tierfs.blocks.checksums import crc32c
 from tierfs.engine.journal_format import (
     APPEND_HEADER,
     APPEND_V1_HEADER,
+    CREATE_HEADER,
     FRAME_HEADER,
     KIND_APPEND,
     KIND_APPEND_V1,
+    KIND_CREATE,
     SEQ,
     ReplayedAppend,
+    ReplayedCreate,
     ScanResult,
     append_header_size,
 )
+
+ReplayedFrame = ReplayedAppend | ReplayedCreate
 
 # One read(2) of a journal file during recovery: large enough that the per-read cost is
 # noise next to the CRC of the bytes, small enough that recovery's buffer is a rounding
@@ -60,8 +65,8 @@ class _PieceReader:
 
 def scan(
     files: list[tuple[int, Path]], max_payload_bytes: int, result: ScanResult
-) -> Iterator[ReplayedAppend]:
-    """Yield every valid append frame in ``files`` in order; fill ``result``.
+) -> Iterator[ReplayedFrame]:
+    """Yield every valid append and create frame in ``files`` in order; fill ``result``.
 
     ``result.end_lsn`` must hold the LSN to assume when there are no files.
     """
@@ -94,13 +99,13 @@ def scan(
 
 def _frame_at(
     reader: _PieceReader, position: int, max_payload_bytes: int, expected_seq: int | None, start_lsn: int
-) -> ReplayedAppend | None:
-    """The valid append frame at file offset ``position``, or None (torn or foreign)."""
+) -> ReplayedFrame | None:
+    """The valid frame at file offset ``position``, or None (torn or foreign)."""
     if not reader.ensure(position, FRAME_HEADER.size):
         return None
     offset_in_buffer = position - reader.start
     payload_len, crc, seq = FRAME_HEADER.unpack_from(reader.buffer, offset_in_buffer)
-    if payload_len < APPEND_V1_HEADER.size or payload_len > max_payload_bytes:
+    if payload_len < CREATE_HEADER.size or payload_len > max_payload_bytes:
         return None
     if expected_seq is not None and seq != expected_seq:
         return None
@@ -113,16 +118,20 @@ def _frame_at(
         if crc32c(payload, crc32c(SEQ.pack(seq))) != crc:
             return None
         kind = payload[0]
+        frame_end = position + FRAME_HEADER.size + payload_len
+        if kind == KIND_CREATE:
+            create = _create_frame(payload, seq, start_lsn + position, start_lsn + frame_end)
+            payload.release()
+            return create
         if kind == KIND_APPEND and payload_len >= APPEND_HEADER.size:
             _, segment_id, offset, wall_ns = APPEND_HEADER.unpack_from(payload)
-        elif kind == KIND_APPEND_V1:
+        elif kind == KIND_APPEND_V1 and payload_len >= APPEND_V1_HEADER.size:
             _, segment_id, offset = APPEND_V1_HEADER.unpack_from(payload)
             wall_ns = 0
         else:
             return None
         data = bytes(payload[append_header_size(kind) :])
         payload.release()
-    frame_end = position + FRAME_HEADER.size + payload_len
     return ReplayedAppend(
         seq=seq,
         frame_lsn=start_lsn + position,
@@ -132,3 +141,16 @@ def _frame_at(
         end_lsn=start_lsn + frame_end,
         wall_ns=wall_ns,
     )
+
+
+def _create_frame(payload: memoryview, seq: int, frame_lsn: int, end_lsn: int) -> ReplayedCreate | None:
+    """A create frame's contents (None if they do not parse: treated as torn)."""
+    _, segment_id, record_len = CREATE_HEADER.unpack_from(payload)
+    record_end = CREATE_HEADER.size + record_len
+    if record_end >= len(payload):
+        return None
+    try:
+        name = bytes(payload[record_end:]).decode()
+    except UnicodeDecodeError:
+        return None
+    return ReplayedCreate(seq, frame_lsn, segment_id, name, bytes(payload[CREATE_HEADER.size:record_end]), end_lsn)

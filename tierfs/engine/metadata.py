@@ -41,6 +41,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
 )
 from tierfs.engine import records
+from tierfs.engine.metadata_replay import CreationReplay
 from tierfs.engine.metadata_scans import WholeStoreScans
 from tierfs.engine.metadata_sql import SegmentRow, escape_like, now_ns
 from tierfs.engine.object_keys import (
@@ -52,7 +53,7 @@ from tierfs.engine.space_reserve import SpaceReserve
 from tierfs.engine.sql_database import Database, open_database
 
 
-class MetadataStore(WholeStoreScans):
+class MetadataStore(WholeStoreScans, CreationReplay):
     """The metadata on a ``Database``: SQLite in the data dir, or PostgreSQL."""
 
     def __init__(self, db: Database) -> None:
@@ -209,10 +210,13 @@ class MetadataStore(WholeStoreScans):
             raise SegmentNotFoundError(name)
 
     def create_segment(
-        self, name: str, parent: str, record: SegmentMeta, touched: dict[str, DirectoryMeta] | None = None
+        self, name: str, parent: str, record: SegmentMeta, touched: dict[str, DirectoryMeta] | None = None,
+        *, synced: bool = True,
     ) -> SegmentRow:
-        """Insert a segment; the row's record is ``record`` with its new segment id."""
-        with self._db.transaction(namespace=True):
+        """Insert a segment; the row's record is ``record`` with its new segment id.
+        ``synced=False`` (SQLite): not on disk yet when this returns; the caller keeps
+        the creation in the journal until it is (``CreationReplay``)."""
+        with self._db.transaction(namespace=True, synced=synced):
             self._require_parent(parent)
             if self._name_taken(name):
                 raise SegmentExistsError(name)

@@ -11,6 +11,9 @@ objects that have them. No part ever receives the façade.
   requested flush, and deleting fully flushed files. Implemented by ``Journal``.
 - ``GarbageSink``: queue tier-2 objects for deletion once their metadata is gone.
   Implemented by ``GarbageCollector``.
+- ``CreationLog``: what a create needs of the journal: a creation frame written (in the
+  page cache at once, on disk with the next sync) and a wait for that sync.
+  Implemented by ``Journal``.
 """
 
 from __future__ import annotations
@@ -61,3 +64,11 @@ class GarbageSink(Protocol):
     async def queue(self, names: list[str]) -> None: ...
 
     def collect_soon(self) -> None: ...
+
+
+class CreationLog(Protocol):
+    def add_create(self, segment_id: int, name: str, record: bytes) -> int: ...
+
+    def write_queued(self, *, arm_vd_timer: bool = True) -> None: ...
+
+    async def wait_durable(self, lsn: int) -> None: ...

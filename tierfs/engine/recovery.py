@@ -5,7 +5,9 @@ Steps, in order:
    between recording the checkpoint and unlinking leaves them behind);
 2. scan the remaining files in LSN order, stopping at the first torn frame (short,
    bad CRC, broken sequence) and cutting the journal there;
-3. for each valid append: skip it if its segment was deleted, skip the part already
+3. for each valid create frame: put the segment back if the metadata lost its
+   unsynced creation (``recreate``, ``metadata_replay``), so the appends that follow
+   find it; for each valid append: skip it if its segment was deleted, skip the part already
    flushed to tier-2 (offset below the flushed length) or already replayed
    (duplicates), and append the rest to the segment's tail; a gap is corruption;
 4. fdatasync the surviving files, so everything replayed is durable before any reader
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from tierfs.contracts.errors import JournalCorruptionError
 from tierfs.engine.durable_files import fsync_directory
-from tierfs.engine.journal_format import ScanResult, list_files
+from tierfs.engine.journal_format import ReplayedCreate, ScanResult, list_files
 from tierfs.engine.journal_scan import scan
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.tail import TailBudget, TailEntry
@@ -51,12 +53,14 @@ class RecoveryReport:
     files_dropped: int
     end_lsn: int
     next_seq: int
+    segments_recreated: int = 0  # creations the metadata had lost (``recreate``)
 
 
 def recover_journal(
     journal_dir: Path,
     checkpoint_lsn: int,
     segment_by_id: Callable[[int], SegmentState | None],
+    recreate: Callable[[ReplayedCreate], bool],
     budget: TailBudget,
     max_payload_bytes: int,
     *,
@@ -83,10 +87,13 @@ def recover_journal(
         else:
             keep.append((start, path))
     result = ScanResult(end_lsn=keep[0][0] if keep else checkpoint_lsn, next_seq=1)
-    frames = skipped = replayed_bytes = 0
+    frames = skipped = replayed_bytes = recreated = 0
     replayed: dict[int, SegmentState] = {}  # held here: a lookup's state may be let go
     file_starts = [start for start, _ in keep]
     for frame in scan(keep, max_payload_bytes, result):
+        if isinstance(frame, ReplayedCreate):
+            recreated += recreate(frame)
+            continue
         seg = replayed.get(frame.segment_id)
         if seg is None:
             seg = segment_by_id(frame.segment_id)
@@ -160,6 +167,7 @@ def recover_journal(
         files_dropped=len(result.dropped_files),
         end_lsn=result.end_lsn,
         next_seq=result.next_seq,
+        segments_recreated=recreated,
     ), list(replayed.values())
 
 

@@ -72,7 +72,9 @@ class Database(Protocol):
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor: ...
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None: ...
-    def transaction(self, namespace: bool = False) -> contextlib.AbstractContextManager[None]: ...
+    def transaction(
+        self, namespace: bool = False, synced: bool = True
+    ) -> contextlib.AbstractContextManager[None]: ...
     def close(self) -> None: ...
 
     # Run first in every transaction once set (``epoch_guard.guard_epoch``): raises to
@@ -80,8 +82,18 @@ class Database(Protocol):
     epoch_guard: Callable[[], None] | None
 
 
+# SQLite's own checkpoint runs inside the COMMIT that fills the WAL past 1,000 pages, in
+# whichever caller commits then; a commit made on the event loop (``synced=False``) must
+# not be the one to copy pages and fsync twice, so the connection never checkpoints by
+# itself and a synced commit (in the metadata's worker thread) checkpoints every this
+# many commits: about the WAL's default 1,000 pages (4 MiB) at 3-4 pages per commit.
+CHECKPOINT_EVERY_COMMITS = 256
+
+
 class SqliteDatabase:
-    """SQLite in WAL mode with synchronous=FULL: a commit is on disk when it returns."""
+    """SQLite in WAL mode with synchronous=FULL: a commit is on disk when it returns,
+    unless the transaction was opened with ``synced=False`` (then it is on disk with
+    the next synced commit or checkpoint: the WAL is a prefix log)."""
 
     dialect = SQLITE
 
@@ -90,6 +102,7 @@ class SqliteDatabase:
         self.description = str(path)
         self.reserve = reserve
         self.epoch_guard: Callable[[], None] | None = None
+        self._commits_since_checkpoint = 0
         try:
             self._db = self._connect()
         except sqlite3.OperationalError:  # e.g. no room for the WAL index (-shm) file
@@ -102,6 +115,7 @@ class SqliteDatabase:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA wal_autocheckpoint=0")  # see CHECKPOINT_EVERY_COMMITS
         except sqlite3.Error:
             db.close()
             raise
@@ -123,24 +137,36 @@ class SqliteDatabase:
         self._db.executescript(script)
 
     @contextlib.contextmanager
-    def transaction(self, namespace: bool = False) -> Iterator[None]:
+    def transaction(self, namespace: bool = False, synced: bool = True) -> Iterator[None]:
         """BEGIN IMMEDIATE takes SQLite's one write lock, so every transaction is
-        serialized whatever ``namespace`` says."""
-        self._db.execute("BEGIN IMMEDIATE")
+        serialized whatever ``namespace`` says. ``synced=False``: COMMIT writes the WAL
+        without an fsync (nothing here blocks on the disk, so the event loop may run
+        it); the commit is durable once a later synced commit or checkpoint returns."""
+        if not synced:
+            self._db.execute("PRAGMA synchronous=NORMAL")
         try:
-            if self.epoch_guard is not None:
-                self.epoch_guard()
-            yield
-            self._db.execute("COMMIT")
-        except BaseException as e:
-            if self._db.in_transaction:  # SQLite may have rolled back by itself
-                self._db.execute("ROLLBACK")
-            if isinstance(e, sqlite3.Error) and e.sqlite_errorcode == sqlite3.SQLITE_FULL:
-                if self.reserve is not None:
-                    self.reserve.release()  # so that the caller's retry finds room
-                raise NoSpaceError(str(self.path.parent), 4096) from e
-            raise
-        if self.reserve is not None:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if self.epoch_guard is not None:
+                    self.epoch_guard()
+                yield
+                self._db.execute("COMMIT")
+            except BaseException as e:
+                if self._db.in_transaction:  # SQLite may have rolled back by itself
+                    self._db.execute("ROLLBACK")
+                if isinstance(e, sqlite3.Error) and e.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                    if self.reserve is not None:
+                        self.reserve.release()  # so that the caller's retry finds room
+                    raise NoSpaceError(str(self.path.parent), 4096) from e
+                raise
+        finally:
+            if not synced:
+                self._db.execute("PRAGMA synchronous=FULL")
+        self._commits_since_checkpoint += 1
+        if synced and self._commits_since_checkpoint >= CHECKPOINT_EVERY_COMMITS:
+            self._commits_since_checkpoint = 0
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        if synced and self.reserve is not None:
             self.reserve.ensure()  # a stat while it exists
 
     def close(self) -> None:
@@ -211,7 +237,8 @@ class PostgresDatabase:
         self._run(sql, list(rows), many=True)
 
     @contextlib.contextmanager
-    def transaction(self, namespace: bool = False) -> Iterator[None]:
+    def transaction(self, namespace: bool = False, synced: bool = True) -> Iterator[None]:
+        """``synced`` is SQLite's concern: every PostgreSQL commit is durable."""
         if self._in_transaction:
             raise RuntimeError("nested metadata transaction")
         self.execute("BEGIN")

@@ -194,6 +194,11 @@ class SegmentStore:
         ``make_parents``; ``durability`` is 'pd', 'vd' or 'tier2' (default: the store's)."""
         return await self._parts.namespace.create(name, durability=durability, make_parents=make_parents)
 
+    async def create_file(self, name: str) -> SegmentInfo:
+        """The mount's create (``MountedStore.create_file``): durable with the journal's
+        next sync, which a PD append to it waits for anyway, not on its own."""
+        return await self._parts.namespace.create(name, synced=False)
+
     async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
         await self._parts.namespace.mkdir(name, parents=parents, exist_ok=exist_ok)
 

@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from tierfs.contracts import names
@@ -31,9 +32,11 @@ from tierfs.contracts.errors import (
     SegmentSealedError,
 )
 from tierfs.contracts.info import SegmentInfo
+from tierfs.engine import records
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.garbage import GarbageCollector
-from tierfs.engine.metadata import now_ns
+from tierfs.engine.metadata import SegmentRow, now_ns
+from tierfs.engine.ports import CreationLog
 from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
@@ -52,6 +55,7 @@ class Namespace:
         tail_budget: TailBudget,
         garbage: GarbageCollector,
         names_changed: Callable[..., None],
+        creations: CreationLog,
     ) -> None:
         self._config = config
         self._table = table
@@ -60,12 +64,20 @@ class Namespace:
         self._tail_budget = tail_budget
         self._garbage = garbage
         self._names_changed = names_changed  # names created, removed or moved, after commit
+        self._creations = creations  # the journal: creation frames
 
     async def create(
-        self, name: str, *, durability: str | None = None, make_parents: bool = False
+        self, name: str, *, durability: str | None = None, make_parents: bool = False, synced: bool = True
     ) -> SegmentInfo:
         """Create an empty segment. Its parent directory must exist unless
-        ``make_parents``; ``durability`` is 'pd', 'vd' or 'tier2' (default: the store's)."""
+        ``make_parents``; ``durability`` is 'pd', 'vd' or 'tier2' (default: the store's).
+
+        On SQLite the creation commits without an fsync, on the event loop, and its
+        journal frame (written at once) makes it durable with the journal's next sync:
+        ``synced`` waits for that sync (a round of its own if nothing else asks); without
+        it the creation is durable like a VD append, within ``vd_sync_interval_s`` and
+        before any PD append to the segment is acknowledged (a file system's create:
+        the mount). PostgreSQL commits are durable when they return."""
         table = self._table
         table.check_open()
         canonical = names.canonical(name)
@@ -84,15 +96,32 @@ class Namespace:
             record = SegmentMeta(
                 durability=level, created_ns=stamp, modified_ns=stamp, changed_ns=stamp, next_chunk_seq=1
             )
-            metadata = self._catalogue.metadata
             parents = self._touched([parent], stamp)
-            row = await self._catalogue.call(metadata.create_segment, canonical, parent, record, parents)
+            row, frame_end_lsn = await self._commit_creation(canonical, parent, record, parents)
             seg = SegmentState(row, appended_length=0, durable_length=0)
             seg.set_chunks([])
             seg = table.add(seg)
             self._install(parents)
         self._names_changed(canonical)
+        if synced and frame_end_lsn is not None:
+            await self._creations.wait_durable(frame_end_lsn)
         return segment_info(seg)
+
+    async def _commit_creation(
+        self, name: str, parent: str, record: SegmentMeta, parents: dict[str, DirectoryMeta]
+    ) -> tuple[SegmentRow, int | None]:
+        """The creation's row, and the end LSN of its journal frame (None: the commit
+        itself was durable). Caller holds the namespace lock."""
+        catalogue, metadata = self._catalogue, self._catalogue.metadata
+        if not catalogue.commits_on_loop:
+            return await catalogue.call(metadata.create_segment, name, parent, record, parents), None
+        row = await catalogue.call_on_loop(
+            functools.partial(metadata.create_segment, synced=False), name, parent, record, parents)
+        # Queued and written before anything else runs: every later frame (this
+        # segment's appends first) follows it, so a sync that covers them covers it.
+        frame_end_lsn = self._creations.add_create(row.segment_id, name, records.dump(row.record))
+        self._creations.write_queued()
+        return row, frame_end_lsn
 
     async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
         table = self._table

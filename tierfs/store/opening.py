@@ -113,6 +113,7 @@ def open_data_dir(
             data_dir / "journal",
             store_record.journal_checkpoint_lsn,
             table.segment_by_id,
+            metadata.recreate_from_journal,
             tail_budget,
             config.max_append_bytes + 64,
             now_s=now_s,
@@ -131,6 +132,10 @@ def open_data_dir(
         space_reserve=space_reserve,
     )
     tail_budget.evict(journal.written_lsn)
+    table.segment_count += report.segments_recreated
+    if report.segments_recreated:
+        log.warning("recovery: %d segment creations the metadata had not synced were put back from the journal",
+                    report.segments_recreated)
     log.info(
         "opened %s epoch %d: %d segments, replayed %d appends (%d bytes), cut %d torn bytes",
         data_dir, epoch, table.segment_count, report.frames_replayed,

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.info import SegmentInfo
 from tierfs.store.statistics import StoreStatistics
 
 
@@ -49,3 +50,10 @@ class MountedStore(ServedStore, Protocol):
 
     growth_listeners: list[Callable[[str], None]]
     name_listeners: list[Callable[[str], None]] | None
+
+    async def create_file(self, name: str) -> SegmentInfo:
+        """Create an empty segment as a file system's create does (the parent must
+        exist): answered once committed, durable like a VD append (with the journal's
+        next sync: within ``vd_sync_interval_s``, and before any PD append to it, an
+        ``fsync`` of it or a ``sync`` is acknowledged)."""
+        ...

@@ -126,7 +126,7 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
         long_term_reads=long_term_reads, reader=Reader(catalogue, blocks, tail), offloader=offloader,
         orphans=orphans,
         namespace=Namespace(config, table, catalogue, writer, shared.tail_budget, garbage,
-                            shared.growth.names_changed),
+                            shared.growth.names_changed, journal),
         concat=Concatenator(table, catalogue, offloader, flush_one, shared.growth.notify,
                             shared.growth.names_changed),
         policies=policies, scheduler=scheduler,
