@@ -16,6 +16,7 @@ from tierfs import open_store
 from tierfs.contracts.errors import JournalCorruptionError, SegmentNotFoundError
 from tierfs.engine.journal_format import ScanResult, encode_append, encode_create, file_name
 from tierfs.engine.journal_scan import scan
+from tierfs.engine.sql_database import UNSYNCED_COMMITS_BEFORE_CHECKPOINT
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import small_config
 
@@ -132,3 +133,18 @@ async def test_a_creation_that_does_not_fit_the_metadata_stops_the_open(tmp_path
     with pytest.raises(JournalCorruptionError, match="does not fit the metadata"):
         async with open_store(small_config(crashed, **NO_FLUSH)):
             pass
+
+
+async def test_the_wal_of_a_store_that_only_creates_stays_bounded(tmp_path: Path) -> None:
+    """Unsynced commits never checkpoint: after ``UNSYNCED_COMMITS_BEFORE_CHECKPOINT`` of
+    them one create commits synced, in the worker thread, and SQLite checkpoints then."""
+    data = tmp_path / "live"
+    async with open_store(small_config(data, **NO_FLUSH)) as store:
+        sizes = []
+        for round_ in range(4):
+            for i in range(UNSYNCED_COMMITS_BEFORE_CHECKPOINT):
+                await store.create_file(f"f{round_}-{i}")
+            sizes.append((data / "metadata.sqlite-wal").stat().st_size)
+        # reused from its start after each checkpoint (it creeps as the b-trees deepen);
+        # without checkpoints it would be four times the first round's
+        assert sizes[-1] < 1.5 * sizes[0], sizes

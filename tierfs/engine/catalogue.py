@@ -53,10 +53,12 @@ class ChunkCatalogue:
 
     @property
     def commits_on_loop(self) -> bool:
-        """Whether an unsynced commit may run on the event loop (``call_on_loop``):
-        SQLite's, which only writes its WAL into the page cache; a PostgreSQL commit is
-        a network round trip and always durable."""
-        return self.metadata.database.dialect == SQLITE
+        """Whether the next commit may be an unsynced one on the event loop
+        (``call_on_loop``): on SQLite, which only writes its WAL into the page cache,
+        unless the WAL is due a checkpoint (a synced commit in the worker thread runs
+        it); a PostgreSQL commit is a network round trip and always durable."""
+        database = self.metadata.database
+        return database.dialect == SQLITE and not database.checkpoint_due
 
     async def call_on_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a ``MetadataStore`` call that never waits for the disk (an unsynced

@@ -77,17 +77,23 @@ class Database(Protocol):
     ) -> contextlib.AbstractContextManager[None]: ...
     def close(self) -> None: ...
 
+    @property
+    def checkpoint_due(self) -> bool:
+        """Whether the next commit should be a synced one, which checkpoints (SQLite)."""
+        ...
+
     # Run first in every transaction once set (``epoch_guard.guard_epoch``): raises to
     # refuse the transaction before any statement of it changed anything.
     epoch_guard: Callable[[], None] | None
 
 
-# SQLite's own checkpoint runs inside the COMMIT that fills the WAL past 1,000 pages, in
-# whichever caller commits then; a commit made on the event loop (``synced=False``) must
-# not be the one to copy pages and fsync twice, so the connection never checkpoints by
-# itself and a synced commit (in the metadata's worker thread) checkpoints every this
-# many commits: about the WAL's default 1,000 pages (4 MiB) at 3-4 pages per commit.
-CHECKPOINT_EVERY_COMMITS = 256
+# SQLite checkpoints inside the COMMIT that leaves more than 1,000 pages (4 MiB) in the
+# WAL. An unsynced commit, made on the event loop, must never be that one (it would copy
+# pages and fsync twice there): it runs with the automatic checkpoint off, and after this
+# many of them in a row the next commit should be a synced one (``checkpoint_due``), so
+# the WAL of a store that only creates files stays about that size (4-6 pages a create).
+UNSYNCED_COMMITS_BEFORE_CHECKPOINT = 256
+AUTOCHECKPOINT_PAGES = 1000  # SQLite's default
 
 
 class SqliteDatabase:
@@ -102,7 +108,7 @@ class SqliteDatabase:
         self.description = str(path)
         self.reserve = reserve
         self.epoch_guard: Callable[[], None] | None = None
-        self._commits_since_checkpoint = 0
+        self._unsynced_commits = 0  # in a row, since the last synced commit
         try:
             self._db = self._connect()
         except sqlite3.OperationalError:  # e.g. no room for the WAL index (-shm) file
@@ -115,7 +121,6 @@ class SqliteDatabase:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.execute("PRAGMA wal_autocheckpoint=0")  # see CHECKPOINT_EVERY_COMMITS
         except sqlite3.Error:
             db.close()
             raise
@@ -136,14 +141,23 @@ class SqliteDatabase:
     def executescript(self, script: str) -> None:
         self._db.executescript(script)
 
+    @property
+    def checkpoint_due(self) -> bool:
+        """Unsynced commits never checkpoint: after ``UNSYNCED_COMMITS_BEFORE_CHECKPOINT``
+        of them in a row the next commit should be synced (it checkpoints), or the WAL
+        of a store that only creates files would grow without bound."""
+        return self._unsynced_commits >= UNSYNCED_COMMITS_BEFORE_CHECKPOINT
+
     @contextlib.contextmanager
     def transaction(self, namespace: bool = False, synced: bool = True) -> Iterator[None]:
         """BEGIN IMMEDIATE takes SQLite's one write lock, so every transaction is
         serialized whatever ``namespace`` says. ``synced=False``: COMMIT writes the WAL
-        without an fsync (nothing here blocks on the disk, so the event loop may run
-        it); the commit is durable once a later synced commit or checkpoint returns."""
+        without an fsync and never checkpoints (nothing here waits for the disk, so the
+        event loop may run it); the commit is durable once a later synced commit or
+        checkpoint returns (the WAL keeps a prefix of the commits)."""
         if not synced:
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -162,11 +176,12 @@ class SqliteDatabase:
         finally:
             if not synced:
                 self._db.execute("PRAGMA synchronous=FULL")
-        self._commits_since_checkpoint += 1
-        if synced and self._commits_since_checkpoint >= CHECKPOINT_EVERY_COMMITS:
-            self._commits_since_checkpoint = 0
-            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        if synced and self.reserve is not None:
+                self._db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
+        if not synced:
+            self._unsynced_commits += 1
+            return
+        self._unsynced_commits = 0
+        if self.reserve is not None:
             self.reserve.ensure()  # a stat while it exists
 
     def close(self) -> None:
@@ -235,6 +250,8 @@ class PostgresDatabase:
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
         self._run(sql, list(rows), many=True)
+
+    checkpoint_due = False  # PostgreSQL checkpoints by itself
 
     @contextlib.contextmanager
     def transaction(self, namespace: bool = False, synced: bool = True) -> Iterator[None]:
