@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tierfs import open_store
-from tierfs.contracts.errors import JournalCorruptionError, SegmentNotFoundError
+from tierfs.contracts.errors import JournalCorruptionError, NoSpaceError, SegmentNotFoundError
 from tierfs.engine.journal_format import ScanResult, encode_append, encode_create, file_name
 from tierfs.engine.journal_scan import scan
 from tierfs.engine.sql_database import UNSYNCED_COMMITS_BEFORE_CHECKPOINT
@@ -148,3 +148,22 @@ async def test_the_wal_of_a_store_that_only_creates_stays_bounded(tmp_path: Path
         # reused from its start after each checkpoint (it creeps as the b-trees deepen);
         # without checkpoints it would be four times the first round's
         assert sizes[-1] < 1.5 * sizes[0], sizes
+
+
+async def test_a_create_the_journal_has_no_room_for_changes_nothing(
+    store: SegmentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(frame_bytes: int) -> None:
+        raise NoSpaceError(str(store.config.data_dir), frame_bytes)
+
+    before = await store.stat("")
+    monkeypatch.setattr(store.journal, "make_room", full)
+    with pytest.raises(NoSpaceError):
+        await store.create_file("refused")
+    monkeypatch.undo()
+    with pytest.raises(SegmentNotFoundError):
+        await store.stat("refused")
+    assert store.metadata.database.execute("SELECT count(*) FROM segments").fetchone()[0] == 0
+    assert (await store.stat("")).mtime_ns == before.mtime_ns
+    await store.create_file("refused")  # the next one has room
+    assert (await store.stat("refused")).length == 0

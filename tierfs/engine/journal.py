@@ -165,25 +165,29 @@ class Journal:
         return frame_lsn, end_lsn
 
     def add_create(self, segment_id: int, name: str, record: bytes) -> int:
-        """Queue a create frame (``journal_format.encode_create``); return the LSN just
-        past it. ``NoSpaceError`` as ``add_append``."""
+        """Queue a create frame (``encode_create``); return the LSN just past it."""
         frame = encode_create(self._next_seq, segment_id, name, record)
         _, _, end_lsn = self._place(len(frame))
         self._queued.append(frame)
         return end_lsn
 
-    def _place(self, frame_bytes: int) -> tuple[int, int, int]:
-        """(sequence number, LSN, end LSN) of the next frame, of ``frame_bytes``, counted
-        as queued: the caller queues it right after, before anything else runs."""
+    def make_room(self, frame_bytes: int) -> None:
+        """Roll a full file and reserve room for the next frame (of at most ``frame_bytes``,
+        queued in the same step), or raise ``NoSpaceError``, nothing changed."""
         if self._failure is not None:
             raise JournalCorruptionError(f"journal write failed earlier: {self._failure}")
         queued_bytes = self._queued_bytes  # 0 exactly when nothing is queued
         if not queued_bytes and self.written_lsn - self._file_start_lsn >= self._file_bytes:
             self._roll()
-        frame_lsn = self.written_lsn + queued_bytes
+        end_in_file = self.written_lsn + queued_bytes + frame_bytes - self._file_start_lsn
+        if end_in_file > self._space.reserved_end_bytes:  # once per MiB
+            self._space.ensure(self._fd, end_in_file)
+
+    def _place(self, frame_bytes: int) -> tuple[int, int, int]:
+        """(seq, LSN, end LSN) of the next frame, counted as queued: the caller queues it."""
+        self.make_room(frame_bytes)
+        frame_lsn = self.written_lsn + self._queued_bytes
         end_lsn = frame_lsn + frame_bytes
-        if end_lsn - self._file_start_lsn > self._space.reserved_end_bytes:  # once per MiB
-            self._space.ensure(self._fd, end_lsn - self._file_start_lsn)
         seq = self._next_seq
         self._next_seq = seq + 1
         self._queued_bytes = end_lsn - self.written_lsn
@@ -396,11 +400,8 @@ class Journal:
                 await exited.wait()
 
     async def close(self) -> None:
-        """Sync everything and close the files; the journal accepts nothing after.
-
-        Call after ``run`` has ended (its sync thread is gone); the last round runs in a
-        worker thread.
-        """
+        """Sync everything and close the files; the journal accepts nothing after. Call
+        after ``run`` has ended (its sync thread is gone); the last round runs in a thread."""
         if self._closed:
             return
         if self._failure is None:
@@ -424,8 +425,7 @@ class Journal:
         return read_range(self._files, self.written_lsn, lsn, length)
 
     def read_entries(self, entries: Sequence[TailEntryLike]) -> list[bytes]:
-        """Blocking: re-read tail entries from their frames, CRC-verified (one pread per
-        run of frames that follow each other in one file)."""
+        """Blocking: tail entries re-read from their frames, CRC-verified (``read_entries``)."""
         return read_entries(self._files, self.written_lsn, entries)
 
     # ----------------------------------------------------------- truncation

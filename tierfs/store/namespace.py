@@ -17,7 +17,6 @@ Invariants:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 from tierfs.contracts import names
@@ -43,6 +42,10 @@ from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.storage_writer import StorageWriter
 from tierfs.engine.tail import TailBudget
 from tierfs.store.attributes import segment_info, touched
+
+# Room a create frame takes besides its name: the frame's headers and a segment record
+# (a few dozen bytes), with plenty to spare; reserved in the journal before the commit.
+CREATE_FRAME_MAX_BYTES = 4096
 
 
 class Namespace:
@@ -115,12 +118,20 @@ class Namespace:
         catalogue, metadata = self._catalogue, self._catalogue.metadata
         if not catalogue.commits_on_loop:
             return await catalogue.call(metadata.create_segment, name, parent, record, parents), None
-        row = await catalogue.call_on_loop(
-            functools.partial(metadata.create_segment, synced=False), name, parent, record, parents)
-        # Queued and written before anything else runs: every later frame (this
-        # segment's appends first) follows it, so a sync that covers them covers it.
-        frame_end_lsn = self._creations.add_create(row.segment_id, name, records.dump(row.record))
-        self._creations.write_queued()
+        return await catalogue.call_on_loop(self._commit_and_log, name, parent, record, parents)
+
+    def _commit_and_log(
+        self, name: str, parent: str, record: SegmentMeta, parents: dict[str, DirectoryMeta]
+    ) -> tuple[SegmentRow, int]:
+        """On the event loop, in one step: the journal's room for the frame first (a
+        full disk refuses the create before anything changed), the unsynced commit, then
+        the frame, queued and written before anything else runs: every later frame (this
+        segment's appends first) follows it, so a sync that covers them covers it."""
+        creations = self._creations
+        creations.make_room(CREATE_FRAME_MAX_BYTES + len(name.encode()))
+        row = self._catalogue.metadata.create_segment(name, parent, record, parents, synced=False)
+        frame_end_lsn = creations.add_create(row.segment_id, name, records.dump(row.record))
+        creations.write_queued()
         return row, frame_end_lsn
 
     async def mkdir(self, name: str, *, parents: bool = False, exist_ok: bool = False) -> None:
