@@ -63,10 +63,8 @@ SPLIT_MIN_WAITERS = 4
 
 class Journal:
     """The open journal of one store: appends frames, syncs them, rolls files.
-
-    ``on_durable(lsn)`` is called on the event loop each time ``durable_lsn`` advances,
-    before any waiter is woken.
-    """
+    ``on_durable(lsn)`` runs on the event loop each time ``durable_lsn`` advances,
+    before any waiter is woken."""
 
     def __init__(
         self,
@@ -105,6 +103,7 @@ class Journal:
         # the count to zero starts the next round at once (see ``_on_sync_report``).
         self._split_countdown = 0
         self._wakeup = trio.Event()  # the first unsynced write: starts the VD timer
+        self._vd_timer_idle = True  # it waits for that wake-up, with no deadline
         self._closed = False
         self._failure: BaseException | None = None
         self.syncs = 0  # sync rounds completed
@@ -194,10 +193,8 @@ class Journal:
         return seq, frame_lsn, end_lsn
 
     def write_queued(self, *, arm_vd_timer: bool = True) -> None:
-        """write(2) every queued frame in one call (rolling the file first if full).
-
-        Written bytes not yet synced arm the VD interval timer, unless the caller is a
-        sync round that covers them anyway."""
+        """write(2) every queued frame in one call (rolling the file first if full); the
+        bytes arm the VD interval timer, unless the caller is a round covering them."""
         if not self._queued:
             return
         pieces, total = self._queued, self._queued_bytes
@@ -219,7 +216,8 @@ class Journal:
         self.written_lsn += total
         if arm_vd_timer and self._first_unsynced_write_s is None:
             self._first_unsynced_write_s = monotonic_s()
-            self._wakeup.set()  # start the VD interval timer
+            if self._vd_timer_idle:
+                self._wakeup.set()  # start the VD interval timer (else it wakes at its deadline)
 
     def _request_sync(self, *, force: bool = False, hand_over: bool = False) -> None:
         """Ask the sync thread to make everything written so far durable (``force``: run
@@ -336,12 +334,13 @@ class Journal:
             self._request_sync()
 
     async def _vd_timer(self) -> None:
-        """Ask for a round when the oldest unsynced VD write is ``vd_sync_interval_s``
-        old (PD rounds, and ``sync()``, cover such writes too and disarm it)."""
+        """A round when the oldest unsynced write is ``vd_sync_interval_s`` old (rounds
+        disarm it); woken only while idle: re-armed before its deadline, it sees it then."""
         while True:
             deadline_s = float("inf")
             if self._first_unsynced_write_s is not None:
                 deadline_s = self._first_unsynced_write_s + self._vd_sync_interval_s
+            self._vd_timer_idle = deadline_s == float("inf")
             with trio.move_on_at(deadline_s):
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
