@@ -127,7 +127,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; {CEILING} is the "
                         f"ceiling: a directory on the scratch disk; {FLOOR} and {PD_FLOOR} the floor of a Python "
-                        "FUSE filesystem creating small files, without and with tierfs's pd syncs; these three "
+                        "FUSE filesystem creating small files, without and with tierfs's pd disk work; these three "
                         "are never counted as peers)")
     parser.add_argument("--tierfs-durability", choices=("vd", "pd", "tier2"), default="pd",
                         help="durability of the files tierfs creates (default pd, tierfs's default)")
@@ -363,11 +363,11 @@ def small_files_bound(results: list[SystemResult]) -> str:
     if floor is None or not peers:
         return f"small files, the bound: not measured (needs {PD_FLOOR} and a peer in the same run)"
     best = max(peers, key=lambda name: peers[name])
-    text = (f"small files, the bound: {PD_FLOOR} (a pyfuse3 filesystem doing tierfs's two pd syncs per file and "
-            f"nothing else) {floor:,.0f} files/s = {floor / peers[best]:.2f}x the best peer ({best} "
+    text = (f"small files, the bound: {PD_FLOOR} (a pyfuse3 filesystem doing the disk work of tierfs's pd "
+            f"promise per file and nothing else: one sync) {floor:,.0f} files/s = {floor / peers[best]:.2f}x the best peer ({best} "
             f"{peers[best]:,.0f})")
     if FLOOR in rate:
-        text += f"; without the syncs {rate[FLOOR]:,.0f} files/s = {rate[FLOOR] / peers[best]:.2f}x"
+        text += f"; without the disk work {rate[FLOOR]:,.0f} files/s = {rate[FLOOR] / peers[best]:.2f}x"
     if tierfs is not None:
         text += f"; tierfs = {tierfs / floor:.2f}x the pd floor"
     return text
