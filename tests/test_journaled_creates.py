@@ -43,7 +43,7 @@ def crash_copy(data_dir: Path, metadata_copy: Path, to: Path) -> Path:
 
 def test_a_create_frame_round_trips_through_the_scan(tmp_path: Path) -> None:
     path = tmp_path / file_name(0)
-    create = encode_create(1, 42, "logs/ä.log", b"\x08\x03record")
+    create = encode_create(1, 42, "logs/ä.log".encode(), b"\x08\x03record")
     append = encode_append(2, 42, 0, b"data", wall_ns=7)
     path.write_bytes(create + append + create[:-3])  # then a torn copy of the create frame
     result = ScanResult(end_lsn=0, next_seq=1)

@@ -45,8 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Protocol
 
 import trio
@@ -58,6 +56,7 @@ from tierfs.engine.clock import monotonic_s
 from tierfs.engine.faults import crash_point
 from tierfs.engine.fencing import OwnerFence
 from tierfs.engine.flush_plan import FlushPiece, plan_flush
+from tierfs.engine.locks import holding
 from tierfs.engine.object_keys import is_pack_name, pack_name
 from tierfs.engine.ports import GarbageSink
 from tierfs.engine.record_types import Chunk, SegmentMeta
@@ -71,24 +70,6 @@ log = logging.getLogger(__name__)
 # their own, which defrag can copy inside S3.
 PACK_PIECE_MAX_BYTES = 1 << 20
 MIN_PACK_PIECES = 2  # a pack of one would be a chunk object with another name
-
-
-@asynccontextmanager
-async def holding(locks: list[trio.Lock]) -> AsyncIterator[None]:
-    """Hold every lock of ``locks``, taken in the order given; a free one is taken at
-    once, without the scheduler round trip of ``acquire`` (a batch takes hundreds)."""
-    held: list[trio.Lock] = []
-    try:
-        for lock in locks:
-            try:
-                lock.acquire_nowait()
-            except trio.WouldBlock:
-                await lock.acquire()
-            held.append(lock)
-        yield
-    finally:
-        for lock in reversed(held):
-            lock.release()
 
 
 class FlushCatalogue(Protocol):

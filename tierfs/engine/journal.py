@@ -42,6 +42,7 @@ from tierfs.engine.journal_aio import AioFdatasync, AioRounds
 from tierfs.engine.journal_format import (
     FRAME_OVERHEAD,
     TailEntryLike,
+    create_frame_bytes,
     encode_append_header,
     encode_create,
     file_name,
@@ -165,9 +166,9 @@ class Journal:
 
     def add_create(self, segment_id: int, name: str, record: bytes) -> int:
         """Queue a create frame (``encode_create``); return the LSN just past it."""
-        frame = encode_create(self._next_seq, segment_id, name, record)
-        _, _, end_lsn = self._place(len(frame))
-        self._queued.append(frame)
+        encoded_name = name.encode()
+        seq, _, end_lsn = self._place(create_frame_bytes(encoded_name, record))
+        self._queued.append(encode_create(seq, segment_id, encoded_name, record))
         return end_lsn
 
     def make_room(self, frame_bytes: int) -> None:

@@ -79,9 +79,14 @@ def encode_append(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: 
     return encode_append_header(seq, segment_id, offset, data, wall_ns) + data
 
 
-def encode_create(seq: int, segment_id: int, name: str, record: bytes) -> bytes:
-    """A create frame: segment ``segment_id`` called ``name`` with the stored ``record``."""
-    payload = CREATE_HEADER.pack(KIND_CREATE, segment_id, len(record)) + record + name.encode()
+def create_frame_bytes(name: bytes, record: bytes) -> int:
+    return FRAME_HEADER.size + CREATE_HEADER.size + len(record) + len(name)
+
+
+def encode_create(seq: int, segment_id: int, name: bytes, record: bytes) -> bytes:
+    """A create frame: segment ``segment_id`` called ``name`` (UTF-8) with the stored
+    ``record``; ``create_frame_bytes`` long."""
+    payload = CREATE_HEADER.pack(KIND_CREATE, segment_id, len(record)) + record + name
     crc = _raw_crc32c(payload, _raw_crc32c(SEQ.pack(seq)))
     return FRAME_HEADER.pack(len(payload), crc, seq) + payload
 

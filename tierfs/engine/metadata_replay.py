@@ -1,9 +1,9 @@
 """Part of ``MetadataStore``: putting back a segment creation that the journal kept and
 the metadata lost.
 
-A create made through the mount commits without an fsync (``create_segment(synced=False)``)
-and writes a creation frame to the journal (``journal_format.encode_create``), which
-syncs it with the appends that follow; if the host goes down before the metadata's WAL
+A create on SQLite commits without an fsync (``create_segment(synced=False)``) and
+writes a creation frame to the journal (``journal_format.encode_create``), which syncs
+it with the appends that follow; if the host goes down before the metadata's WAL
 reached the disk, recovery finds the frame and calls ``recreate_segment``.
 
 Invariants:
@@ -31,6 +31,7 @@ from tierfs.engine.sql_database import SQLITE, Database
 class CreationReplay:
     _db: Database
     _write_directories: Callable[[dict[str, DirectoryMeta] | None], None]
+    _name_taken: Callable[[str], bool]
     load_root_directory: Callable[[], DirectoryMeta]
 
     def recreate_from_journal(self, frame: ReplayedCreate) -> bool:
@@ -63,9 +64,8 @@ class CreationReplay:
                 directory = records.load(DirectoryMeta, bytes(found[0]))
             else:
                 directory = self.load_root_directory()
-            for table in ("directories", "segments"):
-                if self._db.execute(f"SELECT 1 FROM {table} WHERE name=?", (name,)).fetchone():
-                    raise SegmentExistsError(name)
+            if self._name_taken(name):
+                raise SegmentExistsError(name)
             self._db.execute("INSERT INTO segments (id, name, rev, value) VALUES (?, ?, 1, ?)",
                              (segment_id, name, records.dump(record)))
             stamp = record.created_ns

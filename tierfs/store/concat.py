@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
 
 import trio
 
@@ -32,6 +31,7 @@ from tierfs.contracts.errors import (
 )
 from tierfs.contracts.info import SegmentInfo
 from tierfs.engine.catalogue import ChunkCatalogue
+from tierfs.engine.locks import holding
 from tierfs.engine.metadata import now_ns
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.segment_state import SegmentState
@@ -118,10 +118,8 @@ class Concatenator:
         dst.merge_done = trio.Event()
         try:
             await self._flush(dst)  # appends wait from now on: this empties its tail
-            async with AsyncExitStack() as locks:
-                await locks.enter_async_context(table.lock)
-                for seg in sorted([dst, *srcs], key=lambda seg: seg.segment_id):
-                    await locks.enter_async_context(seg.meta_lock)
+            metas = [seg.meta_lock for seg in sorted([dst, *srcs], key=lambda seg: seg.segment_id)]
+            async with holding([table.lock, *metas]):
                 moves = await self._commit(dst, srcs, writer, writer_seq)
         finally:
             done, dst.merge_done = dst.merge_done, None
