@@ -133,6 +133,30 @@ class Tail:
             index += 1
         return result
 
+    def joined(self, start: int, end: int) -> bytes | None:
+        """The bytes of [start, end) joined, in one pass, when every entry overlapping it
+        is still in memory; None as soon as one was evicted (``pieces`` then)."""
+        entries = self._entries
+        index = bisect.bisect_right(entries, start, lo=self._head, key=_offset_of) - 1
+        index = max(index, self._head)
+        parts: list[bytes] = []
+        add = parts.append
+        count = len(entries)
+        while index < count:
+            entry = entries[index]
+            offset = entry.offset
+            if offset >= end:
+                break
+            data = entry.data
+            if data is None:
+                return None
+            if offset >= start and offset + entry.length <= end:
+                add(data)  # the usual case: a whole append
+            else:
+                add(data[max(start - offset, 0) : end - offset])
+            index += 1
+        return b"".join(parts)
+
     def whole_appends_end(self, start: int, end: int) -> int | None:
         """The last end of an append in (``start``, ``end``] (``end`` itself when it is
         one); None when the append at ``start`` runs past ``end``."""

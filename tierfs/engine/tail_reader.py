@@ -63,4 +63,11 @@ class TailReader:
         return pieces
 
     async def tail_bytes(self, seg: SegmentState, start: int, end: int) -> bytes:
+        """The tail's bytes of [start, end) (a flush takes its piece this way)."""
+        if end > start:
+            joined = seg.tail.joined(start, end)  # one pass while nothing was evicted
+            if joined is not None:
+                if len(joined) != end - start:
+                    raise AssertionError(f"tail of {seg.name!r} does not cover {start}..{end}")
+                return joined
         return b"".join(await self.resolve(self.capture(seg, start, end)))
