@@ -45,8 +45,11 @@ tier-2 flushes in each window, how the journal ran its fdatasyncs (native AIO, o
 sync thread where AIO is missing or ``TIERFS_JOURNAL_AIO=0``), and the CPU bound: the
 shares of the window the measuring thread (for tierfs, the event loop, which runs every
 append) spent on a CPU and runnable but waiting for one (the scheduler's accounting in
-``/proc/thread-self/schedstat``; other tenants of a shared machine show up there). A missed target is reported, not an error:
-the exit code is 0 either way.
+``/proc/thread-self/schedstat``; other tenants of a shared machine show up there) and
+its CPU time per record. Every append runs on the event loop, so the PD 32 and VD 1
+targets cannot exceed one append per the loop's CPU time per append: that bound is
+printed beside them, against the same ceiling. A missed target is reported, not an
+error: the exit code is 0 either way.
 """
 
 from __future__ import annotations
@@ -148,6 +151,13 @@ class Measurement:
     # (raw (a)/(b): every operation's fdatasync), so the disk's part of the bound
     sync_busy_share: float | None = None
     sync_mean_us: float | None = None
+
+    @property
+    def cpu_us_per_record(self) -> float | None:
+        """The measuring thread's CPU per record (tierfs: its event loop's)."""
+        if self.on_cpu_share is None or not self.records:
+            return None
+        return self.on_cpu_share * self.elapsed_s / self.records * 1e6
 
 
 def with_cpu_shares(
@@ -415,6 +425,33 @@ def evaluate_targets(results: dict[str, Measurement]) -> list[Check]:
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopBound:
+    """What a CPU-bound target could reach with its event loop on a CPU all the time:
+    one append per ``loop_us_per_append``, against the same ceiling as the target."""
+
+    case: str
+    loop_us_per_append: float
+    ceiling: str
+    ratio: float
+
+
+def loop_bounds(results: dict[str, Measurement]) -> list[LoopBound]:
+    """The bound of each rate target whose appends all run on the event loop."""
+    bounds: list[LoopBound] = []
+    for case_key, ceiling_key in (
+        (f"tierfs_pd_{WRITERS}_writers", "raw_batched_fdatasync"),
+        ("tierfs_vd_1_writer", "raw_write"),
+    ):
+        loop_us = results[case_key].cpu_us_per_record
+        ceiling = results[ceiling_key]
+        if loop_us:
+            bounds.append(LoopBound(
+                results[case_key].label, loop_us, ceiling.label, 1e6 / loop_us / ceiling.records_per_s
+            ))
+    return bounds
+
+
 # ---------------------------------------------------------------------- report
 def _optional(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
@@ -424,6 +461,7 @@ def format_table(results: dict[str, Measurement]) -> list[str]:
     header = (
         f"{'measurement':<38} {'records/s':>10} {'p50 us':>8} {'p99 us':>9} "
         f"{'records/sync':>12} {'sync us':>7} {'disk':>5} {'flushes':>7} {'on CPU':>6} {'waits':>6}"
+        f" {'CPU us':>6}"
     )
     lines = [header, "-" * len(header)]
     for m in results.values():
@@ -432,7 +470,7 @@ def format_table(results: dict[str, Measurement]) -> list[str]:
             f"{m.p99_latency_us:>9,.1f} {_optional(m.records_per_sync, ',.1f'):>12} "
             f"{_optional(m.sync_mean_us, ',.0f'):>7} {_optional(m.sync_busy_share, '.0%'):>5} "
             f"{_optional(m.tier2_flushes, ','):>7} {_optional(m.on_cpu_share, '.0%'):>6} "
-            f"{_optional(m.cpu_wait_share, '.0%'):>6}"
+            f"{_optional(m.cpu_wait_share, '.0%'):>6} {_optional(m.cpu_us_per_record, '.1f'):>6}"
         )
     return lines
 
@@ -458,7 +496,7 @@ def print_report(
         f"fdatasync (tierfs: journal round) time / share of the window one was in flight;\n"
         f"on CPU / waits: shares "
         f"of the window the measuring thread (tierfs: its event loop) ran on a CPU / was "
-        f"runnable but waited for one",
+        f"runnable but waited for one;\nCPU us: its CPU time per record",
         file=out,
     )
     print(file=out)
@@ -467,6 +505,13 @@ def print_report(
     print(file=out)
     for line in format_checks(targets, name_width=46):
         print(line, file=out)
+    print(file=out)
+    for bound in loop_bounds(results):
+        print(
+            f"bound: {bound.case} with its event loop on a CPU all the time "
+            f"({bound.loop_us_per_append:.1f} us per append): {bound.ratio:.3f} x {bound.ceiling}",
+            file=out,
+        )
 
 
 def report_json(
@@ -482,6 +527,7 @@ def report_json(
         "machine": machine,
         "measurements": {key: dataclasses.asdict(m) for key, m in results.items()},
         "targets": checks_json(targets),
+        "loop_bounds": [dataclasses.asdict(bound) for bound in loop_bounds(results)],
     }
 
 
