@@ -18,7 +18,9 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import itertools
 import operator
+from collections.abc import Iterator
 
 
 @dataclasses.dataclass(eq=False, slots=True)  # one per unflushed append: keep it small
@@ -111,17 +113,17 @@ class Tail:
         self._entries = []
         self._head = 0
 
+    def _from(self, start: int) -> Iterator[TailEntry]:
+        """The entries from the one holding byte ``start`` (or the first after it) on."""
+        index = bisect.bisect_right(self._entries, start, lo=self._head, key=_offset_of) - 1
+        return itertools.islice(self._entries, max(index, self._head), None)
+
     def pieces(self, start: int, end: int) -> list[tuple[TailEntry, int, int]]:
         """Entries overlapping [start, end) as (entry, from, to) in entry-relative bytes
         (per entry: a flush takes every append it carries this way, on the event loop)."""
-        entries = self._entries
-        index = bisect.bisect_right(entries, start, lo=self._head, key=_offset_of) - 1
-        index = max(index, self._head)
         result: list[tuple[TailEntry, int, int]] = []
         add = result.append
-        count = len(entries)
-        while index < count:
-            entry = entries[index]
+        for entry in self._from(start):
             offset = entry.offset
             if offset >= end:
                 break
@@ -130,31 +132,23 @@ class Tail:
             hi = end - offset if end - offset < length else length
             if hi > lo:
                 add((entry, lo, hi))
-            index += 1
         return result
 
     def joined(self, start: int, end: int) -> bytes | None:
         """The bytes of [start, end) joined, in one pass, when every entry overlapping it
         is still in memory; None as soon as one was evicted (``pieces`` then)."""
-        entries = self._entries
-        index = bisect.bisect_right(entries, start, lo=self._head, key=_offset_of) - 1
-        index = max(index, self._head)
         parts: list[bytes] = []
         add = parts.append
-        count = len(entries)
-        while index < count:
-            entry = entries[index]
-            offset = entry.offset
+        for entry in self._from(start):
+            offset, data = entry.offset, entry.data
             if offset >= end:
                 break
-            data = entry.data
             if data is None:
                 return None
             if offset >= start and offset + entry.length <= end:
                 add(data)  # the usual case: a whole append
             else:
                 add(data[max(start - offset, 0) : end - offset])
-            index += 1
         return b"".join(parts)
 
     def whole_appends_end(self, start: int, end: int) -> int | None:
