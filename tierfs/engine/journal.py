@@ -308,10 +308,9 @@ class Journal:
             self.durable_lsn = report.synced_lsn
             self._on_durable(report.synced_lsn)
             woken = self._waiters.wake_through(report.synced_lsn)
-            # With no round in flight the disk is idle now: on a backend that gains by it
-            # (``splits_woken``) the first half of the woken appenders start a round as
-            # soon as their frames are queued and the rest form the next, so disk and
-            # loop work side by side instead of taking turns.
+            # With no round in flight the disk is idle now: where it gains (``splits_woken``)
+            # the first half of the woken appenders start a round as soon as their frames
+            # are queued and the rest form the next: disk and loop work side by side.
             split = self._syncer.splits_woken and not self._syncer.in_flight
             self._split_countdown = woken // 2 if split and woken >= SPLIT_MIN_WAITERS else 0
 
