@@ -4,9 +4,14 @@ grows, next to the floor of the same work in the same run (issue 19, item 6).
 1. **Segments** (``--segments``, default 1k,10k,100k,1M): a fresh data dir filled
    straight through the metadata (one transaction of bulk inserts: 10 segments in
    ``small/``, up to ``--big-dir`` (100k) in ``big/``, the rest in directories of
-   1,000). A new process per size opens the store and reports: open time, RSS after
-   open and peak, ``stat`` of 2,000 random names the first time (not in memory: one
-   metadata lookup each) and again, ``ls`` of the 10-entry directory and of ``big/``.
+   1,000). A first process opens and closes the store once, as the daemon that grew a
+   real store did: that open takes the store's first metadata backup (the whole
+   database, uploaded to tier-2) and the clean close leaves the seal that tells the
+   next open its backup is current (reported: how long that open and close took).
+   Then a new process per size opens the store again (a restart) and reports: open
+   time, RSS after open and peak, ``stat`` of 2,000 random names the first time (not in
+   memory: one metadata lookup each) and again, ``ls`` of the 10-entry directory and
+   of ``big/``, and how many metadata backups it took meanwhile (0 when the seal held).
    Floor: the same 2,000 lookups as bare SQLite queries on the metadata file.
 2. **Chunks per segment** (``--chunks``, default 100,1k,10k,100k): one segment of N
    chunks of 4 KiB (chunk files written straight into the chunk store, records into
@@ -105,7 +110,8 @@ def segment_scaling(directory: Path, sizes: list[int], big_dir: int) -> list[dic
         names, big = fill_segments(data_dir, total, big_dir)
         names_file = directory / f"names-{total}.txt"
         names_file.write_text("\n".join(names))
-        results.append({"segments": total, **_probe("namespace", str(data_dir), str(names_file), big)})
+        first = _probe("first-open", str(data_dir))
+        results.append({"segments": total, **first, **_probe("namespace", str(data_dir), str(names_file), big)})
         shutil.rmtree(data_dir)
         names_file.unlink()
     return results
@@ -242,7 +248,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {r['segments']:>9,}: open {_ms(r['open_s'])}, RSS {r['rss_after_open_kib'] / 1024:.0f} MiB "
               f"(peak {r['peak_kib'] / 1024:.0f}); stat {cold['p50_us']:.0f}/{cold['p99_us']:.0f}, "
               f"{warm['p50_us']:.0f}/{warm['p99_us']:.0f}, floor {floor['p50_us']:.0f}/{floor['p99_us']:.0f}; "
-              f"ls of 10 {r['ls_small']['p50_us']:.0f} µs, ls of {r['ls_big_entries']:,} {_ms(r['ls_big_s'])}",
+              f"ls of 10 {r['ls_small']['p50_us']:.0f} µs, ls of {r['ls_big_entries']:,} {_ms(r['ls_big_s'])}; "
+              f"first open and close {r['first_open_close_s']:.2f} s ({r['first_backups']} backup, "
+              f"{'sealed' if r['sealed'] else 'no seal'}), backups while probing {r['backups_while_probing']}",
               file=out)
     print("2. chunks per segment: open, first read, random 4 KiB reads (p50/p99 µs) vs pread floor", file=out)
     for r in chunk_rows:

@@ -2,6 +2,7 @@
 open time and peak RSS (VmHWM) belong to that measurement alone. Prints one JSON
 object on stdout.
 
+    python -m benchmarks.scale_probe first-open DATA_DIR
     python -m benchmarks.scale_probe namespace DATA_DIR NAMES_FILE BIG_DIR
     python -m benchmarks.scale_probe chunks DATA_DIR SEGMENT
     python -m benchmarks.scale_probe fill-journal DATA_DIR MIB APPEND_BYTES
@@ -69,6 +70,8 @@ async def namespace(data_dir: Path, names: list[str], big_dir: str) -> dict[str,
         t = time.perf_counter()
         big_entries = len(await store.list(big_dir))
         big_s = time.perf_counter() - t
+        assert store.metadata_backup is not None
+        backups = store.metadata_backup.backups_taken  # 0: the open found its backup current
     # the floor of a stat that misses memory: one indexed SQLite lookup, same names
     db = sqlite3.connect(data_dir / "metadata.sqlite")
     floor = [_timed(lambda n: db.execute("SELECT id, name, rev, value FROM segments WHERE name=?",
@@ -77,7 +80,22 @@ async def namespace(data_dir: Path, names: list[str], big_dir: str) -> dict[str,
     return {"open_s": open_s, "rss_after_open_kib": after_open["VmRSS"], "peak_kib": memory_kib()["VmHWM"],
             "stat_cold": Latency.of(cold).__dict__, "stat_warm": Latency.of(warm).__dict__,
             "stat_floor": Latency.of(floor).__dict__, "ls_small": Latency.of(small).__dict__,
-            "ls_big_entries": big_entries, "ls_big_s": big_s}
+            "ls_big_entries": big_entries, "ls_big_s": big_s, "backups_while_probing": backups}
+
+
+async def first_open(data_dir: Path) -> dict[str, Any]:
+    """The filled store's first open and clean close: it takes the store's first metadata
+    backup and leaves the seal, as a store grown by its own daemon has, so the probes
+    after it time a restart (``engine/backup_seal.py``)."""
+    from tierfs import StoreConfig, open_store
+
+    started = time.perf_counter()
+    async with open_store(StoreConfig(data_dir=data_dir)) as store:
+        backup = store.metadata_backup
+        assert backup is not None
+        await backup.cycle()
+    return {"first_open_close_s": time.perf_counter() - started, "first_backups": backup.backups_taken,
+            "sealed": (data_dir / "metadata.backup-seal").exists()}
 
 
 async def chunks(data_dir: Path, segment: str) -> dict[str, Any]:
@@ -150,6 +168,8 @@ def main(argv: list[str]) -> int:
     if mode == "namespace":
         names = Path(argv[2]).read_text().split("\n")
         return _print(trio.run(namespace, data_dir, names, argv[3]))
+    if mode == "first-open":
+        return _print(trio.run(first_open, data_dir))
     if mode == "chunks":
         return _print(trio.run(chunks, data_dir, argv[2]))
     if mode == "fill-journal":

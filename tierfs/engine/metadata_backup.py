@@ -33,6 +33,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sqlite3
@@ -43,6 +44,7 @@ import trio
 
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
+from tierfs.engine import backup_seal
 from tierfs.engine.backup_objects import BackupManifest, BackupObjects, file_crc32c
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.metadata import now_ns
@@ -67,7 +69,8 @@ class MetadataBackup:
     """Backs up ``database`` into ``objects`` under the owner's ``epoch``."""
 
     def __init__(self, database: Path, objects: BackupObjects, epoch: int, interval_s: float,
-                 still_owner: Callable[[], bool] = lambda: True, relaxed_interval_s: float | None = None) -> None:
+                 still_owner: Callable[[], bool] = lambda: True, relaxed_interval_s: float | None = None,
+                 adopted: AdoptedBackup | None = None) -> None:
         self.database = database
         self._still_owner = still_owner  # a fenced store backs up (and prunes) nothing more
         self.objects = objects
@@ -81,18 +84,37 @@ class MetadataBackup:
         self.last_manifest: BackupManifest | None = None
         self._source: sqlite3.Connection | None = None
         self._backed_up_version: int | None = None  # data_version of the last snapshot
+        if adopted is not None:  # the newest backup holds the database but for our epoch
+            self._source, self._backed_up_version = adopted.source, adopted.data_version
+        self._left_behind = False  # the shutdown cycle's thread may still use the source
         self._seq = 0
         self._cycle_lock = trio.Lock()  # the periodic and the shutdown cycle never overlap
 
     @classmethod
-    def for_store(cls, config: StoreConfig, epoch: int,
-                  still_owner: Callable[[], bool] = lambda: True) -> MetadataBackup:
+    def for_store(cls, config: StoreConfig, epoch: int, still_owner: Callable[[], bool] = lambda: True,
+                  adopted: AdoptedBackup | None = None) -> MetadataBackup:
         """The backup of ``config``'s store into its tier-2, as owner ``epoch`` while
-        ``still_owner()``."""
+        ``still_owner()``; ``adopted``: what the open found already backed up."""
         objects = BackupObjects(config.chunk_store_url, config.chunk_store_options)
         interval_s = max(config.flush_interval_s, MIN_INTERVAL_S)
         return cls(config.data_dir / "metadata.sqlite", objects, epoch, interval_s, still_owner,
-                   relaxed_interval_s=RELAXED_INTERVAL_FLUSHES * interval_s)
+                   relaxed_interval_s=RELAXED_INTERVAL_FLUSHES * interval_s, adopted=adopted)
+
+    def seal(self) -> None:
+        """After the store closed its own connections (every shutdown): when the newest
+        backup holds the database as it is (no commit since the last snapshot or the
+        adoption), close this connection too and write the seal (``backup_seal``)."""
+        source = self._source
+        if source is None or self._left_behind or self._backed_up_version is None:
+            return
+        try:
+            unchanged = int(source.execute("PRAGMA data_version").fetchone()[0]) == self._backed_up_version
+        except sqlite3.Error:
+            return
+        self._source = None
+        source.close()  # the last connection: SQLite checkpoints and removes the log now
+        if unchanged and self._still_owner():
+            backup_seal.write(self.database)
 
     def request_soon(self) -> None:
         """A commit a ``tier2`` append waits on: back it up within ``interval_s``
@@ -116,9 +138,10 @@ class MetadataBackup:
             # more cycle then covers those flushes, if tier-2 answers in time.
             with trio.CancelScope(shield=True):
                 await self.cycle(timeout_s=SHUTDOWN_CYCLE_S)
-            # not closed here: an abandoned cycle's thread may still use it; CPython
-            # closes it when that thread lets go of it
-            self._source = None
+            if self._left_behind:
+                # not closed here: the abandoned cycle's thread may still use it; CPython
+                # closes it when that thread lets go of it (``seal`` closes it otherwise)
+                self._source = None
 
     async def cycle(self, timeout_s: float = math.inf) -> bool:
         """Back up if the metadata changed; True if a backup was uploaded. Never raises
@@ -140,6 +163,7 @@ class MetadataBackup:
                                 self.objects.url, self.interval_s, e)
                     return False
         self.failures += 1
+        self._left_behind = True
         log.warning("metadata backup to %s did not finish within %.0f s; left behind",
                     self.objects.url, timeout_s)
         return False
@@ -166,6 +190,20 @@ class MetadataBackup:
         if self._still_owner():  # checked again: a takeover may have come meanwhile
             self.objects.prune()
         return True
+
+
+@dataclasses.dataclass(frozen=True)
+class AdoptedBackup:
+    """A connection opened right after the open's epoch commit, and its data_version
+    then: the newest backup holds everything before (``backup_seal.take`` said so)."""
+
+    source: sqlite3.Connection
+    data_version: int
+
+    @classmethod
+    def open(cls, database: Path) -> AdoptedBackup:
+        source = sqlite3.connect(database, check_same_thread=False)
+        return cls(source, int(source.execute("PRAGMA data_version").fetchone()[0]))
 
 
 def write_snapshot(source: sqlite3.Connection, target: Path) -> None:

@@ -367,14 +367,31 @@ class StorageWriter:
             self.tier2_committed()
         return outcome
 
-    async def _truncate_journal(self) -> None:
-        """Delete journal files holding only flushed bytes, checkpoint first."""
-        journal = self._journal
-        checkpoint = journal.written_lsn
+    def _flushed_checkpoint(self) -> int:
+        """The journal LSN below which every frame is flushed (or needs no replay)."""
+        checkpoint = self._journal.written_lsn
         for seg in self.dirty:
             first = seg.tail.first()
             if first is not None:
                 checkpoint = min(checkpoint, first.frame_lsn)
+        return checkpoint
+
+    async def checkpoint_flushed(self) -> None:
+        """At a clean shutdown, after the last flush: record how far the journal is
+        flushed (a synced commit, so every unsynced one before it is durable too). The
+        next open then replays nothing flushed and has no checkpoint of its own to
+        commit, so its metadata backup can stay current (``backup_seal``). A refusal
+        (fenced, the metadata failing) is logged: the next open replays more, nothing
+        is lost."""
+        try:
+            await self._catalogue.set_checkpoint(self._flushed_checkpoint())
+        except TierFSError as e:
+            log.warning("shutdown: journal checkpoint not recorded: %s", e)
+
+    async def _truncate_journal(self) -> None:
+        """Delete journal files holding only flushed bytes, checkpoint first."""
+        journal = self._journal
+        checkpoint = self._flushed_checkpoint()
         journal.roll_for_reclaim(checkpoint)  # so flushed bytes go back to the disk
         if journal.file_count() < 2:
             return

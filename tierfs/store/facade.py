@@ -152,11 +152,14 @@ class SegmentStore:
                 log.warning("shutdown: tier-2 flush incomplete (data stays in the journal): %s", e)
         if scope.cancelled_caught:
             log.warning("shutdown: tier-2 flush timed out; unflushed data stays in the journal")
+        await self.writer.checkpoint_flushed()
 
     def _close_files(self) -> None:
         try:
             self._segment_rows.close()
             self.metadata.close()
+            if self.metadata_backup is not None:
+                self.metadata_backup.seal()  # its connection is the last one
         finally:
             self._lock.release()
 

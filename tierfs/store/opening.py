@@ -26,10 +26,12 @@ from collections.abc import Callable
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url, redacted_url
 from tierfs.contracts.errors import InvalidArgumentError, NoSpaceError, WrongTier2Error
+from tierfs.engine import backup_seal
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.epoch_guard import guard_epoch
 from tierfs.engine.journal import Journal
 from tierfs.engine.metadata import MetadataStore
+from tierfs.engine.metadata_backup import AdoptedBackup
 from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, take_ownership
 from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_rows import SegmentRowReader
@@ -52,6 +54,7 @@ class OpenedDataDir:
     claim: OwnerClaim
     replayed: list[SegmentState]  # segments with unflushed bytes: the writer's backlog
     segment_rows: SegmentRowReader
+    adopted_backup: AdoptedBackup | None  # the newest metadata backup is current (``backup_seal``)
 
 
 def open_data_dir(
@@ -95,10 +98,14 @@ def open_data_dir(
     except BaseException:
         metadata.close()
         raise
+    database = data_dir / "metadata.sqlite"
+    sealed = not is_postgresql_url(config.metadata_url) and backup_seal.take(database)
     try:
         store_record = metadata.begin_epoch(at_least=claim.epoch)
     except NoSpaceError:  # the space reserve was released for this retry
         store_record = metadata.begin_epoch(at_least=claim.epoch)
+    # before any other commit: the newest backup holds all but the epoch just committed
+    adopted_backup = AdoptedBackup.open(database) if sealed else None
     epoch = store_record.epoch
     guard_epoch(metadata, epoch)  # from now on a newer owner's epoch refuses our commits
     table.load_directories(metadata.load_directories())
@@ -121,6 +128,8 @@ def open_data_dir(
     except BaseException:
         rows.close()
         metadata.close()
+        if adopted_backup is not None:
+            adopted_backup.source.close()
         raise
     journal = Journal(
         data_dir / "journal",
@@ -141,4 +150,4 @@ def open_data_dir(
         data_dir, epoch, table.segment_count, report.frames_replayed,
         report.bytes_replayed, report.torn_bytes_cut,
     )
-    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim, replayed, rows)
+    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim, replayed, rows, adopted_backup)

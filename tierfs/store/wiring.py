@@ -118,7 +118,8 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
                                 shared.clock, config.policy_interval_s)
     policies.on_change = scheduler.wake
     metadata_backup = (None if is_postgresql_url(config.metadata_url)
-                       else MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner))
+                       else MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner,
+                                                     adopted=opened.adopted_backup))
     if metadata_backup is not None:
         writer.tier2_committed = metadata_backup.request_soon
     return Parts(
