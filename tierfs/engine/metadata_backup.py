@@ -27,7 +27,9 @@ Invariants:
   the next interval with the change still pending.
 - A fenced store (another owner claimed tier-2) uploads and prunes nothing more.
 - Nothing is uploaded when nothing changed; memory does not grow with the database
-  (page-by-page copy to a file, streamed upload).
+  (page-by-page copy to a file, streamed upload). That holds across a clean restart
+  too: the seal (``backup_seal``, ``seal`` and ``AdoptedBackup``) tells the next open
+  that the newest backup holds everything but the epoch it commits.
 - Times are on the engine's monotonic clock (``clock.monotonic_s``).
 """
 
@@ -104,16 +106,15 @@ class MetadataBackup:
         """After the store closed its own connections (every shutdown): when the newest
         backup holds the database as it is (no commit since the last snapshot or the
         adoption), close this connection too and write the seal (``backup_seal``)."""
-        source = self._source
-        if source is None or self._left_behind or self._backed_up_version is None:
+        source, self._source = self._source, None
+        if source is None or self._left_behind:  # left behind: its thread may still use it
             return
         try:
-            unchanged = int(source.execute("PRAGMA data_version").fetchone()[0]) == self._backed_up_version
+            version = int(source.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
-            return
-        self._source = None
+            version = None
         source.close()  # the last connection: SQLite checkpoints and removes the log now
-        if unchanged and self._still_owner():
+        if version is not None and version == self._backed_up_version and self._still_owner():
             backup_seal.write(self.database)
 
     def request_soon(self) -> None:
