@@ -7,6 +7,8 @@ Invariants:
   refused with ``OwnedElsewhereError`` if another owner holds tier-2 and the config
   does not say ``takeover``), then committed locally before anything else, so every
   chunk this owner writes has a name no other owner, earlier or concurrent, used.
+- The metadata backup's seal is taken right before the epoch commit and, if it held,
+  the backup adopted right after it, before any other commit (``backup_seal``).
 - Recovery runs before the journal accepts a frame, and the new journal starts at the
   recovered end LSN; nothing after a torn frame is replayed.
 - A full disk does not stop the open: the metadata releases the data dir's space
