@@ -187,6 +187,8 @@ class AioRounds:
     append).
     """
 
+    splits_woken = False  # a property of the backend, see above
+
     def __init__(
         self,
         aio: AioFdatasync,
@@ -197,7 +199,6 @@ class AioRounds:
         on_report: Callable[[], None],
         synced_lsn: int,
     ) -> None:
-        self.splits_woken = False
         self._aio = aio
         self._lock = lock
         self._take_job = take_job

@@ -72,6 +72,8 @@ class SyncThread:
     once the thread has ended.
     """
 
+    splits_woken = True  # a property of the backend, see above
+
     def __init__(
         self,
         *,
@@ -83,7 +85,6 @@ class SyncThread:
         on_exit: Callable[[], None],
         synced_lsn: int,
     ) -> None:
-        self.splits_woken = True
         self.lock = lock  # the journal holds it too while it rolls a file
         self._wake = threading.Condition(lock)
         self._take_job = take_job

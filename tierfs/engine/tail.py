@@ -155,7 +155,7 @@ class Tail:
         """The last end of an append in (``start``, ``end``] (``end`` itself when it is
         one); None when the append at ``start`` runs past ``end``."""
         entries = self._entries
-        index = bisect.bisect_right(entries, end - 1, lo=self._head, key=lambda e: e.offset) - 1
+        index = bisect.bisect_right(entries, end - 1, lo=self._head, key=_offset_of) - 1
         if index >= self._head and entries[index].end > end:
             return entries[index].offset if entries[index].offset > start else None
         return end
@@ -164,7 +164,7 @@ class Tail:
         """Wall-clock time of the append holding byte ``end - 1`` (0: not in the tail
         or unknown): the mtime of a segment whose durable length is ``end``."""
         entries = self._entries
-        index = bisect.bisect_right(entries, end - 1, lo=self._head, key=lambda e: e.offset) - 1
+        index = bisect.bisect_right(entries, end - 1, lo=self._head, key=_offset_of) - 1
         if index < self._head or entries[index].end < end:
             return 0
         return entries[index].wall_ns
