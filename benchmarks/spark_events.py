@@ -17,8 +17,10 @@ rounds which of a pair goes first:
 
 - (j) ``spark.read.format("tierfs").option("format", "json").schema(EVENTS)``,
   ``--partition-mib`` partitions (default 16): an aggregate over every column;
+- (k) the same as (j) with ``.option("parse_threads", "2")``: two blocks parsed at
+  once in each task (what a core left idle by the tasks can give);
 - (J) ``spark.read.schema(EVENTS).json("events.json")``, the same aggregate (what a
-  user compares with); its totals must equal (j)'s;
+  user compares with); its totals must equal (j)'s and (k)'s;
 - (m) ``ArrowMemorySource`` (``benchmarks/spark_ceiling.py``) with (j)'s schema and
   partition count: the same number of rows, one Arrow batch yielded again and again
   from memory (no I/O, no parsing), and (j)'s aggregate (the JVM's work on each row
@@ -67,9 +69,9 @@ LINES_AGGREGATE = ["count(*)", "sum(length(value))"]
 SAMPLE_BYTES = 4 * MiB  # one Arrow batch of the memory ceiling: one read piece of events
 KINDS = ("view", "click", "buy", "scroll", "share")
 DAEMON_TIMEOUT_S = 60.0
-READ_CASES = ("j", "J", "m", "l", "p", "T", "n")
+READ_CASES = ("j", "k", "J", "m", "l", "p", "T", "n")
 CASES = READ_CASES + WRITE_CASES
-LABELS = {"j": "tierfs json", "J": "spark.read.json", "m": "memory, json rows",
+LABELS = {"j": "tierfs json", "k": "tierfs json, 2 threads", "J": "spark.read.json", "m": "memory, json rows",
           "l": "tierfs lines", "p": "tierfs lines+path", "T": "spark.read.text",
           "n": "memory, lines rows", **WRITE_LABELS}
 WRITE_TARGET = 0.5  # (w)/(W), rows per second
@@ -161,9 +163,10 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
         spark.dataSource.register(ArrowMemorySource)
         data_dir, file = str(directory / "data"), str(directory / "events.json")
 
-        def tierfs(form: str, schema: str) -> Any:
+        def tierfs(form: str, schema: str, parse_threads: int = 1) -> Any:
             return (spark.read.format("tierfs").option("format", form).option("data_dir", data_dir)
-                    .option("partition_bytes", str(partition_bytes)).schema(schema).load(f"tierfs://{SEGMENT}"))
+                    .option("partition_bytes", str(partition_bytes)).option("parse_threads", str(parse_threads))
+                    .schema(schema).load(f"tierfs://{SEGMENT}"))
 
         json_frame = tierfs("json", f"path string, offset long, {EVENTS}")
         lines_frame = tierfs("lines", "value string")
@@ -174,19 +177,22 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
                     .option("format", form).option("rows", str(events)).option("partitions", str(partitions))
                     .schema(schema).load())
 
-        frames = {"j": (json_frame, JSON_AGGREGATE), "J": (spark.read.schema(EVENTS).json(file), JSON_AGGREGATE),
+        frames = {"j": (json_frame, JSON_AGGREGATE),
+                  "k": (tierfs("json", f"path string, offset long, {EVENTS}", 2), JSON_AGGREGATE),
+                  "J": (spark.read.schema(EVENTS).json(file), JSON_AGGREGATE),
                   "m": (memory("json", f"path string, offset long, {EVENTS}"), JSON_AGGREGATE),
                   "l": (lines_frame, LINES_AGGREGATE), "T": (spark.read.text(file), LINES_AGGREGATE),
                   "p": (tierfs("lines", "path string, offset long, value string"), LINES_AGGREGATE),
                   "n": (memory("lines", "value string"), LINES_AGGREGATE)}
-        order = list(READ_CASES) if index % 2 == 0 else ["J", "j", "m", "T", "p", "l", "n"]
+        order = list(READ_CASES) if index % 2 == 0 else ["J", "k", "j", "m", "T", "p", "l", "n"]
         seconds: dict[str, float] = {}
         totals: dict[str, tuple[Any, ...]] = {}
         for case in order:
             seconds[case], totals[case] = _second_of_two(*frames[case])
             print(f"round {index + 1} {master}: {LABELS[case]} {size / seconds[case] / 1e6:.1f} MB/s",
                   file=log, flush=True)
-        if totals["j"] != totals["J"] or totals["l"] != totals["T"] or totals["p"] != totals["T"] \
+        if totals["j"] != totals["J"] or totals["k"] != totals["J"] or totals["l"] != totals["T"] \
+                or totals["p"] != totals["T"] \
                 or totals["l"][0] != events:
             raise RuntimeError(f"the readers disagree: {totals}")
         if totals["m"][0] != events or totals["n"][0] != events:
@@ -271,6 +277,7 @@ def bounds(results: Results) -> list[str]:
         for ours, memory in (("j", "m"), ("l", "n"), ("J", "m"), ("T", "n")):
             lines.append(f"({ours})/({memory}) {master}: {results.ratio(ours, memory, master):6.3f} x"
                          " the Python data source ceiling")
+        lines.append(f"(k)/(J) {master}: {results.ratio('k', 'J', master):6.3f} x with parse_threads 2")
         lines.append(f"(p)/(T) {master}: {results.ratio('p', 'T', master):6.3f} x with path and offset columns")
         lines.append(f"(w)/(o) {master}: {results.rows_ratio('w', 'o', master):6.3f} x and (W)/(o) "
                      f"{results.rows_ratio('W', 'o', master):6.3f} x the rows alone (noop sink), rows/s")

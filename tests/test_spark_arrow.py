@@ -235,7 +235,8 @@ def compare_on(form: str, schema: StructType, data: bytes, rng: random.Random) -
     except Exception as e:  # the reference's errors: any type; the batches' must be clear
         expected = e
     try:
-        got = rows_of(list(line_batches(shape, "seg/a", record_blocks(iter(pieces), end, skip_first=skip))),
+        blocks = record_blocks(iter(pieces), end, skip_first=skip)
+        got = rows_of(list(line_batches(shape, "seg/a", blocks, threads=rng.choice([1, 1, 2, 3]))),
                       shape.arrow_schema)
     except InvalidArgumentError as e:
         assert isinstance(expected, BaseException), f"only the batches failed: {e}"
@@ -392,7 +393,8 @@ def test_partitions_of_a_daemon_segment_equal_the_per_record_rows(sdaemon: Daemo
         for form, ddl in (("lines", LINES_SCHEMA), ("json", JSON_SCHEMAS[0])):
             schema = schema_of(ddl)
             options = {"path": f"tierfs://{name}", "format": form, "data_dir": str(sdaemon.data_dir),
-                       "partition_bytes": str(rng.choice([3 * KiB, 16 * KiB, 50 * KiB, 1 << 20]))}
+                       "partition_bytes": str(rng.choice([3 * KiB, 16 * KiB, 50 * KiB, 1 << 20])),
+                       "parse_threads": str(rng.choice([1, 2, 4]))}
             reader = TierReader(options, schema)
             got = []
             for partition in reader.partitions():
@@ -416,9 +418,10 @@ def test_spark_reads_long_lines_split_records_and_blank_lines(spark: Any, sdaemo
     data = (b"\n".join(events[:2000]) + b"\n\n  \n" + long_line + b"\n" + b"\n".join(events[2000:])
             + b"\n\r\n" + b'{"user":"last","n":-2}')  # a blank line, and a last record without newline
     write_segment(sdaemon, "spark/events", data, rng)
-    for form, ddl in (("lines", LINES_SCHEMA), ("json", JSON_SCHEMAS[0])):
+    for form, ddl, threads in (("lines", LINES_SCHEMA, "1"), ("json", JSON_SCHEMAS[0], "2")):
         frame = (spark.read.format("tierfs").option("format", form).option("data_dir", str(sdaemon.data_dir))
-                 .option("partition_bytes", str(48 * KiB)).schema(ddl).load("tierfs://spark/events"))
+                 .option("partition_bytes", str(48 * KiB)).option("parse_threads", threads)
+                 .schema(ddl).load("tierfs://spark/events"))
         assert frame.rdd.getNumPartitions() > 10  # records and the long line cross partitions
         got = sorted((tuple(row) for row in frame.collect()), key=lambda row: row[1])
         assert_same_rows(got, expected_rows(form, schema_of(ddl), "spark/events", data))
@@ -430,7 +433,8 @@ def test_spark_query_fails_on_a_bad_json_line_naming_its_offset(spark: Any, sdae
     good = b"".join(json.dumps({"user": "u", "n": i}).encode() + b"\n" for i in range(3000))
     data = good + b'{"user": "u", "n": 1,}\n' + good
     write_segment(sdaemon, "spark/bad", data, random.Random(3))
-    frame = (spark.read.format("tierfs").option("format", "json").option("data_dir", str(sdaemon.data_dir))
-             .schema("user string, n long").load("tierfs://spark/bad"))
-    with pytest.raises(Exception, match=rf"'spark/bad' at offset {len(good)}: not a JSON line"):
-        frame.collect()
+    for threads in ("1", "3"):  # parsed blocks at once: the same first bad line
+        frame = (spark.read.format("tierfs").option("format", "json").option("data_dir", str(sdaemon.data_dir))
+                 .option("parse_threads", threads).schema("user string, n long").load("tierfs://spark/bad"))
+        with pytest.raises(Exception, match=rf"'spark/bad' at offset {len(good)}: not a JSON line"):
+            frame.collect()

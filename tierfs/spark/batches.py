@@ -12,7 +12,8 @@ Invariants:
   it and passes the rest on unchecked.
 - A batch comes from one block of whole records (``lines``, ``json``) or one read piece
   (``raw``) and has at most ``MAX_BATCH_ROWS`` rows, so memory is bounded by the read
-  piece and the longest record, never by the partition.
+  piece and the longest record (times ``parse_threads`` blocks in work at once), never
+  by the partition. Batches keep the blocks' order whatever the threads.
 - The rows are the per-record path's (``read.tuple_rows``), value for value: ``lines``
   decodes UTF-8 with replacement like ``bytes.decode("utf-8", "replace")``, ``json``
   follows ``json_columns``. ``lines`` and ``raw`` columns come from ``record_columns``
@@ -34,6 +35,7 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.spark.json_columns import JsonColumns
+from tierfs.spark.parallel import ordered_map
 from tierfs.spark.records import Lines, split_block
 
 log = logging.getLogger(__name__)
@@ -119,14 +121,23 @@ def record_columns(form: str, schema: StructType) -> tuple[int, ...]:
         f"in any order, by name); the schema {schema.simpleString()} has others")
 
 
-def line_batches(shape: BatchShape, path: str, blocks: Iterable[tuple[int, bytes]]) -> Iterator[pa.RecordBatch]:
-    """Batches of ``lines`` or ``json`` rows from blocks of whole records."""
-    for block_start, block in blocks:
+def line_batches(shape: BatchShape, path: str, blocks: Iterable[tuple[int, bytes]],
+                 threads: int = 1) -> Iterator[pa.RecordBatch]:
+    """Batches of ``lines`` or ``json`` rows from blocks of whole records, ``threads``
+    blocks split and parsed at once (``parallel.ordered_map``: the order is kept)."""
+
+    def block_batches(item: tuple[int, bytes]) -> list[pa.RecordBatch]:
+        block_start, block = item
         lines = split_block(block_start, block)
+        built = []
         for first in range(0, len(lines), MAX_BATCH_ROWS):
             part = lines.slice(first, first + MAX_BATCH_ROWS)
             values = shape.json.columns(path, part) if shape.json is not None else [decode(part)]
-            yield shape.batch(path, part.offsets, values)
+            built.append(shape.batch(path, part.offsets, values))
+        return built
+
+    for built in ordered_map(block_batches, blocks, threads):
+        yield from built
 
 
 def decode(lines: Lines) -> pa.Array:

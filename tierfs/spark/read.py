@@ -60,6 +60,10 @@ DEFAULT_SCHEMAS = {
     "raw": "path string, offset long, value binary",
 }
 MAX_BLOCK_SIZE = (1 << 31) - 1  # a raw row is one Arrow binary value (32-bit offsets)
+# Blocks of lines split and parsed at once per partition (option ``parse_threads``):
+# 1 by default, since Spark already runs a task per executor core; more pays only where
+# a core would otherwise idle (fewer tasks than cores: docs/PERFORMANCE.md).
+MAX_PARSE_THREADS = 16
 _Row = TypeVar("_Row")
 
 
@@ -92,28 +96,41 @@ class ReadOptions:
     data_dir: str | None
     token: str | None
     chunk_storage_options: dict[str, Any] | None
+    parse_threads: int = 1
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> ReadOptions:
         form = options.get("format", "lines")
         if form not in FORMATS:
             raise InvalidArgumentError(f"format must be one of {FORMATS}, not {form!r}")
+        block_size = _int_option(options, "block_size", MiB)
+        partition_bytes = _int_option(options, "partition_bytes", DEFAULT_PARTITION_BYTES)
+        parse_threads = _int_option(options, "parse_threads", 1)
         try:
-            block_size = int(options.get("block_size", MiB))
-            partition_bytes = int(options.get("partition_bytes", DEFAULT_PARTITION_BYTES))
             storage = options.get("chunk_storage_options")
             storage_options = json.loads(storage) if storage else None
         except ValueError as e:
-            raise InvalidArgumentError(f"bad tierfs read option: {e}") from None
+            raise InvalidArgumentError(f"tierfs read option chunk_storage_options is not JSON: {e}") from None
         if block_size < 1 or partition_bytes < 1:
             raise InvalidArgumentError("block_size and partition_bytes must be >= 1")
+        if not 1 <= parse_threads <= MAX_PARSE_THREADS:
+            raise InvalidArgumentError(f"parse_threads must be between 1 and {MAX_PARSE_THREADS}, "
+                                       f"not {parse_threads}")
         if block_size > MAX_BLOCK_SIZE:
             raise InvalidArgumentError(f"block_size must be <= {MAX_BLOCK_SIZE} (one Spark binary value)")
         return cls(strip_scheme(options.get("path", "")), form, block_size, partition_bytes,
-                   options.get("url"), options.get("data_dir"), options.get("token"), storage_options)
+                   options.get("url"), options.get("data_dir"), options.get("token"), storage_options,
+                   parse_threads)
 
     def client(self) -> TierClient:
         return TierClient(self.url or discover_url(self.data_dir or None), self.token)
+
+
+def _int_option(options: dict[str, str], name: str, default: int) -> int:
+    try:
+        return int(options.get(name, default))
+    except ValueError:
+        raise InvalidArgumentError(f"tierfs read option {name} must be an integer, not {options[name]!r}") from None
 
 
 def strip_scheme(path: str) -> str:
@@ -350,8 +367,8 @@ def read_partition(options: ReadOptions, schema: StructType,
     if options.format == "raw":
         return _rows(options, partition, lambda item, source: raw_batches(
             shape, item.path, iter_block_pieces(source, item, options.block_size), options.block_size))
-    return _rows(options, partition,
-                 lambda item, source: line_batches(shape, item.path, iter_record_blocks(source, item)))
+    return _rows(options, partition, lambda item, source: line_batches(
+        shape, item.path, iter_record_blocks(source, item), options.parse_threads))
 
 
 def _rows(options: ReadOptions, partition: TierPartition,
