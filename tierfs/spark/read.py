@@ -18,7 +18,8 @@ Invariants:
 - Executors fetch the next piece (``READ_PIECE_BYTES``) of a range while Spark consumes
   the rows of the current one; at most one piece is in flight per partition
   (``RAW_PIECES_AHEAD`` for raw blocks), so a partition holds at most that many pieces
-  plus the current one.
+  plus the current one, and, for lines and JSON, the ``parse_threads`` blocks being
+  parsed at once.
 - Directory walks skip names that start with ``_`` or ``.``, as Spark's file sources
   do: that is where writers keep their transaction segments.
 """
