@@ -168,7 +168,8 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
                     .option("partition_bytes", str(partition_bytes)).option("parse_threads", str(parse_threads))
                     .schema(schema).load(f"tierfs://{SEGMENT}"))
 
-        json_frame = tierfs("json", f"path string, offset long, {EVENTS}")
+        json_schema = f"path string, offset long, {EVENTS}"
+        json_frame = tierfs("json", json_schema)
         lines_frame = tierfs("lines", "value string")
         partitions = json_frame.rdd.getNumPartitions()
 
@@ -178,9 +179,9 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
                     .schema(schema).load())
 
         frames = {"j": (json_frame, JSON_AGGREGATE),
-                  "k": (tierfs("json", f"path string, offset long, {EVENTS}", 2), JSON_AGGREGATE),
+                  "k": (tierfs("json", json_schema, 2), JSON_AGGREGATE),
                   "J": (spark.read.schema(EVENTS).json(file), JSON_AGGREGATE),
-                  "m": (memory("json", f"path string, offset long, {EVENTS}"), JSON_AGGREGATE),
+                  "m": (memory("json", json_schema), JSON_AGGREGATE),
                   "l": (lines_frame, LINES_AGGREGATE), "T": (spark.read.text(file), LINES_AGGREGATE),
                   "p": (tierfs("lines", "path string, offset long, value string"), LINES_AGGREGATE),
                   "n": (memory("lines", "value string"), LINES_AGGREGATE)}

@@ -61,9 +61,9 @@ DEFAULT_SCHEMAS = {
     "raw": "path string, offset long, value binary",
 }
 MAX_BLOCK_SIZE = (1 << 31) - 1  # a raw row is one Arrow binary value (32-bit offsets)
-# Blocks of lines split and parsed at once per partition (option ``parse_threads``):
-# 1 by default, since Spark already runs a task per executor core; more pays only where
-# a core would otherwise idle (fewer tasks than cores: docs/PERFORMANCE.md).
+# The most blocks of lines a partition may split and parse at once (option
+# ``parse_threads``, default 1: Spark already runs a task per executor core; more pays
+# only where a core would otherwise idle, fewer tasks than cores: docs/PERFORMANCE.md).
 MAX_PARSE_THREADS = 16
 _Row = TypeVar("_Row")
 
