@@ -12,6 +12,8 @@ Invariants:
 - A pack (many segments' small chunks in one object) is never deleted here: its
   queued names are holds (``object_keys.pack_hold``) that keep it from the orphan
   sweep until their time; collecting one only forgets it.
+- From before its first delete until after it forgot the names, a collection registers
+  them in the ``RemovalLog``, so an orphan sweep that races it does not count them.
 - Deletes run in worker threads under the tier-2 limiter.
 """
 
@@ -26,6 +28,7 @@ from tierfs.contracts.errors import Tier2Error
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.object_keys import LONG_TERM_GARBAGE_PREFIX, is_pack_name
+from tierfs.engine.removals import RemovalLog
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +46,10 @@ class GarbageCollector:
         chunk_storage: ChunkStorage,
         tier2_limiter: trio.CapacityLimiter,
         long_term: ObjectDeleter | None,
+        removals: RemovalLog,
     ) -> None:
         self._catalogue = catalogue
+        self._removals = removals
         self.chunk_storage = chunk_storage
         self._limiter = tier2_limiter
         self._long_term = long_term
@@ -68,18 +73,25 @@ class GarbageCollector:
         """Delete the queued objects; forget the names of those that are gone."""
         metadata = self._catalogue.metadata
         pending = await self._catalogue.call(metadata.garbage)
-        done = []
-        for name in pending:
-            try:
-                if name.startswith(LONG_TERM_GARBAGE_PREFIX):
-                    if self._long_term is None:
-                        continue  # kept until tierfs runs with --offload-to again
-                    key = name[len(LONG_TERM_GARBAGE_PREFIX):]
-                    await trio.to_thread.run_sync(self._long_term.delete, key, limiter=self._limiter)
-                elif not is_pack_name(name):  # a pack's hold: forgetting it is all (object_keys.pack_hold)
-                    await trio.to_thread.run_sync(self.chunk_storage.delete, name, limiter=self._limiter)
-                done.append(name)
-            except Tier2Error as e:
-                log.warning("garbage collection of chunk %s failed, will retry: %s", name, e)
-        if done:
-            await self._catalogue.call(metadata.forget_garbage, done)
+        objects = [_object_of(name) for name in pending if not is_pack_name(name)]
+        with self._removals.removing(objects):
+            done = []
+            for name in pending:
+                try:
+                    if name.startswith(LONG_TERM_GARBAGE_PREFIX):
+                        if self._long_term is None:
+                            continue  # kept until tierfs runs with --offload-to again
+                        key = _object_of(name)
+                        await trio.to_thread.run_sync(self._long_term.delete, key, limiter=self._limiter)
+                    elif not is_pack_name(name):  # a pack's hold: forgetting it is all (object_keys.pack_hold)
+                        await trio.to_thread.run_sync(self.chunk_storage.delete, name, limiter=self._limiter)
+                    done.append(name)
+                except Tier2Error as e:
+                    log.warning("garbage collection of chunk %s failed, will retry: %s", name, e)
+            if done:
+                await self._catalogue.call(metadata.forget_garbage, done)
+
+
+def _object_of(queued: str) -> str:
+    """The tier-2 name or long-term key a queued garbage name deletes."""
+    return queued.removeprefix(LONG_TERM_GARBAGE_PREFIX)

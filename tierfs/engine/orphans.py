@@ -50,6 +50,12 @@ Why a concurrent commit cannot lose an object (the race between list and delete)
   uploading (``Offloader.uploading``), checked after the listing, so an upload that
   outlived its record is not touched until it has finished. Keys carry a fresh UUID:
   a key once uploaded is never written again.
+- The parts that delete referenced or queued objects (garbage collection, the
+  offloader's hot copies and replaced attempts) delete before the commit that drops the
+  name. An object listed before such a delete, whose name a later commit dropped
+  before the references were read, was never an orphan: the sweep watches the
+  ``RemovalLog`` from before its listing until it has sorted the candidates and keeps
+  every name removed meanwhile (counted as in flight).
 - Epochs: an object named with an epoch newer than ours belongs to a newer owner (this
   process is then a zombie that fencing stops) and is never touched. Older epochs
   belong to owners that are gone; the grace period covers a previous owner's write
@@ -80,6 +86,7 @@ from tierfs.engine.object_keys import (
     chunk_shape,
     offload_key_shape,
 )
+from tierfs.engine.removals import RemovalLog
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +116,11 @@ class OrphanSweeper:
         uploading: Container[str],
         tier2_limiter: trio.CapacityLimiter,
         clock: Callable[[], float],
+        removals: RemovalLog,
         packs_in_flight: Collection[str] = (),
     ) -> None:
         self._epoch = epoch
+        self._removals = removals  # objects their owners are deleting
         self._packs_in_flight = packs_in_flight  # the storage writer's, written and not yet committed
         self._references = references
         self.chunk_storage = chunk_storage  # replaced with the store's (tests wrap it)
@@ -149,29 +158,30 @@ class OrphanSweeper:
         stores: list[tuple[str, ObjectStore]] = [(TIER2, self.chunk_storage)]
         if self._long_term is not None:
             stores.append((LONG_TERM, self._long_term))
-        listings = [
-            (label, store, await trio.to_thread.run_sync(store.list_objects, limiter=self._limiter))
-            for label, store in stores
-        ]
-        packing = frozenset(self._packs_in_flight)  # after every listing, before the references
-        references = await self._references.object_references()  # after every listing
-        now_s = self._clock()
         newer_epoch = in_flight = young = 0
         doomed: list[tuple[ObjectStore, OrphanObject]] = []
-        for label, store, objects in listings:
-            for obj in objects:
-                shape = self._candidate(label, obj.name, references)
-                if shape is None:
-                    continue
-                if shape.epoch > self._epoch:
-                    newer_epoch += 1
-                elif self._in_flight(label, obj.name, shape, references, packing):
-                    in_flight += 1
-                elif obj.modified_s is None or now_s - obj.modified_s < grace_s:
-                    young += 1
-                else:
-                    age_s = now_s - obj.modified_s
-                    doomed.append((store, OrphanObject(label, obj.name, obj.size_bytes, age_s)))
+        with self._removals.watching() as removed:
+            listings = [
+                (label, store, await trio.to_thread.run_sync(store.list_objects, limiter=self._limiter))
+                for label, store in stores
+            ]
+            packing = frozenset(self._packs_in_flight)  # after every listing, before the references
+            references = await self._references.object_references()  # after every listing
+            now_s = self._clock()
+            for label, store, objects in listings:
+                for obj in objects:
+                    shape = self._candidate(label, obj.name, references)
+                    if shape is None:
+                        continue
+                    if shape.epoch > self._epoch:
+                        newer_epoch += 1
+                    elif obj.name in removed or self._in_flight(label, obj.name, shape, references, packing):
+                        in_flight += 1
+                    elif obj.modified_s is None or now_s - obj.modified_s < grace_s:
+                        young += 1
+                    else:
+                        age_s = now_s - obj.modified_s
+                        doomed.append((store, OrphanObject(label, obj.name, obj.size_bytes, age_s)))
         report = GcReport(dry_run, grace_s, [], young, in_flight, newer_epoch)
         for store, orphan in doomed:
             if not dry_run:

@@ -12,6 +12,9 @@ under the segment's metadata lock:
    if the record still carries this attempt's UUID and the same length;
 6. once the deletion lag has passed: delete the chunk-store copy, then record that.
 
+Each delete that a commit follows (step 1, step 6) is registered in the ``RemovalLog``
+until that commit ended, so an orphan sweep that races it does not count the object.
+
 Invariants:
 - Reads follow the chunk record: the chunk-store copy until step 5 commits, the
   long-term copy from then on. The chunk-store copy is deleted only after step 5 is
@@ -53,6 +56,7 @@ from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.faults import crash_point
 from tierfs.engine.object_keys import OffloadKeys, is_pack_name, new_attempt_uuid
 from tierfs.engine.record_types import Chunk
+from tierfs.engine.removals import RemovalLog
 from tierfs.engine.segment_state import SegmentState
 from tierfs.offload.longterm import LongTermStore
 from tierfs.offload.offload_format import encode_index, object_metadata
@@ -108,8 +112,10 @@ class Offloader:
         segment_by_id: Callable[[int], SegmentState | None],
         flush: Callable[[SegmentState], Awaitable[None]],
         clock: Callable[[], float],
+        removals: RemovalLog,
     ) -> None:
         self._config = config
+        self._removals = removals
         self.long_term = long_term
         self.chunk_storage = chunk_storage
         self._limiter = tier2_limiter
@@ -223,19 +229,20 @@ class Offloader:
         if chunk.offload_complete:
             return chunk.length
         earlier = chunk.offload_attempt_uuid
-        if earlier:
-            await self._delete_attempt_objects(chunk.name, earlier)
         attempt = new_attempt_uuid()
-        async with seg.meta_lock:
-            current = seg.chunk_at(start)
-            if seg.deleted or current is None:
-                return 0
-            if current.offload_complete or current.offload_attempt_uuid != earlier:
-                raise ConcurrentModificationError(
-                    f"chunk {chunk.name} of {seg.name!r} changed while its offload started"
-                )
-            recorded = dataclasses.replace(current, offload_attempt_uuid=attempt)
-            await self._catalogue.commit_chunk(seg, recorded)
+        with self._removals.removing(_attempt_keys(chunk.name, earlier)):
+            if earlier:
+                await self._delete_attempt_objects(chunk.name, earlier)
+            async with seg.meta_lock:
+                current = seg.chunk_at(start)
+                if seg.deleted or current is None:
+                    return 0
+                if current.offload_complete or current.offload_attempt_uuid != earlier:
+                    raise ConcurrentModificationError(
+                        f"chunk {chunk.name} of {seg.name!r} changed while its offload started"
+                    )
+                recorded = dataclasses.replace(current, offload_attempt_uuid=attempt)
+                await self._catalogue.commit_chunk(seg, recorded)
         crash_point("offload.attempt_recorded")
 
         keys = OffloadKeys.for_attempt(recorded.name, attempt)
@@ -266,7 +273,8 @@ class Offloader:
                 await self._catalogue.commit_chunk(seg, done)
         if lost:
             if not seg.deleted and current is not None:
-                await self._delete_attempt_objects(recorded.name, attempt)
+                with self._removals.removing(_attempt_keys(recorded.name, attempt)):
+                    await self._delete_attempt_objects(recorded.name, attempt)
             if seg.deleted or current is None:
                 return 0
             raise ConcurrentModificationError(
@@ -320,16 +328,18 @@ class Offloader:
         if seg.deleted or chunk is None or not chunk.offload_complete or chunk.offload_hot_deleted:
             self._hot_pending.pop((seg.segment_id, start), None)
             return
-        if not is_pack_name(chunk.name):  # a pack holds other chunks: the orphan sweep deletes it
-            await trio.to_thread.run_sync(
-                self.chunk_storage.delete, chunk.name, limiter=self._limiter
-            )
-        crash_point("offload.hot_deleted")
-        async with seg.meta_lock:
-            current = seg.chunk_at(start)
-            if not seg.deleted and current is not None and current.name == chunk.name:
-                updated = dataclasses.replace(current, offload_hot_deleted=True)
-                await self._catalogue.commit_chunk(seg, updated)
+        packed = is_pack_name(chunk.name)  # a pack holds other chunks: the orphan sweep deletes it
+        with self._removals.removing([] if packed else [chunk.name]):
+            if not packed:
+                await trio.to_thread.run_sync(
+                    self.chunk_storage.delete, chunk.name, limiter=self._limiter
+                )
+            crash_point("offload.hot_deleted")
+            async with seg.meta_lock:
+                current = seg.chunk_at(start)
+                if not seg.deleted and current is not None and current.name == chunk.name:
+                    updated = dataclasses.replace(current, offload_hot_deleted=True)
+                    await self._catalogue.commit_chunk(seg, updated)
         self._hot_pending.pop((seg.segment_id, start), None)
         self.hot_copies_deleted += 1
 
@@ -353,3 +363,11 @@ class Offloader:
                     self._hot_pending.pop((owner, start), None)
                 else:
                     await self._delete_hot_copy(seg, start)
+
+
+def _attempt_keys(chunk_name: str, attempt: str) -> list[str]:
+    """The long-term keys of one offload attempt (none without an attempt)."""
+    if not attempt:
+        return []
+    keys = OffloadKeys.for_attempt(chunk_name, attempt)
+    return [keys.data, keys.index]

@@ -32,6 +32,7 @@ from tierfs.engine.lost_found import LostFound
 from tierfs.engine.metadata_backup import MetadataBackup
 from tierfs.engine.orphans import OrphanSweeper
 from tierfs.engine.reader import Reader
+from tierfs.engine.removals import RemovalLog
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.storage_writer import StorageWriter
 from tierfs.engine.tail import TailBudget
@@ -97,7 +98,8 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     fence = OwnerFence(opened.claim, opened.chunk_storage, limiter, config)
     chunk_storage = fence.guarded_storage(long_term)
     catalogue = ChunkCatalogue(opened.metadata, opened.segment_rows)
-    garbage = GarbageCollector(catalogue, chunk_storage, limiter, long_term)
+    removals = RemovalLog()  # deletes that a metadata commit follows, for the orphan sweep
+    garbage = GarbageCollector(catalogue, chunk_storage, limiter, long_term, removals)
     tail = TailReader(journal)
     writer = StorageWriter(config, epoch, chunk_storage, limiter, catalogue, tail, shared.tail_budget,
                            journal, garbage, fence)
@@ -110,9 +112,10 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     fence.on_fenced = LostFound(config.data_dir, epoch, table, tail, journal).save
     flush_one = writer.sync_and_flush_one
     offloader = Offloader(config, long_term, chunk_storage, limiter, catalogue, table.segment_by_id,
-                          flush_one, shared.clock)
+                          flush_one, shared.clock, removals)
     orphans = OrphanSweeper(config, epoch, catalogue, chunk_storage, long_term.storage if long_term else None,
-                            offloader.uploading, limiter, shared.clock, packs_in_flight=writer.packs_in_flight)
+                            offloader.uploading, limiter, shared.clock, removals,
+                            packs_in_flight=writer.packs_in_flight)
     policies = PolicyBook(table, catalogue, garbage)
     scheduler = PolicyScheduler(offloader, catalogue, policies.segments_with_policy, policies.truncate_head,
                                 shared.clock, config.policy_interval_s)
