@@ -318,8 +318,7 @@ class Offloader:
 
     async def _delete_attempt_objects(self, chunk_name: str, attempt: str) -> None:
         long_term = self._require_long_term()
-        keys = OffloadKeys.for_attempt(chunk_name, attempt)
-        for key in (keys.data, keys.index):
+        for key in _attempt_keys(chunk_name, attempt):
             await trio.to_thread.run_sync(long_term.delete, key)
 
     async def _delete_hot_copy(self, seg: SegmentState, start: int) -> None:
