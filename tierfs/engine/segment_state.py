@@ -48,6 +48,8 @@ class SegmentState:
     is_pd: bool = True  # journal-synced before the acknowledgement (pd and tier2)
     waits_for_tier2: bool = False  # acknowledged once flushed and committed (tier2)
     _sealed_record: bool = False
+    # the row's id, read several times an append (a plain attribute: a property costs a call)
+    segment_id: int = dataclasses.field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.row = self._row
@@ -59,13 +61,10 @@ class SegmentState:
     @row.setter
     def row(self, row: SegmentRow) -> None:
         self._row = row
+        self.segment_id = row.segment_id
         self.is_pd = row.record.durability in ("pd", "tier2")
         self.waits_for_tier2 = row.record.durability == "tier2"
         self._sealed_record = row.record.sealed
-
-    @property
-    def segment_id(self) -> int:
-        return self.row.segment_id
 
     @property
     def name(self) -> str:
