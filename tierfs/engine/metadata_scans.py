@@ -57,8 +57,7 @@ class WholeStoreScans:
             if not hot_deleted:  # its chunk-store copy is gone (a pack's is another's, or nobody's)
                 tier2.add(name)
             if attempt:
-                keys = OffloadKeys.for_attempt(name, attempt)
-                long_term.update((keys.data, keys.index))
+                long_term.update(OffloadKeys.for_attempt(name, attempt).both)
         next_seq = {
             segment_id: int(_NEXT_CHUNK_SEQ(records.decode(records.SegmentRecord, value)))
             for segment_id, value in self._db.execute("SELECT id, value FROM segments")

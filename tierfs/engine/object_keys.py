@@ -90,6 +90,11 @@ class OffloadKeys:
         base = f"{chunk_name}-{attempt_uuid}"
         return cls(base + DATA_SUFFIX, base + INDEX_SUFFIX)
 
+    @property
+    def both(self) -> tuple[str, str]:
+        """The attempt's two keys: its data object, then its index object."""
+        return (self.data, self.index)
+
 
 LONG_TERM_GARBAGE_PREFIX = "longterm:"
 

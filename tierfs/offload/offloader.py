@@ -364,9 +364,6 @@ class Offloader:
                     await self._delete_hot_copy(seg, start)
 
 
-def _attempt_keys(chunk_name: str, attempt: str) -> list[str]:
+def _attempt_keys(chunk_name: str, attempt: str) -> tuple[str, ...]:
     """The long-term keys of one offload attempt (none without an attempt)."""
-    if not attempt:
-        return []
-    keys = OffloadKeys.for_attempt(chunk_name, attempt)
-    return [keys.data, keys.index]
+    return OffloadKeys.for_attempt(chunk_name, attempt).both if attempt else ()
