@@ -40,7 +40,10 @@ rounds which of a pair goes first:
   sink that discards the Arrow batches, and one that encodes them first (the ceilings).
 
 Throughput is the events file's size over the job's wall time (for writes: the bytes
-each writer wrote). Each ratio is the median over the rounds of the ratio within one
+each writer wrote). Around every timed job the CPU of each process (the JVM, its Python
+workers, the daemon: ``benchmarks/process_cpu.py``) is read from ``/proc``; the report
+prints it per MiB and the bounds it sets on each target (``read_cpu_lines``,
+``write_cpu_lines``). Each ratio is the median over the rounds of the ratio within one
 session. Targets (issue 19): (j)/(J) and (l)/(T) >= 1.0 (never below 0.7), with 1 and
 with 2 cores; (x, local[2]) / (x, local[1]) >= 1.6 for (j) and (l); (w)/(W) >= 0.5 in
 rows per second. On a machine that cannot show a target, the
@@ -83,7 +86,7 @@ CORES = os.cpu_count() or 1  # the machine's: what the bounds let a job use at m
 class SessionRound:
     master: str
     figures: dict[str, Throughput]  # case letter -> figure
-    cpu: dict[str, dict[str, float]]  # write case letter -> CPU seconds of its timed job, by process kind
+    cpu: dict[str, dict[str, float]]  # case letter -> CPU seconds of its timed job, by process kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,11 +148,16 @@ def new_session(master: str) -> Any:
     return session
 
 
-def _second_of_two(frame: Any, aggregate: list[str]) -> tuple[float, tuple[Any, ...]]:
+def _second_of_two(frame: Any, aggregate: list[str]) -> tuple[float, tuple[Any, ...], dict[str, float]]:
+    """The second job's seconds, its totals, and the CPU it cost each kind of process."""
+    from benchmarks import process_cpu
+
     frame.selectExpr(*aggregate).collect()
+    before = process_cpu.snapshot()
     started = perf_counter()
     totals = tuple(frame.selectExpr(*aggregate).collect()[0])
-    return perf_counter() - started, totals
+    seconds = perf_counter() - started
+    return seconds, totals, process_cpu.spent(before, process_cpu.snapshot())
 
 
 def _session_round(master: str, index: int, directory: Path, size: int, events: int,
@@ -188,8 +196,9 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
         order = list(READ_CASES) if index % 2 == 0 else ["J", "k", "j", "m", "T", "p", "l", "n"]
         seconds: dict[str, float] = {}
         totals: dict[str, tuple[Any, ...]] = {}
+        read_cpu: dict[str, dict[str, float]] = {}
         for case in order:
-            seconds[case], totals[case] = _second_of_two(*frames[case])
+            seconds[case], totals[case], read_cpu[case] = _second_of_two(*frames[case])
             print(f"round {index + 1} {master}: {LABELS[case]} {size / seconds[case] / 1e6:.1f} MB/s",
                   file=log, flush=True)
         if totals["j"] != totals["J"] or totals["k"] != totals["J"] or totals["l"] != totals["T"] \
@@ -203,7 +212,7 @@ def _session_round(master: str, index: int, directory: Path, size: int, events: 
                                   WRITE_CASES if index % 2 == 0 else WRITE_CASES[::-1])
         for case, figure in writes.items():
             print(f"round {index + 1} {master}: {LABELS[case]} {figure.mb_per_s:.1f} MB/s", file=log, flush=True)
-        return SessionRound(master, {**figures, **writes}, cpu), partitions
+        return SessionRound(master, {**figures, **writes}, {**read_cpu, **cpu}), partitions
     finally:
         spark.stop()
 
@@ -286,7 +295,35 @@ def bounds(results: Results) -> list[str]:
                      f"{results.rows_ratio('e', 'x', master):6.3f} x and (W)/(x) "
                      f"{results.rows_ratio('W', 'x', master):6.3f} x the Python writer ceiling, rows/s")
     lines += [f"({case}) {LABELS[case]:<20} local[2]/local[1] {results.scaling(case):6.3f} x" for case in WRITE_CASES]
-    return lines + write_cpu_lines(results)
+    return lines + read_cpu_lines(results) + write_cpu_lines(results)
+
+
+def read_cpu_lines(results: Results) -> list[str]:
+    """Where each timed read job's CPU went (per MiB of events), and the two bounds it
+    sets on (j)/(J) and (l)/(T): the machine's cores running all of (j)'s CPU, against
+    (J)'s time; and one Python worker per task slot, each on one thread (pyarrow's
+    parse and the hand-over run on the worker's main thread unless ``parse_threads``
+    > 1), so (j) takes at least its workers' CPU over the session's slots."""
+    from benchmarks.process_cpu import WORKERS, describe_per_mib
+
+    lines = ["read jobs, CPU per MiB of events, by process:"]
+    found: dict[str, list[tuple[float, float]]] = {}
+    for index, sessions in enumerate(results.rounds, start=1):
+        for session in sessions:
+            for case in READ_CASES:
+                lines.append(f"  round {index} {session.master} ({case}): "
+                             f"{describe_per_mib(session.cpu[case], results.size_bytes, session.figures[case].seconds)}")
+            slots = int(session.master[len("local["):-1])
+            for ours, theirs in (("j", "J"), ("l", "T")):
+                cpu = session.cpu[ours]
+                theirs_s = session.figures[theirs].seconds
+                found.setdefault(f"({ours})/({theirs}) {session.master}", []).append(
+                    (CORES * theirs_s / max(sum(cpu.values()), 1e-9), slots * theirs_s / max(cpu[WORKERS], 1e-9)))
+    for target, values in found.items():
+        lines.append(f"bound on {target}: {CORES} cores running its CPU "
+                     + ", ".join(f"{cores:.2f}" for cores, _ in values)
+                     + "; one worker thread per slot " + ", ".join(f"{workers:.2f}" for _, workers in values))
+    return lines
 
 
 def write_cpu_lines(results: Results) -> list[str]:
