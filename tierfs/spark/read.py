@@ -46,6 +46,7 @@ from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
 from tierfs.spark.batches import OFFSET, PATH, BatchShape, line_batches, raw_batches, record_columns
 from tierfs.spark.json_columns import json_record
 from tierfs.spark.records import record_blocks, split_lines
+from tierfs.spark.worker_gc import freeze_imports
 
 MiB = 1 << 20
 DEFAULT_PARTITION_BYTES = 64 * MiB
@@ -362,6 +363,7 @@ def read_partition(options: ReadOptions, schema: StructType,
     """The rows of one partition (runs on an executor): Arrow record batches, or tuples
     for a schema the batches cannot build."""
     assert isinstance(partition, TierPartition)
+    freeze_imports()
     shape = BatchShape.of(options.format, schema)
     if shape is None:
         return _rows(options, partition, lambda item, source: tuple_rows(options, schema, item, source))

@@ -63,6 +63,7 @@ from tierfs.contracts.names import basename, canonical, parent_of
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.spark.appends import PipelinedAppends, task_client
 from tierfs.spark.read import strip_scheme
+from tierfs.spark.worker_gc import freeze_imports
 from tierfs.spark.write_encoding import WRITE_FORMATS, BatchEncoder, encode_row
 
 TX_DIRECTORY = "_tierfs_tx"
@@ -135,6 +136,7 @@ class _TierWriterBase:
     def _write_encoded(self, pieces: Iterable[tuple[int, Any]]) -> TierCommitMessage:
         """Append (rows, encoded bytes) pieces to this attempt's transaction segment in
         appends of ``APPEND_BUFFER_BYTES``; sync and seal it; report it."""
+        freeze_imports()
         context = TaskContext.get()
         partition = context.partitionId() if context else 0
         attempt = context.taskAttemptId() if context else 0
