@@ -270,21 +270,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", choices=("raw", "events"), default="raw",
                         help="raw: 1 MiB rows from S3 vs s3fs (default); events: JSON events as json "
                         "and lines vs spark.read.json/text of a local file")
-    parser.add_argument("--partition-mib", type=int, default=16,
-                        help="events: tierfs partition_bytes in MiB (default 16)")
+    parser.add_argument("--partition-mib", type=int, default=None,
+                        help="events: tierfs partition_bytes in MiB (default: the data source's "
+                        "own, 64 MiB)")
     add_size_rounds_arguments(parser, 1024, 2, "store, S3 server data or event files")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.scenario == "events":
         from benchmarks import spark_events
+        from tierfs.spark.read import DEFAULT_PARTITION_BYTES
 
-        if args.partition_mib < 1:
+        if args.partition_mib is not None and args.partition_mib < 1:
             print("--partition-mib must be >= 1", file=sys.stderr)
             return 2
+        partition_bytes = DEFAULT_PARTITION_BYTES if args.partition_mib is None else args.partition_mib * MiB
         return run_size_rounds(
             "spark events", args, lambda directory, size, rounds: spark_events.measure(
-                directory, size, rounds, args.partition_mib * MiB, sys.stderr),
+                directory, size, rounds, partition_bytes, sys.stderr),
             spark_events.checks, spark_events.print_report, spark_events.report_json, errors=(RuntimeError,),
         )
     from benchmarks.s3server import S3ServerError

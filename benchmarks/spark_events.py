@@ -16,7 +16,8 @@ first runs while the JVM compiles and the Python workers start), alternating bet
 rounds which of a pair goes first:
 
 - (j) ``spark.read.format("tierfs").option("format", "json").schema(EVENTS)``,
-  ``--partition-mib`` partitions (default 16): an aggregate over every column;
+  ``--partition-mib`` partitions (default: the source's own ``partition_bytes``, 64
+  MiB, what a user gets): an aggregate over every column;
 - (k) the same as (j) with ``.option("parse_threads", "2")``: two blocks parsed at
   once in each task (what a core left idle by the tasks can give);
 - (J) ``spark.read.schema(EVENTS).json("events.json")``, the same aggregate (what a
