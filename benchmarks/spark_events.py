@@ -300,11 +300,14 @@ def bounds(results: Results) -> list[str]:
 
 
 def read_cpu_lines(results: Results) -> list[str]:
-    """Where each timed read job's CPU went (per MiB of events), and the two bounds it
-    sets on (j)/(J) and (l)/(T): the machine's cores running all of (j)'s CPU, against
-    (J)'s time; and one Python worker per task slot, each on one thread (pyarrow's
-    parse and the hand-over run on the worker's main thread unless ``parse_threads``
-    > 1), so (j) takes at least its workers' CPU over the session's slots."""
+    """Where each timed read job's CPU went (per MiB of events), and the bounds it sets
+    on (j)/(J) and (l)/(T): the machine's cores running all of (j)'s CPU, against (J)'s
+    time; and one Python worker per task slot, each on one thread (pyarrow's parse and
+    the hand-over run on the worker's main thread unless ``parse_threads`` > 1), so (j)
+    takes at least its workers' CPU over the session's slots. On scaling: local[2]
+    cannot run faster than the cores running its own CPU, so local[2]/local[1] is at
+    most the cores times local[1]'s time over local[2]'s CPU (a local[1] job that
+    already keeps more than one core busy has less to gain)."""
     from benchmarks.process_cpu import WORKERS, describe_per_mib
 
     lines = ["read jobs, CPU per MiB of events, by process:"]
@@ -324,6 +327,12 @@ def read_cpu_lines(results: Results) -> list[str]:
         lines.append(f"bound on {target}: {CORES} cores running its CPU "
                      + ", ".join(f"{cores:.2f}" for cores, _ in values)
                      + "; one worker thread per slot " + ", ".join(f"{workers:.2f}" for _, workers in values))
+    for case in ("j", "l"):
+        scaling = [CORES * one.figures[case].seconds / max(sum(two.cpu[case].values()), 1e-9)
+                   for r in results.rounds
+                   for one in r if one.master == "local[1]" for two in r if two.master == "local[2]"]
+        lines.append(f"bound on ({case}) local[2]/local[1]: {CORES} cores running the local[2] job's CPU, "
+                     "against the local[1] time " + ", ".join(f"{v:.2f}" for v in scaling))
     return lines
 
 
