@@ -16,6 +16,9 @@ Invariants:
   them that is dropped later; only a reference cycle among them would stay in memory,
   and module-level state (imports, caches) is what they are. Everything a task creates
   afterwards is collected as before.
+- Nothing else changes: a process that runs a partition outside Spark (the tests call
+  ``read_partition`` directly) has its objects frozen once the same way, which only
+  leaves them out of later collections.
 """
 
 from __future__ import annotations
