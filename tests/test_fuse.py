@@ -411,7 +411,7 @@ def test_kill_9_leaves_no_hung_mount_and_restart_recovers_every_fsynced_byte(tmp
         assert not t.is_alive(), "a writer hung on the dead mount"
     deadline = time.monotonic() + WAIT_S
     while is_mount_point(mount.mountpoint):  # auto_unmount's helper cleans up
-        assert time.monotonic() < deadline, "kill -9 left the mount behind"
+        assert time.monotonic() < deadline, f"kill -9 left the mount behind; {_unmount_helpers(mount.mountpoint)}"
         time.sleep(0.05)
     run("ls", str(mount.mountpoint))  # does not hang
     assert all(len(data) > 0 for data in acknowledged.values())
@@ -425,6 +425,25 @@ def test_kill_9_leaves_no_hung_mount_and_restart_recovers_every_fsynced_byte(tmp
     finally:
         code, stderr = again.unmount()
         assert code == 0, stderr
+
+
+def _unmount_helpers(mountpoint: Path) -> str:
+    """What a failure needs to say: the processes naming the mount point (fusermount3's
+    auto_unmount helper waits for every copy of the daemon's end of its socket to close)
+    and their state."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(line for line in Path(f"/proc/{entry}/status").read_text().splitlines()
+                         if line.startswith("State:"))
+        except (OSError, ValueError, StopIteration):
+            continue
+        if str(mountpoint) in command:
+            found.append(f"pid {entry} {state.split(None, 1)[1]}: {command.strip()}")
+    return "processes naming the mount point: " + ("; ".join(found) or "none")
 
 
 def test_background_mount_and_umount(tmp_path: Path) -> None:
