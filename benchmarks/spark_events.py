@@ -110,11 +110,15 @@ class Results:
         return statistics.median(rows_ratio(s.figures[case], s.figures[other])
                                  for r in self.rounds for s in r if s.master == master)
 
+    def session_pairs(self) -> list[tuple[SessionRound, SessionRound]]:
+        """Each round's (local[1], local[2]) sessions."""
+        return [(next(s for s in r if s.master == "local[1]"), next(s for s in r if s.master == "local[2]"))
+                for r in self.rounds]
+
     def scaling(self, case: str) -> float:
         """Median over the rounds of ``case`` with local[2] / with local[1]."""
-        return statistics.median(
-            next(s for s in r if s.master == "local[2]").figures[case].mb_per_s
-            / next(s for s in r if s.master == "local[1]").figures[case].mb_per_s for r in self.rounds)
+        return statistics.median(two.figures[case].mb_per_s / one.figures[case].mb_per_s
+                                 for one, two in self.session_pairs())
 
 
 def make_events(size: int, seed: int = 19) -> tuple[bytes, int]:
@@ -329,8 +333,7 @@ def read_cpu_lines(results: Results) -> list[str]:
                      + "; one worker thread per slot " + ", ".join(f"{workers:.2f}" for _, workers in values))
     for case in ("j", "l"):
         scaling = [CORES * one.figures[case].seconds / max(sum(two.cpu[case].values()), 1e-9)
-                   for r in results.rounds
-                   for one in r if one.master == "local[1]" for two in r if two.master == "local[2]"]
+                   for one, two in results.session_pairs()]
         lines.append(f"bound on ({case}) local[2]/local[1]: {CORES} cores running the local[2] job's CPU, "
                      "against the local[1] time " + ", ".join(f"{v:.2f}" for v in scaling))
     return lines
