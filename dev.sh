@@ -15,33 +15,48 @@ case "$mode" in
 esac
 
 apt_missing=()
-command -v python3 >/dev/null || apt_missing+=(python3)
+# need COMMAND PACKAGE [test]: install Debian's PACKAGE when COMMAND is not on PATH ("test":
+# only for ./dev.sh test). Every program the suite, the README and the benchmarks run is
+# either listed here or part of every Debian/Ubuntu base system (tests/test_dev_sh.py checks).
+need() {
+  if [ "${3:-}" = test ] && [ "$mode" != test ]; then return; fi
+  command -v "$1" >/dev/null || apt_missing+=("$2")
+}
+need python3 python3
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_missing+=(python3-venv)
-command -v gcc >/dev/null || apt_missing+=(build-essential)
+need gcc build-essential
 python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null \
   || apt_missing+=(python3-dev)
 # FUSE: fusermount3 for mounting (and auto_unmount), libfuse3 headers + pkg-config to
 # build pyfuse3, getfattr/setfattr for the tests and users
-command -v fusermount3 >/dev/null || apt_missing+=(fuse3)
-command -v pkg-config >/dev/null || apt_missing+=(pkg-config)
+need fusermount3 fuse3
+need pkg-config pkg-config
 { command -v pkg-config >/dev/null && pkg-config --exists fuse3; } || apt_missing+=(libfuse3-dev)
-command -v getfattr >/dev/null || apt_missing+=(attr)
+need getfattr attr
+need setfattr attr
+# the README waits for its daemons with curl; docs/API.md is curl examples
+need curl curl
 # Spark (PySpark >= 4 needs Java >= 17) for the data source and its tests
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
 { command -v java >/dev/null && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || apt_missing+=(openjdk-17-jre-headless)
-# the real tools the mount's tests drive (tests/test_fuse_tools.py)
-if [ "$mode" = test ]; then
-  for tool in rsync git vim strace; do command -v "$tool" >/dev/null || apt_missing+=("$tool"); done
-fi
+# the real tools the mount's tests drive (tests/test_fuse_tools.py, test_fuse_caches.py)
+for tool in rsync git vim strace; do need "$tool" "$tool" test; done
+# the benchmarks' S3 server (s3rver, from npm) and peers, which the suite runs small
+need node nodejs test
+need npm npm test
+need s3fs s3fs test
+need rclone rclone test
+need valgrind valgrind test
 # PostgreSQL (Debian's server) for the metadata tests on a real PostgreSQL; demo mode runs without it
 if [ "$mode" = test ] && ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
   apt_missing+=(postgresql)
 fi
 if ((${#apt_missing[@]})); then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  mapfile -t apt_missing < <(printf '%s\n' "${apt_missing[@]}" | sort -u)
   echo "dev.sh: installing ${apt_missing[*]}" >&2
   $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${apt_missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${apt_missing[@]}"
 fi
 
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {

@@ -9,6 +9,9 @@
   blocks), Python blocks run with the ``python`` on its PATH in its directory and
   environment. A block fails if any of its commands fails (an ``ERR`` trap records it)
   or if it ends with a non-zero status. Its fresh ``HOME`` is the reader's.
+- ``ports``: the TCP ports a document names are run on free ports of this machine
+  instead (``127.0.0.1:7070`` in the text, a free port in the shell), and what a block
+  prints shows the document's ports again: a busy port never fails a block.
 
 Nothing here knows tierfs: it is the test suite's Markdown collector.
 """
@@ -19,6 +22,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -87,11 +91,19 @@ class BlockFailed(AssertionError):
     pass
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class ShellSession:
     """One bash for a whole Markdown file (see the module docstring)."""
 
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str], ports: tuple[int, ...] = ()) -> None:
         self.workdir = workdir
+        self.ports = {port: free_port() for port in ports}
+        self._closed = False
         self._stdout_path, self._stderr_path = workdir / ".readme-stdout", workdir / ".readme-stderr"
         self._stdout = self._stdout_path.open("w+b")
         self._stderr = self._stderr_path.open("w+b")
@@ -116,7 +128,7 @@ class ShellSession:
         self._count += 1
         suffix = ".sh" if block.kind == "sh" else ".py"
         script = self.workdir / f".readme-block-{self._count}{suffix}"
-        script.write_text(block.code)
+        script.write_text(self.to_machine(block.code))
         command = f"source {script}" if block.kind == "sh" else f"python {script}"
         out_start, err_start = self._stdout_path.stat().st_size, self._stderr_path.stat().st_size
         self._send(f"__readme_failed=\n{command} < /dev/null\n__readme_status=$?\n"
@@ -127,24 +139,39 @@ class ShellSession:
             if DONE in out:
                 break
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self._read(self._stderr_path, err_start)
+                err = self.to_document(self._read(self._stderr_path, err_start))
                 state = "the shell exited" if self.proc.poll() is not None else f"still running after {timeout_s:g} s"
                 raise BlockFailed(f"{block.name}: {state}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}")
             time.sleep(POLL_S)
+        out = self.to_document(out)
         printed, _, tail = out.partition(DONE)
         status, _, failures = tail.strip().partition(" ")
         printed = printed[:-1] if printed.endswith("\n") else printed  # the echo before the marker
         if status != "0" or failures.strip():
-            err = self._read(self._stderr_path, err_start)
+            err = self.to_document(self._read(self._stderr_path, err_start))
             raise BlockFailed(f"{block.name}: exit {status}; failed: {failures.strip() or '-'}\n"
                               f"stdout:\n{printed[-3000:]}\nstderr:\n{err[-3000:]}")
         return printed
 
+    def to_machine(self, text: str) -> str:
+        """``text`` with the document's ports replaced by the free ones this session uses."""
+        for document_port, port in self.ports.items():
+            text = re.sub(rf"(?<![0-9]){document_port}(?![0-9])", str(port), text)
+        return text
+
+    def to_document(self, text: str) -> str:
+        for document_port, port in self.ports.items():
+            text = re.sub(rf"(?<![0-9]){port}(?![0-9])", str(document_port), text)
+        return text
+
     def stderr_since_start(self) -> str:
-        return self._read(self._stderr_path, 0)
+        return self.to_document(self._read(self._stderr_path, 0))
 
     def close(self) -> None:
         """End the shell and everything it started in its session (background jobs)."""
+        if self._closed:
+            return
+        self._closed = True
         with contextlib.suppress(OSError, ValueError):
             self._send("exit\n")
         with contextlib.suppress(ProcessLookupError):

@@ -131,14 +131,19 @@ def test_flushed_bytes_are_read_from_tier2_on_the_host_that_reads(slow_flush_clu
     reader.close()
 
 
-def _wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+def _wait_for(predicate, timeout_s: float = 30.0, what: str = "condition", progress=None):  # type: ignore[no-untyped-def]
+    """Wait until ``predicate()`` is true; fail after ``timeout_s`` in which ``progress()``
+    (if given) did not change: a loaded machine is slow, not stuck."""
     deadline = time.monotonic() + timeout_s
+    last = progress() if progress else None
     while True:
         value = predicate()
         if value:
             return value
+        if progress is not None and (now := progress()) != last:
+            last, deadline = now, time.monotonic() + timeout_s
         if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout_s} s")
+            raise AssertionError(f"no {what} within {timeout_s} s" + (" of no progress" if progress else ""))
         time.sleep(0.1)
 
 
@@ -364,10 +369,12 @@ def test_kill9_of_an_owner_and_the_loss_of_its_disk_during_pd_vd_and_tier2_appen
         writers.append(_Writer(cluster, len(writers) % 2, name))  # through hosts 0 and 1
     for writer in writers:
         writer.start()
-    _wait_for(lambda: all(len(w.acked) >= 20 for w in writers), what="appends before the flush")
+    acked = lambda: sum(len(w.acked) for w in writers)  # noqa: E731
+    _wait_for(lambda: all(len(w.acked) >= 20 for w in writers), what="appends before the flush", progress=acked)
     marks = {w.name: len(w.acked) for w in writers}  # acknowledged before this flush: in tier-2 after it
     setup.op("flush")
-    _wait_for(lambda: all(len(w.acked) >= marks[w.name] + 20 for w in writers), what="appends after the flush")
+    _wait_for(lambda: all(len(w.acked) >= marks[w.name] + 20 for w in writers), what="appends after the flush",
+              progress=acked)
     cluster.daemons[2].kill9()
     killed_at = time.monotonic()
     shutil.rmtree(cluster.data_dir(2))  # the host is gone with its disk

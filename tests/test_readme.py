@@ -8,7 +8,9 @@ README.md runs as a newcomer would follow it: from a checkout (here a directory 
 ``.venv`` is this interpreter's environment), through the CLI, the engine from Python,
 the daemon, fsspec and pandas, the mount, offload to its trial S3 server, Spark and a
 restore. docs/API.md's curl examples run against a daemon the test starts on its
-default data dir, listening on 127.0.0.1:7070 as the document says.
+default data dir, listening on TCP as the document says. The documents' ports are run
+on free ones (``ShellSession.ports``), and a block that fails stops everything its
+document started before the next document runs.
 """
 
 from __future__ import annotations
@@ -17,10 +19,9 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from tierfs.testing.harness import start_daemon
 REPO = Path(__file__).resolve().parent.parent
 BLOCK_TIMEOUT_S = 240.0  # the Spark block starts a JVM; on a loaded 2-core machine that takes a while
 README_PORTS = (7070, 9000)  # the README's daemon --listen and its trial S3 server
+API_PORT = 7070  # docs/API.md's daemon --listen
 DEMO_DIRS = ("/tmp/tierfs-demo", "/tmp/tierfs-demo-tier2")  # "Lost the data dir" uses these
 
 README_BLOCKS = blocks(REPO / "README.md")
@@ -49,11 +51,6 @@ def _environment(home: Path) -> dict[str, str]:
     return env
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
 def _stop_leftovers(home: Path) -> None:
     """What a failed run may leave outside the shell's process group: a mount (its
     daemon is in a session of its own) and a daemon on the default data dir."""
@@ -67,11 +64,17 @@ def _stop_leftovers(home: Path) -> None:
 
 
 class DocumentRun:
-    """One document's shell session, shared by its blocks in order."""
+    """One document's shell session, shared by its blocks in order. The first block that
+    fails ends the session and what it started (``stop``): the rest are skipped."""
 
-    def __init__(self, session: ShellSession) -> None:
+    def __init__(self, session: ShellSession, stop: Callable[[], None]) -> None:
         self.session = session
+        self.stop = stop
         self.failed: str | None = None
+
+    def _fail(self, block: Block) -> None:
+        self.failed = block.name
+        self.stop()
 
     def run(self, block: Block) -> None:
         if block.skip_reason:
@@ -81,10 +84,10 @@ class DocumentRun:
         try:
             printed = self.session.run(block, BLOCK_TIMEOUT_S)
         except BlockFailed:
-            self.failed = block.name
+            self._fail(block)
             raise
         if block.expected_output is not None and not output_matches(block.expected_output, printed):
-            self.failed = block.name
+            self._fail(block)
             pytest.fail(f"{block.name} printed:\n{printed}\nthe document shows:\n{block.expected_output}")
 
 
@@ -92,8 +95,6 @@ class DocumentRun:
 def readme_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocumentRun]:
     if not HAVE_FUSE:
         pytest.skip("the README's tour mounts: it needs /dev/fuse and fusermount3 (./dev.sh installs fuse3)")
-    busy = [port for port in README_PORTS if not _port_free(port)]
-    assert not busy, f"the README uses 127.0.0.1 ports {README_PORTS}; in use here: {busy}"
     venv = Path(sys.prefix)
     if not (venv / "bin" / "activate").exists():
         pytest.skip(f"the README activates .venv: {sys.prefix} is not a virtualenv")
@@ -101,27 +102,35 @@ def readme_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocumentRun
     (checkout / ".venv").symlink_to(venv)  # the checkout a reader runs the README from
     for path in DEMO_DIRS:
         shutil.rmtree(path, ignore_errors=True)
-    session = ShellSession(checkout, _environment(home))
-    try:
-        yield DocumentRun(session)
-    finally:
+    session = ShellSession(checkout, _environment(home), README_PORTS)
+
+    def stop() -> None:
         session.close()
         _stop_leftovers(home)
+
+    try:
+        yield DocumentRun(session, stop)
+    finally:
+        stop()
         for path in DEMO_DIRS:
             shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def api_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocumentRun]:
-    assert _port_free(7070), "docs/API.md's TCP example uses 127.0.0.1:7070, in use here"
     home = tmp_path_factory.mktemp("api-home")
-    daemon = start_daemon(home / ".local" / "share" / "tierfs", "--listen", "127.0.0.1:7070", verbose=False)
-    session = ShellSession(tmp_path_factory.mktemp("api-cwd"), _environment(home))
-    try:
-        yield DocumentRun(session)
-    finally:
+    session = ShellSession(tmp_path_factory.mktemp("api-cwd"), _environment(home), (API_PORT,))
+    daemon = start_daemon(home / ".local" / "share" / "tierfs", "--listen", f"127.0.0.1:{session.ports[API_PORT]}",
+                          verbose=False)
+
+    def stop() -> None:
         session.close()
         daemon.stop()
+
+    try:
+        yield DocumentRun(session, stop)
+    finally:
+        stop()
 
 
 @pytest.mark.parametrize("block", README_BLOCKS, ids=[b.name for b in README_BLOCKS])
