@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
 
 from tierfs import open_store
-from tierfs.contracts.errors import SegmentNotFoundError
+from tierfs.blocks.checksums import crc32c
+from tierfs.contracts.errors import JournalCorruptionError, SegmentNotFoundError
 from tierfs.engine.journal_format import FRAME_OVERHEAD, list_files
+from tierfs.engine.lost_found import entries as lost_found_entries
 from tierfs.testing.harness import small_config
 
 NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0, journal_file_bytes=1 << 30)
@@ -67,16 +70,74 @@ async def test_journal_torn_at_many_offsets(tmp_path: Path) -> None:
         shutil.rmtree(work)
 
 
-async def test_corrupted_frame_cuts_the_journal_there(tmp_path: Path) -> None:
+async def test_a_damaged_frame_before_intact_ones_is_corruption_and_repair_keeps_them(tmp_path: Path) -> None:
+    """One flipped bit inside an acknowledged record with intact records after it is
+    corruption, not a torn tail: the store refuses to open, naming the file and offset;
+    ``repair_journal`` (fsck --repair) moves the damaged frame to lost+found, keeps the
+    other segments' frames in place and saves the damaged segment's later frames."""
+    records = [b"one", b"two", b"three", b"four"]
+    data = tmp_path / "live"
+    async with open_store(small_config(data, **NO_FLUSH)) as store:
+        await store.create("seg")
+        await store.create("other")
+        for record in records:
+            await store.append("seg", record)
+            await store.append("other", record.upper())
+        snapshot = tmp_path / "snapshot"
+        shutil.copytree(data, snapshot, ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*"))
+    (journal_file,) = [p for _, p in list_files(snapshot / "journal")]
+    raw = bytearray(journal_file.read_bytes())
+    frames = [len(record) for record in records for _ in (0, 1)]
+    first_append = len(raw) - sum(FRAME_OVERHEAD + n for n in frames)  # after the creations
+    damaged_at = first_append + sum(FRAME_OVERHEAD + n for n in frames[:2])  # seg's "two"
+    raw[damaged_at + FRAME_OVERHEAD + 1] ^= 0x04
+    journal_file.write_bytes(bytes(raw))
+    with pytest.raises(JournalCorruptionError, match=f"{journal_file.name} is damaged at byte offset {damaged_at}"):
+        async with open_store(small_config(snapshot, **NO_FLUSH)):
+            pass
+    with pytest.raises(JournalCorruptionError, match="fsck --repair"):  # and again: nothing was cut
+        async with open_store(small_config(snapshot, **NO_FLUSH)):
+            pass
+    async with open_store(small_config(snapshot, repair_journal=True, **NO_FLUSH)) as store:
+        assert await store.read("seg") == b"one"
+        assert await store.read("other") == b"ONETWOTHREEFOUR"
+        report = store.statistics().recovery
+        assert report is not None and (report.damaged_stretches_moved, report.frames_moved) == (1, 2)
+    saved = {e.path: e for e in lost_found_entries(snapshot)}
+    damaged = saved[f"lost+found/journal/{journal_file.name}@{damaged_at}.damaged"]
+    assert damaged.size == FRAME_OVERHEAD + 3 and damaged.description is not None
+    after = next(e for p, e in saved.items() if p.startswith("lost+found/seg.journal-"))
+    assert (snapshot / after.path).read_bytes() == b"threefour"
+    assert after.description is not None and after.description["start_offset"] == 6
+    assert after.description["missing_from_offset"] == 3
+    async with open_store(small_config(snapshot, **NO_FLUSH)) as store:  # repaired for good
+        assert await store.read("seg") == b"one"
+        await store.append("seg", b"-on")
+        assert await store.read("seg") == b"one-on"
+
+
+async def test_a_bad_frame_followed_only_by_unsynced_frames_is_a_torn_tail(tmp_path: Path) -> None:
+    """A power loss may write a later page before an earlier one: whole frames after a
+    bad one that were queued before it was synced prove nothing, and are cut with it."""
     records = [b"one", b"two", b"three"]
     snapshot = await _snapshot_while_open(tmp_path, records)
     (journal_file,) = [p for _, p in list_files(snapshot / "journal")]
     raw = bytearray(journal_file.read_bytes())
-    first_append = len(raw) - sum(FRAME_OVERHEAD + len(record) for record in records)  # after the creation
-    raw[first_append + FRAME_OVERHEAD + 3 + FRAME_OVERHEAD] ^= 0x55  # first data byte of the second append
+    second = len(raw) - sum(FRAME_OVERHEAD + len(record) for record in records[1:])
+    third = second + FRAME_OVERHEAD + len(records[1])
+    # the third frame as if queued before the second was synced: its synced_lsn below it
+    synced_lsn_at = third + 16 + 25
+    lsn_of_second = second  # the only file starts at LSN 0
+    struct.pack_into("<Q", raw, synced_lsn_at, lsn_of_second)
+    header = struct.unpack_from("<IIQ", raw, third)
+    payload = bytes(raw[third + 16:third + 16 + header[0]])
+    struct.pack_into("<I", raw, third + 4, crc32c(payload, crc32c(struct.pack("<Q", header[2]))))
+    raw[second + FRAME_OVERHEAD] ^= 0x01  # damage the second
     journal_file.write_bytes(bytes(raw))
     async with open_store(small_config(snapshot, **NO_FLUSH)) as store:
         assert await store.read("seg") == b"one"
+        report = store.statistics().recovery
+        assert report is not None and report.unsynced_frames_dropped == 1
 
 
 async def test_replay_skips_flushed_bytes_and_deleted_segments(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ def _load_config(args: argparse.Namespace) -> StoreConfig:
             "offload_deletion_lag_s": args.deletion_lag,
             "durability": args.durability,
             "takeover": args.takeover or args.command == "takeover" or None,
+            "repair_journal": getattr(args, "repair", False) or None,
         },
         config_file=args.config,
     )
@@ -113,6 +114,10 @@ async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> i
         client: TierClient | None = await trio.to_thread.run_sync(_client_at, url)
     else:
         client = await trio.to_thread.run_sync(_daemon_client, config.data_dir)
+    if client is not None and config.repair_journal:
+        client.close()  # a daemon that serves the data dir opened it: its journal replayed whole
+        raise InvalidArgumentError(f"a tierfs daemon serves {config.data_dir}, so its journal is whole: "
+                                   "run tierfs fsck without --repair, or stop the daemon first")
     if client is None and config.containers:  # a cluster's containers are opened by their owners only
         raise DaemonUnavailableError(
             f"no tierfs daemon serves {config.data_dir}: in cluster mode (containers = {config.containers}) "

@@ -25,7 +25,8 @@ from tierfs.contracts.errors import StoreInUseError, TierFSError
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_OWNED_ELSEWHERE, EXIT_NO_SPACE = range(7)
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 # errors with an exit code of their own; every other TierFSError exits EXIT_FAILED
-EXIT_CODES = {"in_use": EXIT_IN_USE, "owned_elsewhere": EXIT_OWNED_ELSEWHERE, "no_space": EXIT_NO_SPACE}
+EXIT_CODES = {"in_use": EXIT_IN_USE, "owned_elsewhere": EXIT_OWNED_ELSEWHERE, "no_space": EXIT_NO_SPACE,
+              "journal_corrupt": EXIT_DAMAGED}
 
 
 # what to do, for errors whose message says what happened but not what to check

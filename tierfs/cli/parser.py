@@ -122,7 +122,10 @@ def _segment_commands(new: AddCommand) -> None:
     p.add_argument("sources", nargs="+", metavar="source")
     new("sync", "make every appended byte durable; prints the durable length").add_argument("path", nargs="?")
     new("flush", "wait until tier-2 holds every durable byte").add_argument("path", nargs="?")
-    new("fsck", "verify every chunk's CRC32C and the metadata invariants; list orphan objects")
+    new("fsck", "verify every chunk's CRC32C and the metadata invariants; list orphan objects").add_argument(
+        "--repair", action="store_true",
+        help="a damaged journal: move the damaged bytes, and what cannot follow them, to lost+found and keep "
+             "every intact frame (the data dir must not be open elsewhere)")
     new("gc", "delete chunk and offload objects no metadata references, older than the grace "
               "period (orphan_grace_s)").add_argument("--dry-run", action="store_true", help="only list them")
     new("defrag", "merge a segment's runs of small adjacent chunks into large ones").add_argument("path")

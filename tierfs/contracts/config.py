@@ -117,6 +117,9 @@ class StoreConfig:
     # Claim tier-2 even if another owner holds it (``tierfs takeover``, ``--takeover``):
     # that owner is fenced (engine/fencing.py).
     takeover: bool = False
+    # Repair a damaged journal while opening (``tierfs fsck --repair``): damaged bytes
+    # and the intact frames that cannot follow them go to lost+found (engine/journal_repair.py).
+    repair_journal: bool = False
     # Cluster mode (docs/ARCHITECTURE.md, "Many hosts"): with a postgresql:// metadata
     # URL, the namespace is split into this many segment containers (fixed when the
     # database is first used), each owned by one daemon through a lease; 0 is one store.

@@ -4,12 +4,21 @@ writev and read back by LSN, CRC-checked (the scan recovery runs is ``journal_sc
 Frame layout (little endian)::
 
     payload_len:u32 | crc32c:u32 | seq:u64 | payload
-    payload = kind:u8 (2 = append) | segment_id:u64 | offset:u64 | wall_ns:u64 | data
+    payload = kind:u8 (4 = append) | segment_id:u64 | offset:u64 | wall_ns:u64
+              | synced_lsn:u64 | writer:u64 | writer_seq:u64 | data
             | kind:u8 (3 = create) | segment_id:u64 | record_len:u32 | record | name
+            | kind:u8 (5 = padding) | first_seq:u64 | any bytes
 
 ``wall_ns`` is the append's wall-clock time (the segment's mtime once the bytes are
-durable, also after a restart). Frames of kind 1 (written before tierfs stored it)
-have no ``wall_ns`` and still replay (with ``wall_ns`` 0: unknown). A create frame
+durable, also after a restart). ``synced_lsn`` is the journal's durable LSN when the
+frame was queued (BookKeeper's piggybacked LAC): a frame that says an earlier LSN was
+synced proves the bytes there were once whole, so damage there is corruption, never a
+torn tail (``journal_scan``). ``writer``/``writer_seq`` name the append for
+exactly-once retries (0: an anonymous append; ``writer_marks``). Frames of kind 2
+(no ``synced_lsn`` nor writer) and kind 1 (no ``wall_ns`` either), written by older
+versions, still replay. A padding frame stands where ``tierfs fsck --repair`` took a
+damaged stretch out (saved in lost+found), covering the sequence numbers from
+``first_seq`` to its own, so the LSNs of the frames after it never move. A create frame
 holds a segment's creation whose metadata commit was not synced (``record``: its
 ``SegmentRecord``, ``name``: UTF-8); recovery puts it back if the metadata lost it
 (``metadata_replay``). A tierfs older than kind 3 stops its replay at such a frame.
@@ -41,22 +50,35 @@ from tierfs.contracts.errors import DataCorruptionError, JournalCorruptionError
 FRAME_HEADER = struct.Struct("<IIQ")  # payload_len, crc32c, seq
 SEQ = struct.Struct("<Q")
 APPEND_V1_HEADER = struct.Struct("<BQQ")  # kind 1: kind, segment_id, offset
-APPEND_HEADER = struct.Struct("<BQQQ")  # kind, segment_id, offset, wall_ns
+APPEND_V2_HEADER = struct.Struct("<BQQQ")  # kind 2: kind, segment_id, offset, wall_ns
+# kind, segment_id, offset, wall_ns, synced_lsn, writer, writer_seq
+APPEND_HEADER = struct.Struct("<BQQQQQQ")
 KIND_APPEND_V1 = 1
-KIND_APPEND = 2
+KIND_APPEND_V2 = 2
 KIND_CREATE = 3
+KIND_APPEND = 4
+KIND_PADDING = 5
 CREATE_HEADER = struct.Struct("<BQI")  # kind, segment_id, record_len
+PADDING_HEADER = struct.Struct("<BQ")  # kind, first_seq
 FRAME_OVERHEAD = FRAME_HEADER.size + APPEND_HEADER.size
+MIN_PAYLOAD_BYTES = min(CREATE_HEADER.size, PADDING_HEADER.size, APPEND_V1_HEADER.size)
 FILE_SUFFIX = ".jnl"
+_APPEND_KINDS = (KIND_APPEND, KIND_APPEND_V2, KIND_APPEND_V1)
 
 
-_SEQ_AND_APPEND_HEADER = struct.Struct("<QBQQQ")  # what the CRC covers before the data
-_FULL_HEADER = struct.Struct("<IIQBQQQ")  # FRAME_HEADER + APPEND_HEADER in one pack
+_SEQ_AND_APPEND_HEADER = struct.Struct("<QBQQQQQQ")  # what the CRC covers before the data
+_FULL_HEADER = struct.Struct("<IIQBQQQQQQ")  # FRAME_HEADER + APPEND_HEADER in one pack
 
 
 def append_header_size(kind: int) -> int:
     """Bytes of the append header (before the data) in a frame of ``kind``."""
-    return APPEND_V1_HEADER.size if kind == KIND_APPEND_V1 else APPEND_HEADER.size
+    if kind == KIND_APPEND:
+        return APPEND_HEADER.size
+    return APPEND_V1_HEADER.size if kind == KIND_APPEND_V1 else APPEND_V2_HEADER.size
+
+
+def is_append(kind: int) -> bool:
+    return kind in _APPEND_KINDS
 
 
 # Bound once: this runs for every append, and the checksums module's wrapper (keyword
@@ -67,16 +89,27 @@ _pack_full_header = _FULL_HEADER.pack
 _APPEND_HEADER_BYTES = APPEND_HEADER.size
 
 
-def encode_append_header(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: int = 0) -> bytes:
+def encode_append_header(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: int = 0,
+                         synced_lsn: int = 0, writer: int = 0, writer_seq: int = 0) -> bytes:
     """The header of an append frame (its CRC covers ``data``); the data follows it."""
-    crc = _raw_crc32c(data, _raw_crc32c(_pack_crc_input(seq, KIND_APPEND, segment_id, offset, wall_ns)))
-    return _pack_full_header(
-        _APPEND_HEADER_BYTES + len(data), crc, seq, KIND_APPEND, segment_id, offset, wall_ns
-    )
+    crc = _raw_crc32c(data, _raw_crc32c(_pack_crc_input(
+        seq, KIND_APPEND, segment_id, offset, wall_ns, synced_lsn, writer, writer_seq)))
+    return _pack_full_header(_APPEND_HEADER_BYTES + len(data), crc, seq, KIND_APPEND, segment_id, offset,
+                             wall_ns, synced_lsn, writer, writer_seq)
 
 
-def encode_append(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: int = 0) -> bytes:
-    return encode_append_header(seq, segment_id, offset, data, wall_ns) + data
+def encode_append(seq: int, segment_id: int, offset: int, data: bytes, wall_ns: int = 0,
+                  synced_lsn: int = 0, writer: int = 0, writer_seq: int = 0) -> bytes:
+    return encode_append_header(seq, segment_id, offset, data, wall_ns, synced_lsn, writer, writer_seq) + data
+
+
+def encode_padding(first_seq: int, seq: int, frame_bytes: int) -> bytes:
+    """A padding frame of exactly ``frame_bytes`` standing for sequence numbers
+    ``first_seq`` to ``seq`` (``fsck --repair``, in place of a damaged stretch)."""
+    payload = PADDING_HEADER.pack(KIND_PADDING, first_seq)
+    payload += bytes(frame_bytes - FRAME_HEADER.size - len(payload))
+    crc = _raw_crc32c(payload, _raw_crc32c(SEQ.pack(seq)))
+    return FRAME_HEADER.pack(len(payload), crc, seq) + payload
 
 
 def create_frame_bytes(name: bytes, record: bytes) -> int:
@@ -113,7 +146,7 @@ def verified_payloads(raw: bytes, start_lsn: int, entries: Sequence[TailEntryLik
         body = at + header_bytes
         if payload_len != end - body or _raw_crc32c(view[body:end], _raw_crc32c(pack_seq(seq))) != crc:
             raise DataCorruptionError(f"journal frame at LSN {entry.frame_lsn} failed its CRC32C check")
-        data_at = body + (APPEND_V1_HEADER.size if raw[body] == KIND_APPEND_V1 else _APPEND_HEADER_BYTES)
+        data_at = body + append_header_size(raw[body])
         results.append(raw[data_at + entry.frame_skip : end])
     return results
 
@@ -132,7 +165,7 @@ def _merged_entry_data(view: memoryview, at: int, end: int, entry: TailEntryLike
         if frame_end > end:
             raise DataCorruptionError(f"journal frame at LSN {start_lsn + at} runs past its entry")
         kind = view[body]
-        if kind == KIND_CREATE:  # another segment's creation between this one's appends
+        if not is_append(kind):  # another segment's creation between this one's appends, a padding
             at = frame_end
             continue
         frame_segment, offset = APPEND_V1_HEADER.unpack_from(view, body)[1:]
@@ -141,7 +174,7 @@ def _merged_entry_data(view: memoryview, at: int, end: int, entry: TailEntryLike
         if frame_segment == segment_id:
             if _raw_crc32c(view[body:frame_end], _raw_crc32c(SEQ.pack(seq))) != crc:
                 raise DataCorruptionError(f"journal frame at LSN {start_lsn + at} failed its CRC32C check")
-            data = view[body + (APPEND_V1_HEADER.size if kind == KIND_APPEND_V1 else _APPEND_HEADER_BYTES):frame_end]
+            data = view[body + append_header_size(kind):frame_end]
             if offset > expected:
                 raise DataCorruptionError(f"journal frames of segment {segment_id} skip bytes {expected}..{offset}")
             if offset + len(data) > expected:
@@ -258,6 +291,9 @@ class ReplayedAppend:
     data: bytes
     end_lsn: int = 0  # LSN just past the frame
     wall_ns: int = 0  # the append's wall-clock time (0: a kind-1 frame, unknown)
+    synced_lsn: int = 0  # the journal's durable LSN when it was queued (0: older kinds)
+    writer: int = 0  # exactly-once identity (0: anonymous)
+    writer_seq: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,3 +314,25 @@ class ScanResult:
     next_seq: int
     cut: tuple[Path, int] | None = None  # (file, byte offset) where a torn tail starts
     dropped_files: list[Path] = dataclasses.field(default_factory=list)
+    # frames after the cut that were whole but never synced (a power loss wrote them
+    # before what precedes them): dropped with the tail, never acknowledged as durable
+    unsynced_frames_dropped: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DamagedStretch:
+    """Bytes of a journal file that are not valid frames although a later frame proves
+    they were synced (corruption, not a torn tail): ``[start, end)`` of ``path``, where
+    the frames of sequence numbers ``first_seq`` to ``last_seq`` were."""
+
+    path: Path
+    start: int
+    end: int
+    start_lsn: int
+    first_seq: int
+    last_seq: int
+
+    def describe(self) -> str:
+        return (f"journal file {self.path} is damaged at byte offset {self.start} ({self.end - self.start} bytes, "
+                f"frame seq {self.first_seq}" + (f"-{self.last_seq}" if self.last_seq != self.first_seq else "")
+                + ") while frames after it are intact")

@@ -63,7 +63,8 @@ def entry_path(data_dir: Path, segment_name: str, epoch: int) -> Path:
     return data_dir / LOST_FOUND_DIR / f"{segment_name}.e{epoch:06d}"
 
 
-def _write_piece(path: Path, offset: int, data: bytes) -> None:
+def write_piece(path: Path, offset: int, data: bytes) -> None:
+    """Write ``data`` at ``offset`` of a lost+found file (owner-only), fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -73,12 +74,17 @@ def _write_piece(path: Path, offset: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _write_description(path: Path, description: dict[str, object]) -> None:
+def write_description(path: Path, description: dict[str, object]) -> None:
+    """Write (or replace) the ``.json`` description of lost+found file ``path``
+    atomically, owner-only."""
     target = path.with_name(path.name + DESCRIPTION_SUFFIX)
     temporary = target.with_name(target.name + ".tmp")
-    temporary.write_text(json.dumps(description, indent=1, sort_keys=True) + "\n")
-    with open(temporary, "rb") as f:
-        os.fsync(f.fileno())
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, (json.dumps(description, indent=1, sort_keys=True) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(temporary, target)
 
 
@@ -140,7 +146,7 @@ class LostFound:
             piece_end = min(end, position + PIECE_BYTES)
             data = await self._tail.tail_bytes(seg, position, piece_end)
             whole = crc32c(data, whole)
-            await trio.to_thread.run_sync(_write_piece, path, position - start, data)
+            await trio.to_thread.run_sync(write_piece, path, position - start, data)
             position = piece_end
         description: dict[str, object] = {
             "segment": seg.name, "segment_id": seg.segment_id, "epoch": self._epoch,
@@ -148,7 +154,7 @@ class LostFound:
             "fenced_by": dataclasses.asdict(newer),
             "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
-        await trio.to_thread.run_sync(_write_description, path, description)
+        await trio.to_thread.run_sync(write_description, path, description)
         self.saved_bytes += end - start
         log.error("fenced: %d acknowledged bytes of %r (offsets %d..%d) saved to %s",
                   end - start, seg.name, start, end, path)

@@ -10,7 +10,9 @@ Invariants:
 - The metadata backup's seal is taken right before the epoch commit and, if it held,
   the backup adopted right after it, before any other commit (``backup_seal``).
 - Recovery runs before the journal accepts a frame, and the new journal starts at the
-  recovered end LSN; nothing after a torn frame is replayed.
+  recovered end LSN; nothing after a torn frame is replayed, and a journal damaged
+  before intact frames is refused (``JournalDamagedError``) unless the config asks
+  for its repair (``tierfs fsck --repair``).
 - A full disk does not stop the open: the metadata releases the data dir's space
   reserve for the epoch commit (retried once); recovery only cuts and deletes.
 - Memory stays bounded: recovered tails go through the shared tail budget.
@@ -32,6 +34,7 @@ from tierfs.engine import backup_seal
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.epoch_guard import guard_epoch
 from tierfs.engine.journal import Journal
+from tierfs.engine.journal_repair import JournalRepair
 from tierfs.engine.metadata import MetadataStore
 from tierfs.engine.metadata_backup import AdoptedBackup
 from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, take_ownership
@@ -126,6 +129,7 @@ def open_data_dir(
             tail_budget,
             config.max_append_bytes + 64,
             now_s=now_s,
+            repair=JournalRepair(data_dir) if config.repair_journal else None,
         )
     except BaseException:
         rows.close()
@@ -152,4 +156,7 @@ def open_data_dir(
         data_dir, epoch, table.segment_count, report.frames_replayed,
         report.bytes_replayed, report.torn_bytes_cut,
     )
+    if report.damaged_stretches_moved or report.frames_moved:
+        log.error("journal repair: %d damaged stretches and %d intact frames that could not follow them "
+                  "moved to %s", report.damaged_stretches_moved, report.frames_moved, data_dir / "lost+found")
     return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim, replayed, rows, adopted_backup)
