@@ -39,6 +39,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "truncated": errno.ENODATA,  # retention deleted these bytes from the head
     "already_running": errno.EBUSY,
     "already_committed": errno.EALREADY,
+    "already_appended": errno.EALREADY,
     "corrupt": errno.EIO,
     "backlog_full": errno.ENOSPC,  # the unflushed backlog is at its bound
     "no_space": errno.ENOSPC,  # the journal disk is full

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tierfs.contracts.errors import BacklogFullError, SegmentSealedError
+from tierfs.contracts.writers import WriterSeq
 from tierfs.remote.client import TierClient
 from tierfs.spark import appends
 from tierfs.spark.appends import PipelinedAppends, task_client
@@ -38,17 +39,17 @@ class CountingClient(TierClient):
         self.release = threading.Event()
 
     def append(self, name: str, data: object, expected_offset: int | None = None, *,
-               length: int | None = None) -> int:
+               length: int | None = None, writer: WriterSeq | None = None) -> int:
         self.api_appends += 1  # the HTTP API: only where the daemon has no append socket
-        return super().append(name, data, expected_offset, length=length)  # type: ignore[arg-type]
+        return super().append(name, data, expected_offset, length=length, writer=writer)  # type: ignore[arg-type]
 
-    def append_on_socket(self, name: str, data: bytes) -> int:
+    def append_on_socket(self, name: str, data: bytes, writer: WriterSeq | None = None) -> int:
         self.appends_sent += 1
         if self.appends_sent == self.hold_at:
             self.holding.set()
             assert self.release.wait(30)
         try:
-            return super().append_on_socket(name, data)
+            return super().append_on_socket(name, data, writer)
         except BacklogFullError:
             self.refusals += 1
             raise

@@ -172,7 +172,7 @@ def test_an_append_refused_for_a_full_backlog_is_sent_again(monkeypatch: pytest.
             self.refusals = refusals
             self.appended: list[bytes] = []
 
-        def append_on_socket(self, name: str, data: bytes) -> int:
+        def append_on_socket(self, name: str, data: bytes, writer: object = None) -> int:
             if self.refusals:
                 self.refusals -= 1
                 raise BacklogFullError(2 << 30, 1 << 30)
@@ -211,7 +211,7 @@ def test_pipelined_appends_keep_their_order_and_stop_at_the_first_failure() -> N
         def close_append_connection(self) -> None:
             """None to close: this client has no connection."""
 
-        def append_on_socket(self, name: str, data: bytes) -> int:
+        def append_on_socket(self, name: str, data: bytes, writer: object = None) -> int:
             self.gate.wait()
             if len(self.appended) == self.fail_at:
                 raise OSError("daemon gone")

@@ -10,7 +10,8 @@ stdin (``tierfs tail``'s follow lives in ``tail`` and ``tail_source``).
   most ``max_append_bytes``), each one record; the first carries ``--expected-offset``.
   Empty stdin is one empty append, so the condition is still checked.
 - Through a daemon every append lands exactly once, even if an answer is lost and it is
-  retried (``RemoteStore.append``, ``remote.exactly_once``).
+  retried (``RemoteStore.append``, ``remote.exactly_once``): the command is one writer
+  (``contracts.writers``), each record one of its sequence numbers.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import trio
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import AppendTooLargeError
+from tierfs.contracts.writers import Writer
 
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
@@ -74,12 +76,13 @@ async def append_file(store: SegmentStoreAPI, name: str, path: str, expected_off
 async def append_stdin(store: SegmentStoreAPI, name: str, expected_offset: int | None) -> int:
     """Append stdin in records; the offset of the first."""
     piece_bytes = min(STDIN_PIECE_BYTES, await max_append_bytes(store))
+    writer = Writer()  # the command's records are one writer's, in order
     piece = sys.stdin.buffer.read(piece_bytes)
-    first = await store.append(name, piece, expected_offset=expected_offset)
+    first = await store.append(name, piece, expected_offset=expected_offset, writer=writer.next())
     while piece:
         piece = sys.stdin.buffer.read(piece_bytes)
         if piece:
-            await store.append(name, piece)
+            await store.append(name, piece, writer=writer.next())
     return first
 
 

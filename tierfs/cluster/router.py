@@ -53,6 +53,7 @@ from tierfs.contracts.errors import (
 from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
+from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.client import TierClient
 from tierfs.remote.direct_read import DirectChunkReader, read_directly
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
@@ -217,13 +218,16 @@ class ClusterStore:
         """The mount's create: a cluster's metadata (PostgreSQL) is durable at commit."""
         return await self.create(name)
 
-    async def append(self, name: str, data: bytes, *, expected_offset: int | None = None) -> int:
+    async def append(self, name: str, data: bytes, *, expected_offset: int | None = None,
+                     writer: WriterSeq | None = None) -> int:
         """Lands once, even when an owner stops answering after the append was sent: the
-        append is then resolved at the offset it may have landed at, on whichever daemon
-        owns the container next (``remote.exactly_once``): found there, it landed; not
-        found, it never will (a fenced owner commits nothing), and it is sent again."""
+        append keeps its writer identity (the caller's, else a fresh one) on every
+        attempt, on whichever daemon owns the container next, and an owner that holds
+        it answers with its offset (``engine.writer_marks``); one that does not appends
+        it (a fenced owner commits nothing, so what it held is not in the segment)."""
         container = container_of(names.canonical(name), self.host.count)
         deadline_s = time.monotonic() + self._wait_s
+        identity = writer if writer is not None else Writer().next()
         offset, unsure = expected_offset, False
         conditional = expected_offset is not None
         while True:
@@ -232,10 +236,8 @@ class ClusterStore:
                 if isinstance(store, RemoteStore):
                     return await trio.to_thread.run_sync(functools.partial(
                         append_exactly_once, store.client, name, BytesPayload(data), offset,
-                        conditional=conditional, maybe_landed=unsure, budget_s=0.0))
-                if unsure and offset is not None:
-                    return await _resolve_here(store, name, data, offset, conditional)
-                return await store.append(name, data, expected_offset=expected_offset)
+                        conditional=conditional, writer=identity, maybe_landed=unsure, budget_s=0.0))
+                return await store.append(name, data, expected_offset=expected_offset, writer=identity)
             except ResponseLostError as lost:
                 if forwarded_request.get() is not None or time.monotonic() > deadline_s:
                     raise
@@ -363,12 +365,3 @@ class ClusterStore:
     def statistics(self) -> StoreStatistics:
         return summed_statistics([store.statistics() for store in self.host.stores.values()])
 
-
-async def _resolve_here(store: SegmentStoreAPI, name: str, data: bytes, offset: int, conditional: bool) -> int:
-    """An append that may have landed at ``offset`` under an earlier owner, resolved on
-    this daemon, the owner now: there, it landed; else it is appended (again) once."""
-    info = await store.stat(name)
-    if isinstance(info, SegmentInfo) and info.appended_length >= offset + len(data):
-        if await store.read(name, offset, len(data), unconfirmed=True) == data:
-            return offset
-    return await store.append(name, data, expected_offset=offset if conditional else None)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
+from tierfs.contracts.writers import WriterSeq
 
 
 class SegmentReaderAPI(Protocol):
@@ -39,9 +40,12 @@ class SegmentStoreAPI(Protocol):
         """Create an empty segment ('pd', 'vd' or 'tier2'; default: the store's)."""
         ...
 
-    async def append(self, name: str, data: bytes, *, expected_offset: int | None = None) -> int:
+    async def append(self, name: str, data: bytes, *, expected_offset: int | None = None,
+                     writer: WriterSeq | None = None) -> int:
         """Append ``data`` as one atomic record; returns its offset. With
-        ``expected_offset``, only if the appended length is that (else BadOffsetError)."""
+        ``expected_offset``, only if the appended length is that (else BadOffsetError).
+        With ``writer``: an append sent again is answered with its offset, not made
+        twice (``contracts.writers``)."""
         ...
 
     async def read(

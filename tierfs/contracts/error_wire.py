@@ -38,5 +38,5 @@ def error_details(error: TierFSError) -> dict[str, object]:
     """The facts an error carries, JSON-ready (no message, no traceback)."""
     facts = ("name", "expected", "actual", "offset", "length", "backlog_bytes", "limit_bytes", "pid",
              "epoch", "new_epoch", "new_owner", "owner_id", "host", "data_dir", "claimed_at",
-             "database", "reason", "container", "operation", "first", "second")
+             "database", "reason", "container", "operation", "first", "second", "writer_seq")
     return {key: getattr(error, key) for key in facts if isinstance(getattr(error, key, None), (str, int))}

@@ -201,6 +201,20 @@ class AlreadyCommittedError(TierFSError):
         self.name = name
 
 
+class AlreadyAppendedError(TierFSError):
+    """An append sent again with a writer sequence number older than that writer's last
+    append to the segment: it landed earlier (a writer's appends land in order), where
+    is no longer known; nothing was changed."""
+
+    code = "already_appended"
+
+    def __init__(self, name: str, writer: str, writer_seq: int, last_seq: int) -> None:
+        super().__init__(f"{name!r}: append {writer_seq} of writer {writer} landed before its "
+                         f"append {last_seq}; not appended again")
+        self.name = name
+        self.writer_seq = writer_seq
+
+
 class DataCorruptionError(TierFSError, OSError):
     """Stored bytes failed their CRC32C check; no data was returned."""
 

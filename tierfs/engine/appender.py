@@ -10,8 +10,14 @@ VD only for the write(2). ``on_durable`` (the journal's callback) advances each
 segment's durable length, wakes tail readers and growth listeners, and wakes the
 storage writer when a segment has ``flush_bytes`` pending.
 
+An append with a writer identity (``WriterSeq``) that the segment already holds (its
+``writer_marks``) is not appended again: it is answered with its offset once the
+acknowledgement rule holds for it, as the first attempt would have been.
+
 Invariants:
 - Appends to one segment get offsets in call order and never interleave.
+- An identified append lands at most once: its mark is made in the same step as its
+  frame, before anything can await.
 - A segment's durable length advances only to the end of an append whose frame is
   covered by a completed fdatasync (LAC): readers never see bytes a crash can take away.
 - A refused append changes nothing.
@@ -26,12 +32,14 @@ import trio
 
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import (
+    AlreadyAppendedError,
     AppendTooLargeError,
     BadOffsetError,
     InvalidArgumentError,
     SegmentNotFoundError,
     SegmentSealedError,
 )
+from tierfs.contracts.writers import WriterSeq
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.growth import GrowthNotifier
 from tierfs.engine.journal import Journal
@@ -74,11 +82,12 @@ class Appender:
         self._monotonic_s = trio.lowlevel.current_clock().current_time
 
     async def append(
-        self, seg: SegmentState, data: bytes | bytearray | memoryview, expected_offset: int | None
+        self, seg: SegmentState, data: bytes | bytearray | memoryview, expected_offset: int | None,
+        writer: WriterSeq | None = None,
     ) -> int:
         """Append ``data`` to ``seg`` as one atomic record; returns its offset."""
-        journal, writer = self._journal, self._writer
-        assert journal is not None and writer is not None
+        journal, storage_writer = self._journal, self._writer
+        assert journal is not None and storage_writer is not None
         if type(data) is bytes:  # the usual case: no copy, no further check
             payload = data
         elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -96,6 +105,13 @@ class Appender:
             await seg.merge_done.wait()  # a concat into this segment is committing
         if seg.deleted:
             raise SegmentNotFoundError(seg.name)
+        if writer is not None:
+            mark = seg.writer_marks.find(writer.writer, writer.seq)
+            if mark is not None:
+                return await self._landed(seg, writer, mark.offset, mark.length, mark.end_lsn, size)
+            last = seg.writer_marks.last_seq(writer.writer)
+            if last is not None and writer.seq < last:
+                raise AlreadyAppendedError(seg.name, writer.writer_hex, writer.seq, last)
         if seg.sealed:
             raise SegmentSealedError(seg.name)
         offset = seg.appended_length
@@ -104,9 +120,14 @@ class Appender:
         if size == 0:
             await trio.lowlevel.checkpoint()
             return offset
-        writer.check_backlog(size)
+        storage_writer.check_backlog(size)
         wall_ns = time_ns()  # the segment's mtime once durable (kept in the frame)
-        frame_lsn, end_lsn = journal.add_append(seg.segment_id, offset, payload, wall_ns)
+        if writer is None:
+            frame_lsn, end_lsn = journal.add_append(seg.segment_id, offset, payload, wall_ns)
+        else:
+            frame_lsn, end_lsn = journal.add_append(seg.segment_id, offset, payload, wall_ns,
+                                                    writer.writer, writer.seq)
+            seg.writer_marks.record(writer.writer, writer.seq, offset, size, end_lsn)
         end = offset + size
         seg.appended_length = end
         now_s = self._monotonic_s()
@@ -114,14 +135,14 @@ class Appender:
         entry = TailEntry(offset, size, frame_lsn, 0, end_lsn, now_s, payload, wall_ns)
         seg.tail.add(entry)
         self._tail_budget.hold(entry)
-        writer.appended(seg, size)
+        storage_writer.appended(seg, size)
         self.appends += 1
         self.appended_bytes += size
         self._awaiting_durable.append((end_lsn, seg, end))
         if seg.is_pd:
             await journal.wait_durable(end_lsn)
             if seg.waits_for_tier2:
-                await writer.wait_flushed(seg, end)
+                await storage_writer.wait_flushed(seg, end)
             return offset
         journal.write_queued()
         if self._tail_budget.over:
@@ -132,6 +153,24 @@ class Appender:
             await trio.lowlevel.checkpoint()
         else:
             await checkpoint_if_cancelled()
+        return offset
+
+    async def _landed(self, seg: SegmentState, writer: WriterSeq, offset: int, length: int, end_lsn: int,
+                      size: int) -> int:
+        """An identified append the segment holds already: its offset, once it is
+        acknowledged by the rule of the segment's durability level."""
+        journal, storage_writer = self._journal, self._writer
+        assert journal is not None and storage_writer is not None
+        if length != size:
+            raise InvalidArgumentError(f"{writer} already appended {length} bytes to {seg.name!r} at {offset}, "
+                                       f"not {size}: a writer sequence number names one append")
+        if seg.is_pd:
+            if end_lsn:
+                await journal.wait_durable(end_lsn)
+            if seg.waits_for_tier2:
+                await storage_writer.wait_flushed(seg, offset + length)
+        else:
+            await trio.lowlevel.checkpoint()
         return offset
 
     def on_durable(self, lsn: int) -> None:

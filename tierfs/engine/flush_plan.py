@@ -21,6 +21,7 @@ Invariants:
   them), and the segment record moves ``flushed_length`` (and, for a new chunk,
   ``next_chunk_seq`` and ``chunk_count``) in the same commit.
 - mtime moves with the append that holds the last flushed byte, never with the flush.
+- The record keeps the writer marks of the appends it commits (``writer_marks``).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class FlushPiece:
         one per segment it flushes)."""
         record = self.seg.record
         modified_ns, changed_ns = flushed_times(self.seg, self.end)
+        marks = self.seg.marks  # None: no identified append since the record was loaded
+        if marks is not None:
+            record = marks.persisted(record, self.end)
         if self.new_seq is None:
             return dataclasses.replace(
                 record, flushed_length=self.end, modified_ns=modified_ns, changed_ns=changed_ns

@@ -84,6 +84,11 @@ class SegmentMeta:
     owner_set: bool = False
     uid: int = 0
     gid: int = 0
+    # the last flushed append of recent writers (``writer_marks``): parallel tuples
+    append_writers: tuple[int, ...] = ()
+    append_writer_seqs: tuple[int, ...] = ()
+    append_writer_offsets: tuple[int, ...] = ()
+    append_writer_lengths: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -101,6 +101,12 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("owner_set", "bool", False),  # uid/gid below were set (else: the daemon's)
         ("uid", "uint32", False),
         ("gid", "uint32", False),
+        # exactly-once appends (writer_marks.py): parallel lists, the last flushed
+        # append of each of the most recent writers (a lost one only weakens retries)
+        ("append_writers", "uint64", True),
+        ("append_writer_seqs", "uint64", True),
+        ("append_writer_offsets", "uint64", True),
+        ("append_writer_lengths", "uint64", True),
     ],
     "ChunkRecord": [
         ("version", "uint32", False),

@@ -170,6 +170,9 @@ def _replay(
     if seg is None:
         seg = segment_by_id(frame.segment_id)
     frame_end = frame.offset + len(frame.data)
+    if seg is not None and frame.writer and frame.offset <= seg.appended_length:
+        # the append is in the segment: a retry of it must be found after the restart too
+        seg.writer_marks.record(frame.writer, frame.writer_seq, frame.offset, len(frame.data), 0)
     if seg is None or frame_end <= seg.appended_length:
         return 0, 1, 0, 0  # deleted segment, flushed bytes, or a duplicate
     if frame.offset > seg.appended_length:

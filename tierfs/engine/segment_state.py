@@ -18,6 +18,7 @@ import trio
 from tierfs.engine.metadata import SegmentRow
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.engine.tail import Tail
+from tierfs.engine.writer_marks import WriterMarks
 
 
 @dataclasses.dataclass(eq=False)
@@ -50,6 +51,8 @@ class SegmentState:
     _sealed_record: bool = False
     # the row's id, read several times an append (a plain attribute: a property costs a call)
     segment_id: int = dataclasses.field(init=False, default=0)
+    # exactly-once marks of identified appends, made from the record when first needed
+    marks: WriterMarks | None = dataclasses.field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.row = self._row
@@ -103,6 +106,12 @@ class SegmentState:
             if append_ns:
                 return append_ns, max(record.changed_ns, append_ns)
         return record.modified_ns, record.changed_ns or record.modified_ns
+
+    @property
+    def writer_marks(self) -> WriterMarks:
+        if self.marks is None:
+            self.marks = WriterMarks.from_record(self.row.record)
+        return self.marks
 
     def rename(self, name: str) -> None:
         """The segment is now called ``name`` (a committed rename)."""

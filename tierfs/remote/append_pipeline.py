@@ -12,11 +12,13 @@ Invariants:
   refused because another writer took its offset (``BadOffsetError``) is sent again at
   the segment's new end, and so is every one sent after it (none of them ran).
   Conditional writers (``pipe_file``, ``cp_file``) get the ``BadOffsetError``.
-- Exactly once: when the connection breaks with answers unread, those appends may or
-  may not have landed (up to the first that failed). They are resolved one by one, in
-  order, by ``exactly_once.append_exactly_once`` with ``maybe_landed`` (resent at the
-  same offset, or found there); an append that did not land at its offset means none
-  after it did, and they go to the new end. Then pipelining goes on.
+- Exactly once: every append carries this pipeline's writer id and its own sequence
+  number. When the connection breaks with answers unread, those appends may or may not
+  have landed (up to the first that failed). They are resolved one by one, in order, by
+  ``exactly_once.append_exactly_once`` with the same identity (the daemon answers one
+  it holds with its offset, and appends one it does not); an append that did not land
+  at its offset means none after it did, and they go to the new end. Then pipelining
+  goes on.
 - Bounded: at most ``depth`` appends are in flight (sent, answer unread) and each
   payload is held until its answer came; the caller's next payload waits meanwhile.
 - Errors are the daemon's, raised by the ``submit`` or ``wait`` that reads them (one
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 
 from tierfs.contracts.errors import BadOffsetError, ResponseLostError
 from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.append_connection import AnswerLost, AppendConnection
 from tierfs.remote.client import TierClient
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
@@ -52,6 +55,7 @@ Payload = bytes | bytearray | memoryview
 class _Append:
     data: Payload
     length: int
+    writer: WriterSeq  # its identity, the same on every attempt
     offset: int | None = None  # where it is (to be) sent; None: at the end of the one before
     maybe_landed: bool = False  # sent on a connection that broke before its answer
 
@@ -73,11 +77,12 @@ class AppendPipeline:
         self._queued: deque[_Append] = deque()  # to send, in order (after a failure: again)
         self._in_flight: deque[_Append] = deque()  # sent on the connection, answers unread
         self._connection: AppendConnection | None = None
+        self._writer = Writer()  # this pipeline's appends are one writer's, in order
 
     def submit(self, data: Payload) -> None:
         """Send ``data`` as one append, after every one submitted before; returns
         without waiting for its answer."""
-        self._queued.append(_Append(data, memoryview(data).nbytes))
+        self._queued.append(_Append(data, memoryview(data).nbytes, self._writer.next()))
         self._advance(drain=False)
 
     def wait(self) -> int | None:
@@ -125,7 +130,8 @@ class AppendPipeline:
         if item.offset is None:
             item.offset = self._known_end()
         try:
-            connection.send(f"{self._target}?expected_offset={item.offset}", item.data)
+            connection.send(f"{self._target}?expected_offset={item.offset}&writer={item.writer.writer_hex}"
+                            f"&writer_seq={item.writer.seq}", item.data)
         except AnswerLost:
             item.offset = None  # not sent whole, so never executed: it follows the others
             self._connection_lost()
@@ -186,7 +192,7 @@ class AppendPipeline:
         try:
             offset = append_exactly_once(
                 self._client, self._name, BytesPayload(bytes(item.data)), expected,
-                conditional=self._conditional, maybe_landed=item.maybe_landed,
+                conditional=self._conditional, writer=item.writer, maybe_landed=item.maybe_landed,
             )
         except ResponseLostError as lost:  # retried for its whole budget: maybe landed there
             item.offset, item.maybe_landed = lost.offset, True

@@ -50,6 +50,7 @@ from tierfs.contracts.errors import (
 )
 from tierfs.contracts.info import Info, SegmentInfo, info_from_json
 from tierfs.contracts.operations import FORWARDED_HEADER, Operation
+from tierfs.contracts.writers import WriterSeq
 from tierfs.remote.append_connection import AnswerLost, AppendConnection
 from tierfs.remote.connect_retry import OVERLOAD_RETRY_S, ConnectBackoff, refused_by_live_daemon
 from tierfs.remote.follow_reader import FollowStream, StreamCut, open_follow
@@ -229,16 +230,18 @@ class TierClient:
 
     # --------------------------------------------------------------- data
     def append(self, name: str, data: bytes | Iterable[bytes], expected_offset: int | None = None,
-               *, length: int | None = None) -> int:
+               *, length: int | None = None, writer: WriterSeq | None = None) -> int:
         """One append request: ``data`` is bytes, or pieces streamed as the body
         (``length`` bytes in all). No retry: ``exactly_once`` retries safely."""
         params = {} if expected_offset is None else {"expected_offset": str(expected_offset)}
+        if writer is not None:
+            params.update(writer.query())
         headers = {} if length is None else {"Content-Length": str(length)}
         response = self._request("POST", f"/v1/segments/{self._path(name)}", content=data,
                                  params=params, headers=headers)
         return int(response.json()["offset"])
 
-    def append_on_socket(self, name: str, data: bytes) -> int:
+    def append_on_socket(self, name: str, data: bytes, writer: WriterSeq | None = None) -> int:
         """One append, as ``append``, over the daemon's append socket when it serves one
         (no HTTP framework on either side: a fraction of the daemon's CPU per byte),
         else through the API. One connection per calling thread, kept for its next
@@ -247,14 +250,15 @@ class TierClient:
         connection; the next call opens another)."""
         path = self.append_socket()
         if path is None:
-            return self.append(name, data)
+            return self.append(name, data, writer=writer)
         connection: AppendConnection | None = getattr(self._append_connections, "connection", None)
         if connection is None or not connection.reusable():
             if connection is not None:
                 connection.close()
             connection = self._append_connections.connection = self.connect_appends(path)
         try:
-            connection.send(f"/v1/segments/{self._path(name)}", data)
+            query = "" if writer is None else f"?writer={writer.writer_hex}&writer_seq={writer.seq}"
+            connection.send(f"/v1/segments/{self._path(name)}{query}", data)
             status, body = connection.answer()
         except AnswerLost as e:
             connection.close()

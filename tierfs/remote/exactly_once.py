@@ -2,27 +2,28 @@
 
 A request whose connection breaks after it was sent (``ResponseLostError``) may or may
 not have been committed; resending it blindly could land the bytes twice. So every
-append sent here is conditional on an offset (``expected_offset``: the daemon refuses
-it with ``BadOffsetError`` anywhere else), and after a lost answer:
+append sent here carries a writer identity (``contracts.writers.WriterSeq``: the
+caller's, else a fresh one), and after a lost answer the same append is sent again with
+the same identity: the daemon that holds it answers with the offset it landed at
+(``engine.writer_marks``), one that does not appends it. Bytes are never compared: two
+writers appending identical bytes are two appends.
 
-1. wait ``RETRY_PAUSE_S`` and send the same append at the same offset again;
-2. if it is refused because the segment already extends past that offset, read the
-   bytes at the offset back: when they equal the payload, the lost attempt landed, and
-   the append succeeded there (once); otherwise another writer took the offset, so the
-   lost attempt can never land (it was conditional on that offset).
+Every attempt is also conditional on an offset (``expected_offset``: the daemon refuses
+it with ``BadOffsetError`` anywhere else), so an unconditional writer's append moves to
+the segment's new end when another writer's append took its offset (it was refused, so
+nothing was written).
 
 Invariants:
-- A payload is written at most once, at one offset: no attempt is ever unconditional.
+- A payload is written at most once: its identity names it on every attempt.
 - A caller's ``expected_offset`` is kept (``conditional``): a writer that finds the
   offset taken by someone else gets ``BadOffsetError``. Without one, the segment's end
-  is learnt with a stat, and a concurrent writer's append moves the attempt to the new
-  end (it was refused, so nothing was written).
+  is learnt with a stat.
 - Only lost answers are retried, for at most ``RETRY_BUDGET_S``; a daemon that cannot
   be reached before anything was sent is ``DaemonUnavailableError`` at once.
-- Memory stays bounded: payloads stream and are compared in ``COMPARE_PIECE_BYTES``.
-
-Known limit: a concurrent writer that appends byte-identical data at exactly the
-offset of a lost attempt is taken for that attempt.
+- An ``AlreadyAppendedError`` answer (the daemon holds a newer append of the same
+  writer, so this one landed before it) counts as landed at the attempt's offset: a
+  writer's appends are sent in order, each at the end of the one before.
+- Memory stays bounded: file payloads stream in ``FILE_PIECE_BYTES``.
 """
 
 from __future__ import annotations
@@ -32,13 +33,18 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
-from tierfs.contracts.errors import BadOffsetError, DaemonUnavailableError, ResponseLostError
+from tierfs.contracts.errors import (
+    AlreadyAppendedError,
+    BadOffsetError,
+    DaemonUnavailableError,
+    ResponseLostError,
+)
 from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.client import TierClient
 
 RETRY_BUDGET_S = 15.0  # long enough for a daemon restart after a crash
 RETRY_PAUSE_S = 0.2
-COMPARE_PIECE_BYTES = 4 << 20  # read back and compare this much at a time
 FILE_PIECE_BYTES = 1 << 20  # a file payload is streamed in pieces of this size
 
 
@@ -77,26 +83,10 @@ class FilePayload:
                 yield piece
 
 
-def _send(client: TierClient, name: str, payload: Payload, offset: int) -> int:
+def _send(client: TierClient, name: str, payload: Payload, offset: int, writer: WriterSeq) -> int:
     if isinstance(payload, BytesPayload):
-        return client.append(name, payload.data, offset)
-    return client.append(name, payload.pieces(), offset, length=payload.length)
-
-
-def landed_at(client: TierClient, name: str, payload: Payload, offset: int) -> bool:
-    """True when the segment holds exactly ``payload`` at ``offset`` (appended bytes)."""
-    info = client.stat(name)
-    if not isinstance(info, SegmentInfo) or info.appended_length < offset + payload.length:
-        return False
-    position = offset
-    for piece in payload.pieces():
-        view = memoryview(piece)
-        for start in range(0, len(view), COMPARE_PIECE_BYTES):
-            part = view[start:start + COMPARE_PIECE_BYTES]
-            if client.read(name, position, position + len(part), unconfirmed=True) != part:
-                return False
-            position += len(part)
-    return True
+        return client.append(name, payload.data, offset, writer=writer)
+    return client.append(name, payload.pieces(), offset, length=payload.length, writer=writer)
 
 
 def append_exactly_once(
@@ -106,32 +96,34 @@ def append_exactly_once(
     expected_offset: int | None = None,
     *,
     conditional: bool,
+    writer: WriterSeq | None = None,
     maybe_landed: bool = False,
     budget_s: float = RETRY_BUDGET_S,
 ) -> int:
     """Append ``payload`` once; its offset. ``conditional``: only at ``expected_offset``
     (which must then be given); otherwise at the end, starting from ``expected_offset``
-    as a hint when given (a stat when not). ``maybe_landed``: an earlier call failed
-    with ``ResponseLostError`` whose ``offset`` is ``expected_offset`` (a caller
-    resending a buffer after giving up once, as fsspec's ``close`` does).
+    as a hint when given (a stat when not). ``writer``: the append's identity (a
+    caller resending an append after giving up once passes the same one, with
+    ``maybe_landed``); a fresh one when None.
 
     When the budget runs out after a lost answer, ``ResponseLostError`` is raised with
     ``offset`` set to where the payload may have landed."""
+    identity = writer if writer is not None else Writer().next()
     offset = expected_offset
     if offset is None:
         info = client.stat(name)
         offset = info.appended_length if isinstance(info, SegmentInfo) else 0
     deadline = time.monotonic() + budget_s
-    unsure = maybe_landed  # an earlier attempt at ``offset`` may have landed
+    unsure = maybe_landed  # an earlier attempt may have landed: the daemon may be restarting
     while True:
         try:
-            return _send(client, name, payload, offset)
+            return _send(client, name, payload, offset, identity)
+        except AlreadyAppendedError:
+            return offset
         except BadOffsetError as refused:
-            if unsure and landed_at(client, name, payload, offset):
-                return offset
             if conditional:
                 raise
-            offset, unsure = refused.actual, False
+            offset = refused.actual
         except DaemonUnavailableError as failed:
             unsure = unsure or isinstance(failed, ResponseLostError)
             if not unsure:

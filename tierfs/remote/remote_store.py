@@ -25,6 +25,7 @@ from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.operations import Operation
+from tierfs.contracts.writers import WriterSeq
 from tierfs.remote.client import TierClient
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 
@@ -59,11 +60,12 @@ class RemoteStore:
     async def create(self, name: str, *, durability: str | None = None, make_parents: bool = False) -> SegmentInfo:
         return await self._call(lambda: self.client.create(name, durability, make_parents))
 
-    async def append(self, name: str, data: bytes, *, expected_offset: int | None = None) -> int:
+    async def append(self, name: str, data: bytes, *, expected_offset: int | None = None,
+                     writer: WriterSeq | None = None) -> int:
         """Lands once even if an answer is lost and the append is retried (``exactly_once``)."""
         payload = BytesPayload(data)
         return await self._call(lambda: append_exactly_once(
-            self.client, name, payload, expected_offset, conditional=expected_offset is not None))
+            self.client, name, payload, expected_offset, conditional=expected_offset is not None, writer=writer))
 
     async def read(self, name: str, offset: int = 0, length: int | None = None, *, unconfirmed: bool = False) -> bytes:
         check_read_window(offset, length)

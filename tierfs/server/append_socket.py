@@ -1,5 +1,6 @@
 """The append socket, ``<data_dir>/tierfs-append.sock``: a lean HTTP/1.1 server of
-appends (``POST /v1/segments/{path}?expected_offset=N``, a ``Content-Length`` body), for
+appends (``POST /v1/segments/{path}?expected_offset=N&writer=W&writer_seq=S``, a
+``Content-Length`` body), for
 writers that send large appends back to back (the fsspec plugin's files).
 
 Why: through hypercorn and Starlette an 8 MiB body arrives in 64 KiB pieces, each
@@ -49,7 +50,8 @@ import h11
 import trio
 
 from tierfs.contracts.error_wire import error_details
-from tierfs.contracts.errors import AppendTooLargeError, TierFSError
+from tierfs.contracts.errors import AppendTooLargeError, InvalidArgumentError, TierFSError
+from tierfs.contracts.writers import WriterSeq
 from tierfs.server.statuses import error_response
 from tierfs.server.unix_listener import serve_unix_socket
 from tierfs.store.served import ServedStore
@@ -87,6 +89,7 @@ class AppendRequest:
     length: int
     keep_alive: bool
     expect_continue: bool
+    writer: WriterSeq | None = None
 
 
 class Refusal(Exception):
@@ -230,7 +233,7 @@ class AppendConnection:
         name = unquote(target[len(SEGMENTS_PATH):].decode("ascii", errors="replace"))
         keep_alive = event.http_version == b"1.1" and headers.get(b"connection", b"").lower() != b"close"
         return AppendRequest(name, _expected_offset(query), length, keep_alive,
-                             headers.get(b"expect", b"").lower() == b"100-continue")
+                             headers.get(b"expect", b"").lower() == b"100-continue", _writer(query))
 
     async def _receive_body(self, length: int) -> bytes:
         """The body, whole, as ``bytes`` (received into the connection's buffer)."""
@@ -275,7 +278,8 @@ class _Append:
         request, body = self._request, self._body
         try:
             try:
-                offset = await self._store.append(request.name, body, expected_offset=request.expected_offset)
+                offset = await self._store.append(request.name, body, expected_offset=request.expected_offset,
+                                                  writer=request.writer)
                 document = json.dumps({"offset": offset, "length": len(body)}, separators=(",", ":"))
                 answer = _answer(200, document.encode(), keep_alive=request.keep_alive)
                 succeeded = True
@@ -312,6 +316,15 @@ def _expected_offset(query: bytes) -> int | None:
     if value < 0:
         raise Refusal(400, "invalid_argument", "query parameter expected_offset must be >= 0")
     return value
+
+
+def _writer(query: bytes) -> WriterSeq | None:
+    """The append's writer identity from the query string, checked as the API checks it."""
+    values = parse_qs(query.decode("ascii", errors="replace"), keep_blank_values=True)
+    try:
+        return WriterSeq.parse(values.get("writer", [None])[-1], values.get("writer_seq", [None])[-1])
+    except InvalidArgumentError as e:
+        raise Refusal(400, e.code, str(e)) from None
 
 
 def _answer(status: int, body: bytes, *, keep_alive: bool,

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from tierfs.contracts.errors import AppendTooLargeError
 from tierfs.contracts.info import info_json
+from tierfs.contracts.writers import WriterSeq
 from tierfs.server.query import flag, query_int
 from tierfs.store.served import ServedStore
 
@@ -59,6 +60,7 @@ class SegmentRoutes:
         offset = await self._store.append(
             request.path_params["path"], bytes(body),
             expected_offset=query_int(request, "expected_offset"),
+            writer=WriterSeq.parse(request.query_params.get("writer"), request.query_params.get("writer_seq")),
         )
         return JSONResponse({"offset": offset, "length": len(body)})
 

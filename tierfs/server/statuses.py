@@ -41,6 +41,7 @@ STATUS_BY_CODE = {
     "truncated": 410,
     "already_running": 409,
     "already_committed": 409,
+    "already_appended": 409,
     "corrupt": 500,
     "journal_corrupt": 500,
     "internal": 500,

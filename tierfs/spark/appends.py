@@ -29,6 +29,7 @@ import threading
 import time
 
 from tierfs.contracts.errors import BacklogFullError
+from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.client import TierClient
 
 APPENDS_WAITING = 2  # besides the one in flight: ~3 MiB per task with 1 MiB appends
@@ -61,14 +62,14 @@ class _Stopped(Exception):
 
 
 def append_when_there_is_room(client: TierClient, name: str, data: bytes,
-                              stopping: threading.Event | None = None) -> None:
+                              stopping: threading.Event | None = None, writer: WriterSeq | None = None) -> None:
     """``client.append_on_socket`` (the append socket: far less of the daemon's CPU per
     byte than the HTTP API), sent again while the daemon refuses it for a full backlog
     (see ``BACKLOG_RETRY_*``); ``_Stopped`` if ``stopping`` is set during a pause."""
     delay_s, waited_s = BACKLOG_RETRY_INITIAL_S, 0.0
     while True:
         try:
-            client.append_on_socket(name, data)
+            client.append_on_socket(name, data, writer)
             return
         except BacklogFullError:
             if waited_s >= BACKLOG_WAIT_S:
@@ -92,6 +93,7 @@ class PipelinedAppends:
         self._waiting: queue.Queue[bytes | None] = queue.Queue(maxsize=APPENDS_WAITING)
         self._error: BaseException | None = None
         self._stopping = threading.Event()
+        self._writer = Writer()  # the task's appends to this segment, in order
         self.created = False
         self.sent_bytes = 0
         self._thread = threading.Thread(target=self._run, name=f"tierfs-append {name}", daemon=True)
@@ -111,7 +113,7 @@ class PipelinedAppends:
                 if not self.created:
                     self._client.create(self._name, durability="vd", parents=True)
                     self.created = True
-                append_when_there_is_room(self._client, self._name, data, self._stopping)
+                append_when_there_is_room(self._client, self._name, data, self._stopping, self._writer.next())
                 self.sent_bytes += len(data)
             except _Stopped:
                 pass

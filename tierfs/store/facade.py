@@ -43,6 +43,7 @@ from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.gc_report import GcReport
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.policy import Policy
+from tierfs.contracts.writers import WriterSeq
 from tierfs.engine.appender import Appender
 from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.chunkstore import ChunkStorage
@@ -226,14 +227,16 @@ class SegmentStore:
 
     # ------------------------------------------------------------------ data
     async def append(
-        self, name: str, data: bytes | bytearray | memoryview, *, expected_offset: int | None = None
+        self, name: str, data: bytes | bytearray | memoryview, *, expected_offset: int | None = None,
+        writer: WriterSeq | None = None,
     ) -> int:
         """Append ``data`` as one atomic record; returns the offset it starts at.
 
         With ``expected_offset`` the append happens only if the segment's appended
-        length equals it (else ``BadOffsetError``, nothing written).
+        length equals it (else ``BadOffsetError``, nothing written). With ``writer`` an
+        append the segment holds already is answered with its offset, not made again.
         """
-        return await self._appender.append(self.table.segment(name), data, expected_offset)
+        return await self._appender.append(self.table.segment(name), data, expected_offset, writer)
 
     async def read(
         self, name: str, offset: int = 0, length: int | None = None, *, unconfirmed: bool = False
