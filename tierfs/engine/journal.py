@@ -156,11 +156,8 @@ class Journal:
 
     def add_append(self, segment_id: int, offset: int, data: bytes, wall_ns: int = 0,
                    writer: int = 0, writer_seq: int = 0) -> tuple[int, int]:
-        """Queue an append frame; return (LSN of the frame, LSN just past it). The frame
-        carries the durable LSN of this moment (``journal_format``: corruption before it
-        is then told from a torn tail) and the append's writer, if any.
-
-        Raises ``NoSpaceError`` (nothing queued) when the disk cannot hold the frame."""
+        """Queue an append frame (with the durable LSN of now: ``journal_format``); return
+        (LSN of the frame, LSN just past it), or raise ``NoSpaceError``, nothing queued."""
         seq, frame_lsn, end_lsn = self._place(FRAME_OVERHEAD + len(data))
         queued = self._queued
         queued.append(encode_append_header(seq, segment_id, offset, data, wall_ns, self.durable_lsn,
