@@ -159,10 +159,8 @@ class Journal:
         """Queue an append frame (with the durable LSN of now: ``journal_format``); return
         (LSN of the frame, LSN just past it), or raise ``NoSpaceError``, nothing queued."""
         seq, frame_lsn, end_lsn = self._place(FRAME_OVERHEAD + len(data))
-        queued = self._queued
-        queued.append(encode_append_header(seq, segment_id, offset, data, wall_ns, self.durable_lsn,
-                                           writer, writer_seq))
-        queued.append(data)
+        self._queued += (encode_append_header(seq, segment_id, offset, data, wall_ns, self.durable_lsn,
+                                              writer, writer_seq), data)
         return frame_lsn, end_lsn
 
     def add_create(self, segment_id: int, name: str, record: bytes) -> int:
