@@ -64,6 +64,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "cross_container": errno.EXDEV,  # mv copies across containers, as across file systems
     "container_unavailable": errno.EAGAIN,  # failover: no owner for the container yet
     "not_owner": errno.EAGAIN,
+    "lease_lapsed": errno.EAGAIN,  # the owner could not renew its lease in time: try again
 }
 
 P = ParamSpec("P")

@@ -60,10 +60,13 @@ class FakeLeaseTable:
     def _expired(self, lease: _Lease) -> bool:
         return lease.owner is not None and lease.expires_s < time.monotonic()
 
-    def expired(self) -> list[int]:
+    def expired(self, lease_s: float) -> list[int]:
         return [c for c, lease in self.leases.items() if self._expired(lease)]
 
-    def free_or_expired(self) -> list[int]:
+    def free(self, lease_s: float) -> list[int]:
+        return [c for c, lease in self.leases.items() if lease.owner is None]
+
+    def free_or_expired(self, lease_s: float) -> list[int]:
         return [c for c, lease in self.leases.items() if lease.owner is None or self._expired(lease)]
 
     def acquire(self, container: int, daemon_id: str, lease_s: float) -> int | None:
@@ -112,7 +115,7 @@ def slow_second_open(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     opened: list[str] = []
 
     @asynccontextmanager
-    async def open_store(config: StoreConfig) -> AsyncIterator[FakeStore]:
+    async def open_store(config: StoreConfig, lease: object = None) -> AsyncIterator[FakeStore]:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         if config.data_dir.name == "c001":
             await trio.sleep(SLOW_OPEN_S)

@@ -11,10 +11,20 @@ lowest first. A daemon that stops heartbeating (killed, host gone, paused) drops
 the live set after ``lease_s`` and its containers are taken as their leases expire.
 
 Invariants:
-- A container's store is open here only while this daemon holds its lease; a lease
-  that could not be renewed at its epoch (taken by another daemon), or not renewed
-  for ``lease_s`` (the database unreachable), removes the store from ``stores`` at
-  once, before it is closed. Its commits are refused by the epoch guard anyway.
+- Each held container's ``Lease`` (engine/tenure.py) is valid until the last renewal
+  that succeeded was sent plus ``lease_s`` minus a margin; its store acknowledges
+  nothing after that. The database expires the lease later than this host stops
+  counting on it, so no container ever has two owners that acknowledge.
+- A container moves away from a live owner only with what it acknowledged. An owner
+  whose renewals fail (the database is down, or unreachable from this host) keeps its
+  stores open, refusing appends, and renews them at the same epoch once the database
+  answers: the acknowledged bytes in its journal are flushed by it, not left behind.
+  Another daemon takes an expired container only if its owner is dead (no heartbeat
+  for ``lease_s``: ``LeaseTable.acquire`` checks it in the same statement), and only
+  after its own renewals have succeeded for ``lease_s`` and a tick: after an outage of
+  the database, every live owner has heartbeated again by then. A lease that could not
+  be renewed at its epoch (taken by another daemon) removes the store from ``stores``
+  at once, before it is closed; its commits are refused by the epoch guard anyway.
 - Renewals never wait for a container being opened or given back (an open replays a
   journal and claims tier-2: seconds on a loaded host): a daemon that is alive and
   reaches the database keeps its leases, so no other daemon takes a container its
@@ -53,6 +63,7 @@ from tierfs.cluster.leases import LeaseTable
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
 from tierfs.engine.growth_channel import GrowthAnnouncer
+from tierfs.engine.tenure import Lease
 from tierfs.store.facade import SegmentStore, open_store
 
 log = logging.getLogger(__name__)
@@ -73,6 +84,7 @@ def tick_s(lease_s: float) -> float:
 class HeldContainer:
     container: int
     epoch: int
+    lease: Lease
     release: trio.Event = dataclasses.field(default_factory=trio.Event)
     lost: bool = False  # taken by another daemon: close without giving the lease back
     closed: trio.Event = dataclasses.field(default_factory=trio.Event)
@@ -93,7 +105,7 @@ class ContainerHost:
         self.held: dict[int, HeldContainer] = {}
         self.lost_found: list[Path] = []
         self._limiter = trio.CapacityLimiter(1)  # one lease statement at a time
-        self._last_renewal_s = time.monotonic()
+        self._healthy_since_s: float | None = None  # renewals have all succeeded since (monotonic)
         self.changed = trio.Event()  # set (and replaced) whenever ``stores`` changes
         self._stopping = trio.Event()
         # told the name of a segment whose durable length grew: in a held container, or
@@ -140,23 +152,37 @@ class ContainerHost:
                 await self._stopping.wait()
 
     async def _renew(self) -> None:
+        sent_s = time.monotonic()  # a lease counts from before its renewal was sent
         try:
             await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token)
             held = {c: h.epoch for c, h in self.held.items() if not h.release.is_set()}
             renewed = await self.db_call(self._leases.renew, self.daemon_id, held, self._config.lease_s)
-            self._last_renewal_s = time.monotonic()
         except TierFSError as e:
-            log.warning("cannot renew container leases: %s", e)
-            if time.monotonic() - self._last_renewal_s > self._config.lease_s:
-                for container in list(self.held):
-                    self._drop(container, lost=True)  # others may own them by now
+            # Keep the stores: their leases lapse here first (nothing more is acknowledged),
+            # and they are renewed at the same epoch once the database answers again.
+            if self._healthy_since_s is not None:
+                log.warning("cannot renew container leases (appends are refused once they lapse, and go on "
+                            "when the database answers): %s", e)
+            self._healthy_since_s = None
             return
+        if self._healthy_since_s is None:
+            self._healthy_since_s = sent_s
+        for container in renewed:
+            held_container = self.held.get(container)
+            if held_container is not None and held_container.epoch == held[container]:
+                held_container.lease.renewed(sent_s)
         for container in set(held) - renewed:
             log.warning("lost container %s to another daemon", container_label(container))
             self._drop(container, lost=True)
 
+    def _may_judge_liveness(self) -> bool:
+        """Renewals have succeeded for a lease and a tick: every live daemon has had the
+        time to heartbeat, so one that has not is dead."""
+        since = self._healthy_since_s
+        return since is not None and time.monotonic() - since >= self._config.lease_s + tick_s(self._config.lease_s)
+
     async def _tick(self, nursery: trio.Nursery) -> None:
-        if time.monotonic() - self._last_renewal_s > self._config.lease_s:
+        if self._healthy_since_s is None:
             return  # the database is not answering renewals: taking more would not help
         try:
             await self._balance(nursery)
@@ -180,7 +206,8 @@ class ContainerHost:
         # availability first: an expired lease means nobody serves that container, so
         # any daemon takes it whatever its share; the share is restored later
         rescued = False
-        for container in await self.db_call(self._leases.expired):
+        judge = self._may_judge_liveness()
+        for container in await self.db_call(self._leases.expired, self._config.lease_s) if judge else []:
             if container not in self.held:
                 await self._take(nursery, container)
                 rescued = True
@@ -190,17 +217,21 @@ class ContainerHost:
                 log.info("giving container %s back (balance: %d daemons)", container_label(container), len(live))
                 self._drop(container, lost=False)
         if len(active) < target:
-            for container in await self.db_call(self._leases.free_or_expired):
+            takeable = self._leases.free_or_expired if judge else self._leases.free
+            for container in await self.db_call(takeable, self._config.lease_s):
                 if len([h for h in self.held.values() if not h.release.is_set()]) >= target:
                     break
                 if container not in self.held:
                     await self._take(nursery, container)
 
     async def _take(self, nursery: trio.Nursery, container: int) -> None:
+        sent_s = time.monotonic()
         epoch = await self.db_call(self._leases.acquire, container, self.daemon_id, self._config.lease_s)
         if epoch is None:
             return
-        held = HeldContainer(container, epoch)
+        lease = Lease(container, self._config.lease_s)
+        lease.renewed(sent_s)
+        held = HeldContainer(container, epoch, lease)
         self.held[container] = held
         try:
             store = await nursery.start(self._serve_container, held)
@@ -248,7 +279,7 @@ class ContainerHost:
         await trio.to_thread.run_sync(self._prepare_data_dir, config.data_dir, held.container, held.epoch)
         clean = False
         try:
-            async with open_store(config) as store:
+            async with open_store(config, lease=held.lease) as store:
                 record = config.data_dir / LEASE_RECORD
                 record.write_text(json.dumps({"epoch": held.epoch, "daemon": self.daemon_id}))
                 store.growth_listeners.append(functools.partial(self._relay_growth, store))

@@ -9,9 +9,12 @@ Invariants:
 - Every time is PostgreSQL's ``now()``, never a host's clock: hosts may disagree on
   the time, the database decides when a lease expired.
 - A container changes owner only by ``acquire``, which raises its epoch in the same
-  statement and succeeds only if the lease is free, expired, or already this daemon's;
-  so two daemons never both hold one container at one epoch, and an owner that renews
-  finds out it lost the container (its epoch moved on) instead of extending another's.
+  statement and succeeds only if the lease is free, already this daemon's, or expired
+  while its owner is dead (no heartbeat for ``lease_s``): a live owner that could not
+  renew (the database was down) takes its containers back when it can, with what it
+  acknowledged meanwhile; so two daemons never both hold one container at one epoch,
+  and an owner that renews finds out it lost the container (its epoch moved on)
+  instead of extending another's.
 - A lease is renewed only at the epoch its holder acquired.
 - Blocking: each call is one or two statements on this object's own connection; callers
   run them in a worker thread, one at a time.
@@ -140,12 +143,15 @@ class LeaseTable:
         return [daemon_id for (daemon_id,) in rows]
 
     def acquire(self, container: int, daemon_id: str, lease_s: float) -> int | None:
-        """Take ``container`` if its lease is free, expired or ours; the new epoch, or None."""
+        """Take ``container`` if its lease is free, ours, or expired with its owner dead;
+        the new epoch, or None."""
         row = self._execute(
             "UPDATE cluster_containers SET owner = %s, epoch = epoch + 1, "
             "expires_at = now() + make_interval(secs => %s) "
-            "WHERE container = %s AND (owner IS NULL OR owner = %s OR expires_at < now()) RETURNING epoch",
-            (daemon_id, lease_s, container, daemon_id)).fetchone()
+            "WHERE container = %s AND (owner IS NULL OR owner = %s OR (expires_at < now() AND NOT EXISTS ("
+            "SELECT 1 FROM cluster_daemons d WHERE d.daemon_id = owner "
+            "AND d.heartbeat_at > now() - make_interval(secs => %s)))) RETURNING epoch",
+            (daemon_id, lease_s, container, daemon_id, lease_s)).fetchone()
         return None if row is None else int(row[0])
 
     def renew(self, daemon_id: str, held: dict[int, int], lease_s: float) -> set[int]:
@@ -177,18 +183,31 @@ class LeaseTable:
         rows = self._execute("SELECT container, epoch FROM cluster_containers").fetchall()
         return {int(c): int(epoch) for c, epoch in rows}
 
-    def expired(self) -> list[int]:
-        """Containers whose owner stopped renewing (not given back: nobody serves them)."""
+    def expired(self, lease_s: float) -> list[int]:
+        """Containers whose owner died (its lease expired and it stopped heartbeating):
+        nobody serves them. A live owner's expired lease is its own to renew."""
         rows = self._execute(
-            "SELECT container FROM cluster_containers WHERE owner IS NOT NULL AND expires_at < now() "
-            "ORDER BY container").fetchall()
+            f"SELECT container FROM cluster_containers WHERE owner IS NOT NULL AND {_DEAD_OWNER} "
+            "ORDER BY container", (lease_s,)).fetchall()
         return [int(c) for (c,) in rows]
 
-    def free_or_expired(self) -> list[int]:
-        rows = self._execute(
-            "SELECT container FROM cluster_containers WHERE owner IS NULL OR expires_at < now() "
-            "ORDER BY container").fetchall()
+    def free(self, lease_s: float) -> list[int]:
+        """Containers nobody holds (``lease_s``: as ``free_or_expired``'s, unused)."""
+        del lease_s
+        rows = self._execute("SELECT container FROM cluster_containers WHERE owner IS NULL "
+                             "ORDER BY container").fetchall()
         return [int(c) for (c,) in rows]
+
+    def free_or_expired(self, lease_s: float) -> list[int]:
+        rows = self._execute(
+            f"SELECT container FROM cluster_containers WHERE owner IS NULL OR {_DEAD_OWNER} "
+            "ORDER BY container", (lease_s,)).fetchall()
+        return [int(c) for (c,) in rows]
+
+
+# a container's lease expired and its owner has not heartbeated for a lease (one parameter)
+_DEAD_OWNER = ("(expires_at < now() AND NOT EXISTS (SELECT 1 FROM cluster_daemons d WHERE d.daemon_id = owner "
+               "AND d.heartbeat_at > now() - make_interval(secs => %s)))")
 
 
 def _reason(e: Exception, url: str) -> str:

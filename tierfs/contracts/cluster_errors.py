@@ -48,3 +48,18 @@ class NotOwnerError(TierFSError, ConnectionError):
     def __init__(self, name: str, container: int) -> None:
         super().__init__(f"this daemon does not own container c{container:03d} of {name!r}")
         self.name, self.container = name, container
+
+
+class LeaseLapsedError(NotOwnerError):
+    """The container's lease lapsed on this daemon before an append could be
+    acknowledged (the database stopped answering its renewals, or the daemon was
+    paused): another daemon may own the container now. The append may have been kept
+    here; sent again with the same writer identity it lands once, wherever the owner is."""
+
+    code = "lease_lapsed"
+
+    def __init__(self, name: str, container: int, late_s: float) -> None:
+        TierFSError.__init__(
+            self, f"not acknowledged: the lease on container c{container:03d} of {name!r} lapsed "
+                  f"{late_s:.1f} s ago (no renewal reached the database in time); send it again")
+        self.name, self.container = name, container

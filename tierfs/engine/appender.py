@@ -15,6 +15,13 @@ An append with a writer identity (``WriterSeq``) that the segment already holds 
 acknowledgement rule holds for it, as the first attempt would have been.
 
 Invariants:
+- An append is acknowledged only while this store may still be the owner (``Tenure``:
+  not fenced, and in cluster mode the container's lease valid with a margin), checked
+  when its acknowledgement rule is met, right before the answer; otherwise it is
+  refused (``FencedError``, ``LeaseLapsedError``) and the writer sends it again with
+  the same identity.
+- While the lease is lapsed the durable length does not advance: readers are never
+  shown bytes another owner may not have. It catches up when the lease is renewed.
 - Appends to one segment get offsets in call order and never interleave.
 - An identified append lands at most once: its mark is made in the same step as its
   frame, before anything can await.
@@ -46,6 +53,7 @@ from tierfs.engine.journal import Journal
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.storage_writer import StorageWriter
 from tierfs.engine.tail import TailBudget, TailEntry
+from tierfs.engine.tenure import Tenure
 
 checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 
@@ -71,12 +79,17 @@ class Appender:
         # exists first; the journal and the writer are attached once they do.
         self._journal: Journal | None = None
         self._writer: StorageWriter | None = None
+        self._tenure: Tenure | None = None
+        self._held_lsn = 0  # synced while the lease was lapsed: shown once it is renewed
         self._monotonic_s = monotonic_s
 
-    def attach(self, journal: Journal, writer: StorageWriter) -> None:
+    def attach(self, journal: Journal, writer: StorageWriter, tenure: Tenure) -> None:
         """Called on the event loop once the journal and the writer exist."""
         self._journal = journal
         self._writer = writer
+        self._tenure = tenure
+        if tenure.lease is not None:
+            tenure.lease.on_regained.append(self._show_held)
         # The run's clock (``clock.monotonic_s``) as one bound method: it is read on
         # every append, and the module-level lookup costs three calls instead of one.
         self._monotonic_s = trio.lowlevel.current_clock().current_time
@@ -86,8 +99,8 @@ class Appender:
         writer: WriterSeq | None = None,
     ) -> int:
         """Append ``data`` to ``seg`` as one atomic record; returns its offset."""
-        journal, storage_writer = self._journal, self._writer
-        assert journal is not None and storage_writer is not None
+        journal, storage_writer, tenure = self._journal, self._writer, self._tenure
+        assert journal is not None and storage_writer is not None and tenure is not None
         if type(data) is bytes:  # the usual case: no copy, no further check
             payload = data
         elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -120,6 +133,7 @@ class Appender:
         if size == 0:
             await trio.lowlevel.checkpoint()
             return offset
+        tenure.check(seg.name)  # a lapsed lease refuses before anything changed
         storage_writer.check_backlog(size)
         wall_ns = time_ns()  # the segment's mtime once durable (kept in the frame)
         if writer is None:
@@ -143,6 +157,7 @@ class Appender:
             await journal.wait_durable(end_lsn)
             if seg.waits_for_tier2:
                 await storage_writer.wait_flushed(seg, end)
+            tenure.check(seg.name)
             return offset
         journal.write_queued()
         if self._tail_budget.over:
@@ -153,14 +168,15 @@ class Appender:
             await trio.lowlevel.checkpoint()
         else:
             await checkpoint_if_cancelled()
+        tenure.check(seg.name)
         return offset
 
     async def _landed(self, seg: SegmentState, writer: WriterSeq, offset: int, length: int, end_lsn: int,
                       size: int) -> int:
         """An identified append the segment holds already: its offset, once it is
         acknowledged by the rule of the segment's durability level."""
-        journal, storage_writer = self._journal, self._writer
-        assert journal is not None and storage_writer is not None
+        journal, storage_writer, tenure = self._journal, self._writer, self._tenure
+        assert journal is not None and storage_writer is not None and tenure is not None
         if length != size:
             raise InvalidArgumentError(f"{writer} already appended {length} bytes to {seg.name!r} at {offset}, "
                                        f"not {size}: a writer sequence number names one append")
@@ -171,12 +187,18 @@ class Appender:
                 await storage_writer.wait_flushed(seg, offset + length)
         else:
             await trio.lowlevel.checkpoint()
+        tenure.check(seg.name)
         return offset
 
     def on_durable(self, lsn: int) -> None:
-        """Journal callback: advance LAC of every segment whose frames are now synced."""
-        journal, writer = self._journal, self._writer
-        assert journal is not None and writer is not None
+        """Journal callback: advance LAC of every segment whose frames are now synced
+        (held back while the lease is lapsed)."""
+        journal, writer, tenure = self._journal, self._writer, self._tenure
+        assert journal is not None and writer is not None and tenure is not None
+        lease = tenure.lease
+        if lease is not None and not lease.valid():
+            self._held_lsn = max(self._held_lsn, lsn)
+            return
         awaiting = self._awaiting_durable
         grown: set[SegmentState] = set()
         while awaiting and awaiting[0][0] <= lsn:
@@ -192,3 +214,9 @@ class Appender:
                 writer.wake()
         if self._tail_budget.over:
             self._tail_budget.evict(journal.written_lsn)
+
+    def _show_held(self) -> None:
+        """The lease is valid again: what was synced meanwhile becomes durable."""
+        if self._held_lsn:
+            held, self._held_lsn = self._held_lsn, 0
+            self.on_durable(held)

@@ -62,12 +62,14 @@ STATUS_BY_CODE = {
     "cross_container": 409,  # rename/concat across segment containers (EXDEV on the mount)
     "container_unavailable": 503,  # no owner for the container yet (failover)
     "not_owner": 503,  # a forwarded request reached a former owner
+    "lease_lapsed": 503,  # the owner's lease lapsed before the acknowledgement: send it again
 }
 
 
 def error_response(code: str, message: str, details: dict[str, Any] | None = None) -> JSONResponse:
     status = STATUS_BY_CODE.get(code, 500)
-    headers = {"Retry-After": "1"} if code in ("backlog_full", "no_space", "container_unavailable", "not_owner") else None
+    headers = {"Retry-After": "1"} if code in ("backlog_full", "no_space", "container_unavailable", "not_owner",
+                                                   "lease_lapsed") else None
     body = {"error": {"code": code, "message": message, "details": details or {}}}
     return JSONResponse(body, status_code=status, headers=headers)
 

@@ -58,6 +58,7 @@ from tierfs.engine.recovery import RecoveryReport
 from tierfs.engine.segment_state import SegmentState
 from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.tail import TailBudget
+from tierfs.engine.tenure import Lease
 from tierfs.offload.longterm import LongTermStore
 from tierfs.store import listing
 from tierfs.store.attributes import (
@@ -76,8 +77,9 @@ log = logging.getLogger(__name__)
 class SegmentStore:
     """Use through ``open_store``; all methods run on the store's trio event loop."""
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, lease: Lease | None = None) -> None:
         self.config = config
+        self._lease = lease
         self.epoch = 0
         self._lock = DataDirLock(config.data_dir)
         self.tier2_limiter = trio.CapacityLimiter(config.tier2_concurrency)
@@ -126,7 +128,7 @@ class SegmentStore:
     def _wire(self, opened: OpenedDataDir) -> None:
         """Build the parts (``wiring``); each gets the narrow objects it needs, never ``self``."""
         shared = Shared(self.config, self.table, self.tail_budget, self._appender, self.growth, self.long_term,
-                        self._clock, self.tier2_limiter)
+                        self._clock, self.tier2_limiter, self._lease)
         p = self._parts = build_parts(shared, opened)
         self.fence, self.catalogue, self.garbage, self.writer = p.fence, p.catalogue, p.garbage, p.writer
         self.reader, self.offloader, self.scheduler = p.reader, p.offloader, p.scheduler
@@ -416,9 +418,10 @@ class SegmentStore:
 
 
 @asynccontextmanager
-async def open_store(config: StoreConfig | None = None) -> AsyncIterator[SegmentStore]:
-    """Open the store of ``config.data_dir`` for the duration of the block."""
-    store = SegmentStore(config or StoreConfig())
+async def open_store(config: StoreConfig | None = None, *, lease: Lease | None = None) -> AsyncIterator[SegmentStore]:
+    """Open the store of ``config.data_dir`` for the duration of the block; ``lease``: in
+    cluster mode, the container's lease, without which nothing is acknowledged."""
+    store = SegmentStore(config or StoreConfig(), lease)
     await store._start()
     try:
         # The caller's block runs inside our nursery; its error comes back unwrapped,

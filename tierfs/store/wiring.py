@@ -7,6 +7,8 @@ Invariants:
   tier-2, deletes happen only after a fresh look at the claims.
 - Bytes recovered from the journal but not yet in tier-2 are handed to the storage
   writer before anything starts, so the backlog counts them.
+- The appender acknowledges only under the store's tenure: its fence and, in cluster
+  mode, its container's lease (``engine/tenure.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tierfs.engine.segment_table import SegmentTable
 from tierfs.engine.storage_writer import StorageWriter
 from tierfs.engine.tail import TailBudget
 from tierfs.engine.tail_reader import TailReader
+from tierfs.engine.tenure import Lease, Tenure
 from tierfs.offload.longterm import LongTermStore
 from tierfs.offload.offloader import Offloader
 from tierfs.offload.reads import LongTermReads
@@ -61,6 +64,7 @@ class Shared:
     long_term: LongTermStore | None
     clock: WallClock
     limiter: trio.CapacityLimiter
+    lease: Lease | None  # cluster mode: the container's lease (engine/tenure.py)
 
 
 @dataclasses.dataclass
@@ -103,7 +107,7 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     tail = TailReader(journal)
     writer = StorageWriter(config, epoch, chunk_storage, limiter, catalogue, tail, shared.tail_budget,
                            journal, garbage, fence)
-    shared.appender.attach(journal, writer)
+    shared.appender.attach(journal, writer, Tenure(fence, shared.lease))
     for seg in opened.replayed:  # the backlog holds them from now on
         if seg.appended_length > seg.flushed_length:
             writer.appended(seg, seg.appended_length - seg.flushed_length)
