@@ -443,3 +443,38 @@ def test_local_merge_copies_through_user_space_where_the_kernel_cannot(
     counts = storage.merge("s1/e2-c3", [("s1/e1-c1", 3000), ("s1/e1-c2", 3 * MiB)])
     assert storage.read("s1/e2-c3", 0, 4 * MiB) == b"a" * 3000 + b"b" * (3 * MiB)
     assert (counts.copied_natively_bytes, counts.rewritten_bytes) == (0, 3000 + 3 * MiB)
+
+
+class MergeThatWaits(OneObjectPerFlush):
+    """A merge that writes its object, then waits until the test lets it finish."""
+
+    def __init__(self, inner: ChunkStorage) -> None:
+        super().__init__(inner)
+        self.written = threading.Event()
+        self.go_on = threading.Event()
+
+    def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
+        counts = super().merge(name, pieces)
+        self.written.set()
+        assert self.go_on.wait(30)
+        return counts
+
+
+async def test_an_orphan_sweep_at_grace_zero_never_deletes_a_merge_before_its_swap(tmp_path: Path) -> None:
+    """Path 4 of the data-safety issue: defrag takes its sequence number first, so its
+    merged object sits below next_chunk_seq, unreferenced, until the swap commits; a
+    sweep at grace 0 deleted exactly that (chunk_missing, fsck exit 3)."""
+    rng = random.Random(4)
+    async with open_store(_config(tmp_path, orphan_grace_s=0, orphan_gc_interval_s=0)) as store:
+        storage = MergeThatWaits(store.chunk_storage)
+        store.chunk_storage = storage
+        expected = await _slow_segment(store, "logs/slow", 12, rng)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.defrag, "logs/slow")
+            await trio.to_thread.run_sync(storage.written.wait, 30)
+            report = await store.orphans.sweep(dry_run=False)
+            assert report.orphans == [] and report.kept_in_flight >= 1
+            storage.go_on.set()
+        await store.garbage.collect()
+        assert await store.read("logs/slow") == expected
+        assert (await store.fsck()).problems == []

@@ -33,6 +33,7 @@ from tierfs.engine.chunkstore import open_chunk_storage
 from tierfs.engine.lost_found import entries
 from tierfs.engine.owner_claims import KEEP_CLAIMS, OwnerClaim, OwnerClaims
 from tierfs.testing.harness import Daemon, Mount, small_config, start_daemon
+from tierfs.testing.storages import WrappedStorage
 
 # The daemons never flush by age (only when asked), so what a zombie acknowledges after
 # its last flush is certain to be unflushed when it is fenced; they check the claims
@@ -204,7 +205,11 @@ def test_copied_data_dir_one_owner_takeover_fences_the_other(
     shutil.copytree(original, copy, ignore=shutil.ignore_patterns("LOCK", "tierfs.sock", "tierfs-follow.sock", "tierfs-append.sock", "metadata.backup.tmp*"))
 
     owner_dir, other_dir = (original, copy) if first == "original" else (copy, original)
-    owner = start_daemon(owner_dir, config_file=config)
+    if first == "copy":  # a copy is not an owner: it opens only when told to take over
+        refused = Daemon(copy, ["serve"], config_file=config)
+        code, stderr = refused.wait()
+        assert code == 5 and "this data dir is a copy of the one that claimed it" in stderr, stderr
+    owner = start_daemon(owner_dir, *(["--takeover"] if first == "copy" else []), config_file=config)
     try:
         # the other copy is refused, naming the owner
         refused = Daemon(other_dir, ["serve"], config_file=config)
@@ -380,3 +385,73 @@ async def test_a_zombie_deletes_no_shared_object_hot_copy_or_offloaded(tmp_path:
             owner.block_cache.clear()
             assert await owner.read("seg") == payload
             assert (await owner.fsck()).problems == []
+
+
+# ---------------------------------------------------------------- a copy is not an owner
+class ObjectPerFlush(WrappedStorage):
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.supports_append = False
+
+
+def _copy(source: Path, target: Path) -> None:
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("LOCK", "*.sock", "metadata.backup.tmp*"))
+
+
+async def test_a_copy_of_a_running_data_dir_is_not_an_owner(tmp_path: Path) -> None:
+    """Path 3 of the data-safety issue: the copy carried the original's claim and opened
+    as the owner, fencing the original; its orphan sweep then deleted what the original
+    flushed after the copy was made (its metadata never saw those chunks)."""
+    tier2 = str(tmp_path / "t2")
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    flushed_after_copy = b"flushed by the original after the copy was made\n"
+    async with open_store(small_config(original, tier2_url=tier2)) as store:
+        store.chunk_storage = ObjectPerFlush(store.chunk_storage)  # as on S3: every flush a new object
+        await store.create("log")
+        await store.append("log", b"before the copy\n")
+        await store.flush("log")
+        _copy(original, copy)  # a snapshot of the running data dir
+        await store.append("log", flushed_after_copy)
+        await store.flush("log")
+        with pytest.raises(OwnedElsewhereError, match="this data dir is a copy of the one that claimed it"):
+            async with open_store(small_config(copy, tier2_url=tier2)):
+                pass
+        assert not store.fence.fenced  # the refused copy changed nothing
+        await store.append("log", b"still the owner\n")
+    # told to take over, the copy owns tier-2, but never deletes what its metadata does
+    # not know of the original's epochs: the original's data dir still references it
+    grace_zero = dict(tier2_url=tier2, orphan_grace_s=0, orphan_gc_interval_s=0)
+    async with open_store(small_config(copy, takeover=True, **grace_zero)) as store:
+        report = await store.gc()
+        assert report.orphans == [] and len(report.kept_older_owner) >= 1
+        assert {o.epoch for o in report.kept_older_owner} == {1}
+    async with open_store(small_config(original, takeover=True, **grace_zero)) as store:
+        assert (await store.read("log")).endswith(flushed_after_copy + b"still the owner\n")
+        assert (await store.fsck()).problems == []
+        assert (await store.gc()).orphans == []  # the copy's epoch: kept for it alike
+    async with open_store(small_config(copy, takeover=True, **grace_zero)) as store:
+        report = await store.gc(older_owners=True)  # asked for explicitly: gone
+        assert report.orphans and report.kept_older_owner == []
+
+
+async def test_a_kill_between_the_claim_and_its_record_leaves_the_data_dir_its_owner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Path 9: killed after its claim was created on tier-2 and before the data dir
+    recorded it, the next open found a claim that was not "its own"."""
+    from tierfs.engine import owner_claims
+
+    config = small_config(tmp_path / "d", tier2_url=str(tmp_path / "t2"))
+    async with open_store(config) as store:
+        await store.create("s")
+
+    def killed(data_dir: Path, claim: OwnerClaim) -> None:
+        raise KeyboardInterrupt  # stands for the kill: nothing after it runs
+
+    with monkeypatch.context() as patched:
+        patched.setattr(owner_claims, "write_local_claim", killed)
+        with pytest.raises(KeyboardInterrupt):
+            async with open_store(config):
+                pass
+    async with open_store(config) as store:  # not refused: the pending claim is this data dir's
+        assert store.epoch == 3
+        await store.append("s", b"after the kill")

@@ -20,7 +20,8 @@ from tierfs.engine.sql_database import UNSYNCED_COMMITS_BEFORE_CHECKPOINT
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import small_config
 
-NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0, journal_file_bytes=1 << 30)
+# the crash images below are copies of a data dir: a copy opens only by taking over
+NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0, journal_file_bytes=1 << 30, takeover=True)
 METADATA_FILES = ("metadata.sqlite", "metadata.sqlite-wal", "metadata.sqlite-shm")
 
 

@@ -39,7 +39,7 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "set_durability": (("s", "vd"), {}),
     "set_attributes": (("s",), {"mode": 0o600, "uid": 7, "gid": None, "atime_ns": 1, "mtime_ns": 2}),
     "fsck": ((), {}),
-    "gc": ((), {"dry_run": True}),
+    "gc": ((), {"dry_run": True, "older_owners": False}),
     "offload": (("s", 1 << 20), {}),
     "offload_status": (("s",), {}),
     "policy_set": (("d", {"offload_after_s": 60, "retention_bytes": None}), {}),

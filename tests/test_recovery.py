@@ -16,7 +16,8 @@ from tierfs.engine.journal_format import FRAME_OVERHEAD, list_files
 from tierfs.engine.lost_found import entries as lost_found_entries
 from tierfs.testing.harness import small_config
 
-NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0, journal_file_bytes=1 << 30)
+# the crash images below are copies of a data dir: a copy opens only by taking over
+NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0, journal_file_bytes=1 << 30, takeover=True)
 
 
 async def _snapshot_while_open(tmp_path: Path, records: list[bytes]) -> Path:

@@ -2,7 +2,8 @@
 
 ``gc`` asks the store (the daemon, or the engine in-process) to delete the chunk and
 offload objects no metadata references that are older than the grace period
-(``orphan_grace_s``); with ``--dry-run`` it only lists them. One line per object, then
+(``orphan_grace_s``); with ``--dry-run`` it only lists them. Objects of the owners
+before a takeover from another data dir are only listed, unless ``--older-owners``. One line per object, then
 a summary: how many and how many bytes, and how many unreferenced objects were kept
 and why. Exit code 0, or 1 if a delete failed (its message on stderr; the next sweep
 tries again).
@@ -23,14 +24,18 @@ EXIT_OK, EXIT_FAILED = 0, 1  # as cli/commands.py
 
 
 async def gc_command(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    report = await store.gc(dry_run=args.dry_run)
+    report = await store.gc(dry_run=args.dry_run, older_owners=args.older_owners)
     verb = "would delete" if report.dry_run else "deleted"
     for orphan in report.orphans:
         print(f"{verb} {orphan}")
+    for orphan in report.kept_older_owner:
+        print(f"kept {orphan}, of owner epoch {orphan.epoch} (before this store took over from another "
+              "data dir, which may reference it)")
     print(
         f"{verb} {len(report.orphans)} orphan objects, {report.orphan_bytes} bytes; kept "
         f"{report.kept_young} younger than the grace period ({report.grace_s:g} s), "
-        f"{report.kept_in_flight} being written, {report.kept_newer_epoch} of a newer owner epoch"
+        f"{report.kept_in_flight} being written, {report.kept_newer_epoch} of a newer owner epoch, "
+        f"{len(report.kept_older_owner)} of an older owner's (--older-owners deletes them)"
     )
     for message in report.failed:
         print(f"tierfs: gc could not delete {message}", file=sys.stderr)

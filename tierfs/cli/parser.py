@@ -126,8 +126,12 @@ def _segment_commands(new: AddCommand) -> None:
         "--repair", action="store_true",
         help="a damaged journal: move the damaged bytes, and what cannot follow them, to lost+found and keep "
              "every intact frame (the data dir must not be open elsewhere)")
-    new("gc", "delete chunk and offload objects no metadata references, older than the grace "
-              "period (orphan_grace_s)").add_argument("--dry-run", action="store_true", help="only list them")
+    p = new("gc", "delete chunk and offload objects no metadata references, older than the grace "
+                  "period (orphan_grace_s)")
+    p.add_argument("--dry-run", action="store_true", help="only list them")
+    p.add_argument("--older-owners", action="store_true",
+                   help="also those of the owners before a takeover from another data dir (kept by default: "
+                        "that data dir may still reference them)")
     new("defrag", "merge a segment's runs of small adjacent chunks into large ones").add_argument("path")
     add_tail_arguments(new("tail", "print the end of segments, as GNU tail; -f/-F follow them as they grow "
                                    "(woken by each durable append, never polling)"))

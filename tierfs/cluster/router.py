@@ -346,13 +346,15 @@ class ClusterStore:
                           bytes_checked=sum(r.bytes_checked for r in reports), problems=problems,
                           orphans=[o for r in reports for o in r.orphans])
 
-    async def gc(self, *, dry_run: bool = False) -> GcReport:
-        reports = await self._everywhere(lambda s: s.gc(dry_run=dry_run), idempotent=dry_run)
+    async def gc(self, *, dry_run: bool = False, older_owners: bool = False) -> GcReport:
+        reports = await self._everywhere(lambda s: s.gc(dry_run=dry_run, older_owners=older_owners),
+                                         idempotent=dry_run)
         first = reports[0]
         return dataclasses.replace(
             first, orphans=[o for r in reports for o in r.orphans],
             kept_young=sum(r.kept_young for r in reports), kept_in_flight=sum(r.kept_in_flight for r in reports),
-            kept_newer_epoch=sum(r.kept_newer_epoch for r in reports), failed=[f for r in reports for f in r.failed])
+            kept_newer_epoch=sum(r.kept_newer_epoch for r in reports), failed=[f for r in reports for f in r.failed],
+            kept_older_owner=[o for r in reports for o in r.kept_older_owner])
 
     # ------------------------------------------------------------ what the server needs
     async def chunk_layout(self, name: str) -> builtins.list[dict[str, Any]]:

@@ -124,6 +124,7 @@ class SegmentStoreAPI(Protocol):
         """Verify every chunk's CRC32C and the metadata invariants."""
         ...
 
-    async def gc(self, *, dry_run: bool = False) -> GcReport:
-        """Delete (``dry_run``: list) orphan objects older than the grace period."""
+    async def gc(self, *, dry_run: bool = False, older_owners: bool = False) -> GcReport:
+        """Delete (``dry_run``: list) orphan objects older than the grace period; with
+        ``older_owners`` also those of the owners before a takeover from another data dir."""
         ...

@@ -28,6 +28,7 @@ class OrphanObject:
     name: str
     size_bytes: int
     age_s: float
+    epoch: int = 0  # the owner epoch in its name
 
     def __str__(self) -> str:
         return f"{self.store} {self.name} ({self.size_bytes} bytes, {self.age_s:.0f} s old)"
@@ -37,7 +38,8 @@ class OrphanObject:
 class GcReport:
     """One sweep: ``orphans`` were deleted (with ``dry_run``: would be). Unreferenced
     objects that were kept are counted by why: younger than ``grace_s``, being written
-    right now, or named with an owner epoch newer than this store's."""
+    right now, or named with an owner epoch newer than this store's; those of an older
+    lineage's epochs (before a takeover from another data dir) are listed."""
 
     dry_run: bool
     grace_s: float
@@ -46,6 +48,7 @@ class GcReport:
     kept_in_flight: int = 0
     kept_newer_epoch: int = 0
     failed: list[str] = dataclasses.field(default_factory=list)  # one message per failed delete
+    kept_older_owner: list[OrphanObject] = dataclasses.field(default_factory=list)
 
     @property
     def orphan_bytes(self) -> int:
@@ -58,7 +61,8 @@ def orphans_json(orphans: list[OrphanObject]) -> list[dict[str, Any]]:
 
 def orphans_from_json(data: list[dict[str, Any]]) -> list[OrphanObject]:
     return [
-        OrphanObject(str(o["store"]), str(o["name"]), int(o["size_bytes"]), float(o["age_s"]))
+        OrphanObject(str(o["store"]), str(o["name"]), int(o["size_bytes"]), float(o["age_s"]),
+                     int(o.get("epoch", 0)))
         for o in data
     ]
 
@@ -69,6 +73,7 @@ def gc_report_json(report: GcReport) -> dict[str, Any]:
         "orphans": orphans_json(report.orphans), "orphan_bytes": report.orphan_bytes,
         "kept_young": report.kept_young, "kept_in_flight": report.kept_in_flight,
         "kept_newer_epoch": report.kept_newer_epoch, "failed": list(report.failed),
+        "kept_older_owner": orphans_json(report.kept_older_owner),
     }
 
 
@@ -78,4 +83,5 @@ def gc_report_from_json(data: dict[str, Any]) -> GcReport:
         orphans=orphans_from_json(data["orphans"]),
         kept_young=int(data["kept_young"]), kept_in_flight=int(data["kept_in_flight"]),
         kept_newer_epoch=int(data["kept_newer_epoch"]), failed=[str(m) for m in data["failed"]],
+        kept_older_owner=orphans_from_json(data.get("kept_older_owner", [])),
     )

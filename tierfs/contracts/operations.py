@@ -238,7 +238,8 @@ SET_ATTRIBUTES = Operation(
 FSCK = Operation("fsck", "fsck", (), FSCK_REPORT, "verify every chunk and the metadata invariants",
                  unbounded=True)
 GC = Operation(
-    "gc", "gc", (Param("dry_run", FLAG, False, keywords=("dry_run",)),), GC_REPORT,
+    "gc", "gc", (Param("dry_run", FLAG, False, keywords=("dry_run",)),
+                 Param("older_owners", FLAG, False, keywords=("older_owners",))), GC_REPORT,
     "delete (dry_run: list) unreferenced chunk and offload objects older than the grace period",
 )
 OFFLOAD = Operation(

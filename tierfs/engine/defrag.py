@@ -7,6 +7,9 @@ flush is a new object). ``Defragmenter.defrag(seg)`` merges each planned run
 1. name   - a fresh chunk name ``s<id>/e<epoch>-c<seq>``: the sequence number is
             committed (``next_chunk_seq`` + 1) while the segment's flush slot
             (``SegmentState.flushing``) is held, so no flush can pick the same number;
+            the name is put in ``merging`` (the intent the orphan sweep honours)
+            before the merged object is written, and taken out only once the swap
+            committed it or it was queued as garbage;
 2. merge  - ``ChunkStorage.merge``: natively where tier-2 can (``copy_file_range``
             locally, S3 multipart ``UploadPartCopy`` for parts >= 5 MiB), else read +
             write; a run holding chunks packed with other segments' (the storage
@@ -172,6 +175,9 @@ class Defragmenter:
         self._segment_by_id = segment_by_id
         self._nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
+        # merged objects written or being written, not yet committed nor queued: an
+        # orphan sweep never deletes them (their sequence is below next_chunk_seq)
+        self.merging: set[str] = set()
         self.runs_merged = 0
         self.chunks_merged = 0
 
@@ -265,6 +271,13 @@ class Defragmenter:
         except ConcurrentModificationError:
             return None  # deleted or changed meanwhile
         name = chunk_name(seg.segment_id, self._epoch, seq)
+        self.merging.add(name)
+        try:
+            return await self._write_and_swap(seg, run, name)
+        finally:
+            self.merging.discard(name)
+
+    async def _write_and_swap(self, seg: SegmentState, run: list[Chunk], name: str) -> MergeCounts | None:
         storage = self.chunk_storage
         try:
             if any(c.object_offset or is_pack_name(c.name) for c in run):

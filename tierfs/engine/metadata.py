@@ -100,12 +100,17 @@ class MetadataStore(WholeStoreScans, CreationReplay):
             (records.dump(record),),
         )
 
-    def begin_epoch(self, at_least: int = 0) -> StoreMeta:
+    def begin_epoch(self, at_least: int = 0, *, foreign_before: bool = False) -> StoreMeta:
         """Increase the owner epoch, to ``at_least`` if higher (the epoch claimed on
-        tier-2), in one transaction; return the store record."""
+        tier-2), in one transaction; return the store record. ``foreign_before``: the
+        previous owner was another data dir, whose metadata may reference objects this
+        one never saw: objects of every earlier epoch are no longer this store's to
+        collect (``foreign_below_epoch``)."""
         with self._db.transaction():
             old = self.load_store_record()
             record = dataclasses.replace(old, epoch=max(old.epoch + 1, at_least))
+            if foreign_before:
+                record = dataclasses.replace(record, foreign_below_epoch=record.epoch)
             self._write_store_record(record)
         return record
 

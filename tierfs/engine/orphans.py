@@ -18,8 +18,9 @@ A sweep, in order:
    (long-term store), neither referenced nor queued. Nothing else under either URL
    (``_owner/`` claims, ``_metadata/`` backups, anything a user put there) is ever a
    candidate;
-4. keep those that are not in flight, of an owner epoch at most ours, and older than
-   ``orphan_grace_s`` by their mtime on the store's wall clock (unknown mtime: kept);
+4. keep those that are not in flight, of an owner epoch at most ours and not below
+   ``foreign_below_epoch``, and older than ``orphan_grace_s`` by their mtime on the
+   store's wall clock (unknown mtime: kept);
 5. delete them (``--dry-run``: only report them).
 
 Why a concurrent commit cannot lose an object (the race between list and delete):
@@ -45,6 +46,10 @@ Why a concurrent commit cannot lose an object (the race between list and delete)
   never committed (a batch retries under a new name) and may go. A chunk leaving a
   pack (delete, retention, defrag) queues a hold (``object_keys.pack_hold``) in the
   same transaction, with that operation's deletion lag; a queued hold keeps the pack.
+- Defrag's merged chunk takes its sequence number before it is written (below
+  ``next_chunk_seq`` at once): its name is in the defragmenter's ``merging`` from
+  before its write until its swap committed (or it was queued as garbage), copied with
+  ``packs_in_flight``, so whatever the grace period, a merge is never deleted under it.
 - An offload key is recorded in the chunk record before its upload starts (PIP-17),
   so it is referenced while its attempt lives; the offloader lists the keys it is
   uploading (``Offloader.uploading``), checked after the listing, so an upload that
@@ -58,14 +63,20 @@ Why a concurrent commit cannot lose an object (the race between list and delete)
   every name removed meanwhile (counted as in flight).
 - Epochs: an object named with an epoch newer than ours belongs to a newer owner (this
   process is then a zombie that fencing stops) and is never touched. Older epochs
-  belong to owners that are gone; the grace period covers a previous owner's write
-  still landing. An offload key carries the *chunk's* epoch, not its uploader's, so
-  the rule protects another owner's offloads only through the grace period: the
-  tier-2 and long-term URLs belong to one store (tier-2 fencing makes that hold).
+  belong to owners that are gone, and this metadata is theirs continued when this data
+  dir (or the shared PostgreSQL database) is the one they committed to: an object of
+  theirs it does not reference was never committed, and the grace period covers their
+  write still landing. Not so after a takeover from another data dir, a copy's or a
+  restore's (``foreign_below_epoch``, set by the open): the other data dir's metadata
+  may reference objects of its epochs that this one never saw (acknowledged appends
+  it flushed after the copy was made). Those are never deleted by a sweep: they are
+  counted and listed (``GcReport.kept_older_owner``, ``tierfs lost-found list``) until
+  ``tierfs gc --older-owners`` is asked for. An offload key carries the *chunk's*
+  epoch, not its uploader's: the tier-2 and long-term URLs belong to one store.
 
-Invariants: never a referenced, queued, in-flight, newer-epoch, young or
-non-candidate-shaped object; one sweep at a time; blocking calls in worker threads
-under the tier-2 limiter.
+Invariants: never a referenced, queued, in-flight, newer-epoch, older-lineage, young or
+non-candidate-shaped object (older-lineage ones only on explicit request); one sweep at
+a time; blocking calls in worker threads under the tier-2 limiter.
 """
 
 from __future__ import annotations
@@ -118,10 +129,14 @@ class OrphanSweeper:
         clock: Callable[[], float],
         removals: RemovalLog,
         packs_in_flight: Collection[str] = (),
+        merging: Collection[str] = (),
+        foreign_below_epoch: int = 0,
     ) -> None:
         self._epoch = epoch
+        self._foreign_below_epoch = foreign_below_epoch
         self._removals = removals  # objects their owners are deleting
         self._packs_in_flight = packs_in_flight  # the storage writer's, written and not yet committed
+        self._merging = merging  # defrag's merged objects, written and not yet committed
         self._references = references
         self.chunk_storage = chunk_storage  # replaced with the store's (tests wrap it)
         self._long_term = long_term
@@ -144,28 +159,32 @@ class OrphanSweeper:
             except TierFSError as e:
                 log.warning("orphan collection failed, will retry in %.0f s: %s", self._interval_s, e)
 
-    async def sweep(self, *, dry_run: bool) -> GcReport:
-        """Delete (with ``dry_run``: list) the orphans older than the grace period."""
+    async def sweep(self, *, dry_run: bool, older_owners: bool = False) -> GcReport:
+        """Delete (with ``dry_run``: list) the orphans older than the grace period; with
+        ``older_owners`` also those of another lineage's epochs (see the docstring)."""
         async with self._lock:
-            return await self._sweep(dry_run, self.grace_s)
+            return await self._sweep(dry_run, self.grace_s, older_owners)
 
     async def unreferenced(self) -> list[OrphanObject]:
         """Every orphan whatever its age (what fsck reports); deletes nothing."""
         async with self._lock:
-            return (await self._sweep(True, 0.0)).orphans
+            report = await self._sweep(True, 0.0, older_owners=False)
+            return report.orphans + report.kept_older_owner
 
-    async def _sweep(self, dry_run: bool, grace_s: float) -> GcReport:
+    async def _sweep(self, dry_run: bool, grace_s: float, older_owners: bool) -> GcReport:
         stores: list[tuple[str, ObjectStore]] = [(TIER2, self.chunk_storage)]
         if self._long_term is not None:
             stores.append((LONG_TERM, self._long_term))
         newer_epoch = in_flight = young = 0
+        older_owner: list[OrphanObject] = []
         doomed: list[tuple[ObjectStore, OrphanObject]] = []
         with self._removals.watching() as removed:
             listings = [
                 (label, store, await trio.to_thread.run_sync(store.list_objects, limiter=self._limiter))
                 for label, store in stores
             ]
-            packing = frozenset(self._packs_in_flight)  # after every listing, before the references
+            # after every listing, before the references
+            packing = frozenset(self._packs_in_flight) | frozenset(self._merging)
             references = await self._references.object_references()  # after every listing
             now_s = self._clock()
             for label, store, objects in listings:
@@ -180,9 +199,17 @@ class OrphanSweeper:
                     elif obj.modified_s is None or now_s - obj.modified_s < grace_s:
                         young += 1
                     else:
-                        age_s = now_s - obj.modified_s
-                        doomed.append((store, OrphanObject(label, obj.name, obj.size_bytes, age_s)))
-        report = GcReport(dry_run, grace_s, [], young, in_flight, newer_epoch)
+                        orphan = OrphanObject(label, obj.name, obj.size_bytes, now_s - obj.modified_s, shape.epoch)
+                        if shape.epoch < self._foreign_below_epoch and not older_owners:
+                            older_owner.append(orphan)
+                        else:
+                            doomed.append((store, orphan))
+        report = GcReport(dry_run, grace_s, [], young, in_flight, newer_epoch, kept_older_owner=older_owner)
+        if older_owner:
+            log.warning("kept %d unreferenced objects (%d bytes) of owner epochs below %d: another data dir "
+                        "(the one this store took over from) may reference them (tierfs lost-found list; "
+                        "tierfs gc --older-owners deletes them)", len(older_owner),
+                        sum(o.size_bytes for o in older_owner), self._foreign_below_epoch)
         for store, orphan in doomed:
             if not dry_run:
                 try:
@@ -216,7 +243,7 @@ class OrphanSweeper:
             return name in self._uploading
         if shape.epoch < self._epoch:
             return False  # only an owner of that epoch writes it, and it is gone
-        if shape.pack:
+        if shape.pack or name in packing:
             return name in packing
         next_seq = references.next_chunk_seq.get(shape.segment_id)
         return next_seq is None or shape.seq >= next_seq

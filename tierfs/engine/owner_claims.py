@@ -2,10 +2,22 @@
 
 A claim is a small JSON object ``_owner/epoch-<epoch>`` beside the chunks (outside the
 chunk namespace ``s<id>/...``) holding the epoch, a fresh owner id (a UUID per
-opening), host, pid, data dir and time. The current owner of a tier-2 is the claim
-with the highest epoch. A store opens only if that claim is the one its data dir made
-last (``<data_dir>/owner-claim.json``), or tier-2 holds no claim yet, or the user takes
-over explicitly; it then claims ``max(local epoch, highest claim) + 1``.
+opening), host, pid, data dir and time, and where that data dir physically is (the
+machine's id, the directory's inode). The current owner of a tier-2 is the claim with
+the highest epoch. A store opens only if that claim is the one its data dir made last
+(``<data_dir>/owner-claim.json``) *and* this is that data dir, not a copy of it, or
+tier-2 holds no claim yet, or the user takes over explicitly; it then claims
+``max(local epoch, highest claim) + 1``.
+
+A copy is not an owner: a copy of a data dir (``cp -a``, a restored backup, a VM
+snapshot started on another machine) carries the original's ``owner-claim.json``, but
+not its place: another inode, path or machine id. It is refused (``owned_elsewhere``,
+naming the original) until the user takes over; the original, if it still runs, is
+then fenced. A data dir moved on purpose is a copy too: one ``--takeover`` settles it.
+
+Opening survives a kill at any point: the new claim is written to the data dir as
+*pending* (``owner-claim.pending.json``) before it is created on tier-2, and promoted
+after; a tier-2 claim matching the pending one is this data dir's own.
 
 Invariants:
 - A claim is created exclusively, so two owners never hold one epoch: locally a
@@ -44,8 +56,31 @@ log = logging.getLogger(__name__)
 
 CLAIM_PREFIX = "_owner/"
 LOCAL_CLAIM_FILE = "owner-claim.json"
+PENDING_CLAIM_FILE = "owner-claim.pending.json"
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 KEEP_CLAIMS = 16  # older claims are pruned: a check lists a handful of names, not one per opening
 MAX_CLAIM_BYTES = 64 << 10  # a claim is ~300 bytes; anything larger is not ours
+
+
+def machine_id() -> str:
+    """This machine's id (systemd's ``/etc/machine-id``), or "" where there is none."""
+    for path in MACHINE_ID_FILES:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            continue
+    return ""
+
+
+def data_dir_place(data_dir: Path) -> str:
+    """Where ``data_dir`` physically is: machine id, absolute path and inode. A copy,
+    wherever it is, has another one (the device number is left out: it can change
+    across reboots)."""
+    try:
+        inode = os.stat(data_dir).st_ino
+    except FileNotFoundError:
+        inode = 0
+    return f"{machine_id()}:{data_dir.absolute()}:{inode}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +91,13 @@ class OwnerClaim:
     pid: int
     data_dir: str
     claimed_at: str  # ISO 8601, UTC
+    place: str = ""  # ``data_dir_place`` of the claiming data dir ("": a claim made before it was kept)
 
     @classmethod
     def new(cls, epoch: int, data_dir: Path) -> OwnerClaim:
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        return cls(epoch, str(uuid.uuid4()), socket.gethostname(), os.getpid(), str(data_dir.absolute()), now)
+        return cls(epoch, str(uuid.uuid4()), socket.gethostname(), os.getpid(), str(data_dir.absolute()), now,
+                   data_dir_place(data_dir))
 
     def to_json(self) -> bytes:
         return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
@@ -69,10 +106,15 @@ class OwnerClaim:
     def from_json(cls, raw: bytes) -> OwnerClaim:
         values: dict[str, Any] = json.loads(raw)
         return cls(int(values["epoch"]), str(values["owner_id"]), str(values["host"]),
-                   int(values["pid"]), str(values["data_dir"]), str(values["claimed_at"]))
+                   int(values["pid"]), str(values["data_dir"]), str(values["claimed_at"]),
+                   str(values.get("place", "")))
 
     def same_owner(self, other: OwnerClaim | None) -> bool:
         return other is not None and (self.epoch, self.owner_id) == (other.epoch, other.owner_id)
+
+    def made_here(self, data_dir: Path) -> bool:
+        """The claim was made by ``data_dir`` itself, not by the original of a copy."""
+        return not self.place or self.place == data_dir_place(data_dir)
 
     def describe(self) -> str:
         return f"host {self.host} pid {self.pid} data dir {self.data_dir}, claimed {self.claimed_at}"
@@ -206,45 +248,75 @@ def owned_elsewhere(url: str, claim: OwnerClaim, reason: str = "") -> OwnedElsew
 
 
 # ---------------------------------------------------------------- the data dir's side
-def read_local_claim(data_dir: Path) -> OwnerClaim | None:
-    """The claim this data dir made last, or None."""
+def _read_claim_file(path: Path) -> OwnerClaim | None:
     try:
-        return OwnerClaim.from_json((data_dir / LOCAL_CLAIM_FILE).read_bytes())
+        return OwnerClaim.from_json(path.read_bytes())
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError):
         return None  # damaged: the data dir cannot prove a claim; takeover decides
 
 
-def write_local_claim(data_dir: Path, claim: OwnerClaim) -> None:
-    """Record ``claim`` in the data dir atomically (temporary file, fsync, rename)."""
-    path = data_dir / LOCAL_CLAIM_FILE
+def read_local_claim(data_dir: Path) -> OwnerClaim | None:
+    """The claim this data dir made last, or None."""
+    return _read_claim_file(data_dir / LOCAL_CLAIM_FILE)
+
+
+def _write_claim_file(path: Path, claim: OwnerClaim) -> None:
+    """Write ``path`` atomically (temporary file, fsync, rename, directory fsync)."""
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as f:
-        f.write(claim.to_json())
-        f.flush()
-        os.fsync(f.fileno())
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, claim.to_json())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(temporary, path)
-    fsync_directory(data_dir)
+    fsync_directory(path.parent)
 
 
-def take_ownership(data_dir: Path, claims: OwnerClaims, local_epoch: int, takeover: bool) -> OwnerClaim:
-    """Claim tier-2 for this data dir (blocking); the new claim.
+def write_local_claim(data_dir: Path, claim: OwnerClaim) -> None:
+    """Record ``claim`` as the one this data dir made last, and drop the pending one."""
+    _write_claim_file(data_dir / LOCAL_CLAIM_FILE, claim)
+    (data_dir / PENDING_CLAIM_FILE).unlink(missing_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ownership:
+    """What ``take_ownership`` did: the new claim, and whether this data dir's metadata
+    continues the previous owner's (it was this data dir), or the previous owner was
+    another data dir, which may hold commits this metadata never saw."""
+
+    claim: OwnerClaim
+    continued: bool
+
+
+def take_ownership(data_dir: Path, claims: OwnerClaims, local_epoch: int, takeover: bool) -> Ownership:
+    """Claim tier-2 for this data dir (blocking).
 
     Refused with ``OwnedElsewhereError`` when tier-2's newest claim is not the one this
-    data dir made last, unless ``takeover``; the new epoch exceeds both the local epoch
-    and every claim, so chunk names stay unique across owners."""
+    data dir made last (or meant to make when a kill stopped it), or was made by the
+    original of this copy, unless ``takeover``; the new epoch exceeds both the local
+    epoch and every claim, so chunk names stay unique across owners."""
     current = claims.current()
     mine = read_local_claim(data_dir)
-    if current is not None and not takeover and not current.same_owner(mine):
-        if mine is None:
+    pending = _read_claim_file(data_dir / PENDING_CLAIM_FILE)
+    ours = current is not None and any(current.same_owner(c) for c in (mine, pending))
+    continued = current is None or (ours and current.made_here(data_dir))
+    if not continued and not takeover:
+        assert current is not None
+        if ours:
+            reason = (f"; this data dir is a copy of the one that claimed it ({current.data_dir}, "
+                      f"{current.place or 'elsewhere'}), not that data dir")
+        elif mine is None:
             reason = " and this data dir has never claimed it"
         else:
             reason = f"; this data dir last claimed epoch {mine.epoch}"
         raise owned_elsewhere(claims.url, current, reason)
     epoch = max(local_epoch, current.epoch if current is not None else 0) + 1
     claim = OwnerClaim.new(epoch, data_dir)
+    _write_claim_file(data_dir / PENDING_CLAIM_FILE, claim)  # a kill from here on: still ours
     claims.create(claim)
     write_local_claim(data_dir, claim)
     claims.prune(epoch)
-    return claim
+    return Ownership(claim, continued)

@@ -32,6 +32,8 @@ class StoreMeta:
     epoch: int = 0
     journal_checkpoint_lsn: int = 0
     created_ns: int = 0
+    # objects named with an owner epoch below this are another lineage's (engine/orphans.py)
+    foreign_below_epoch: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

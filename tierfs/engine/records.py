@@ -53,6 +53,9 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("epoch", "uint64", False),
         ("journal_checkpoint_lsn", "uint64", False),
         ("created_ns", "uint64", False),
+        # objects of owner epochs below this may be referenced by another data dir's
+        # metadata (a takeover from it, a restore): the orphan sweep keeps them
+        ("foreign_below_epoch", "uint64", False),
     ],
     "DirectoryRecord": [
         ("version", "uint32", False),

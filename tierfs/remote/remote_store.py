@@ -149,5 +149,5 @@ class RemoteStore:
     async def fsck(self) -> FsckReport:
         return await self.op(ops.FSCK)
 
-    async def gc(self, *, dry_run: bool = False) -> GcReport:
-        return await self.op(ops.GC, dry_run=dry_run)
+    async def gc(self, *, dry_run: bool = False, older_owners: bool = False) -> GcReport:
+        return await self.op(ops.GC, dry_run=dry_run, older_owners=older_owners)

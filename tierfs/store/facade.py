@@ -389,9 +389,9 @@ class SegmentStore:
         """Verify every chunk's CRC32C and the metadata invariants (``store.fsck``)."""
         return await fsck(self)
 
-    async def gc(self, *, dry_run: bool = False) -> GcReport:
+    async def gc(self, *, dry_run: bool = False, older_owners: bool = False) -> GcReport:
         """Delete (``dry_run``: list) unreferenced objects past the grace (engine/orphans.py)."""
-        return await self.orphans.sweep(dry_run=dry_run)
+        return await self.orphans.sweep(dry_run=dry_run, older_owners=older_owners)
 
     # ------------------------------------------------------------------ info
     async def stat(self, name: str) -> Info:

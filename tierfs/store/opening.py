@@ -4,9 +4,12 @@ journal that continues where recovery ended.
 
 Invariants:
 - The epoch is claimed on tier-2 first (``owner_claims.take_ownership``: exclusive,
-  refused with ``OwnedElsewhereError`` if another owner holds tier-2 and the config
-  does not say ``takeover``), then committed locally before anything else, so every
-  chunk this owner writes has a name no other owner, earlier or concurrent, used.
+  refused with ``OwnedElsewhereError`` if another owner holds tier-2, or this data dir
+  is a copy of the one that does, and the config does not say ``takeover``), then
+  committed locally before anything else, so every chunk this owner writes has a name
+  no other owner, earlier or concurrent, used. Taking over from another data dir with
+  the data dir's own (SQLite) metadata marks every earlier epoch as another lineage's
+  (``foreign_below_epoch``): the orphan sweep keeps their objects.
 - The metadata backup's seal is taken right before the epoch commit and, if it held,
   the backup adopted right after it, before any other commit (``backup_seal``).
 - Recovery runs before the journal accepts a frame, and the new journal starts at the
@@ -37,7 +40,7 @@ from tierfs.engine.journal import Journal
 from tierfs.engine.journal_repair import JournalRepair
 from tierfs.engine.metadata import MetadataStore
 from tierfs.engine.metadata_backup import AdoptedBackup
-from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, take_ownership
+from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, Ownership, take_ownership
 from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_rows import SegmentRowReader
 from tierfs.engine.segment_state import SegmentState
@@ -60,6 +63,7 @@ class OpenedDataDir:
     replayed: list[SegmentState]  # segments with unflushed bytes: the writer's backlog
     segment_rows: SegmentRowReader
     adopted_backup: AdoptedBackup | None  # the newest metadata backup is current (``backup_seal``)
+    foreign_below_epoch: int  # objects of earlier epochs may be another data dir's (orphan sweep)
 
 
 def open_data_dir(
@@ -97,18 +101,23 @@ def open_data_dir(
             config.chunk_store_url, config.chunk_store_options,
             read_deadline_per_mib_s=config.tier2_read_timeout_s,
         )
-        claim = take_ownership(
+        ownership: Ownership = take_ownership(
             data_dir, OwnerClaims(chunk_storage), metadata.load_store_record().epoch, config.takeover
         )
     except BaseException:
         metadata.close()
         raise
+    claim = ownership.claim
     database = data_dir / "metadata.sqlite"
-    sealed = not is_postgresql_url(config.metadata_url) and backup_seal.take(database)
+    local_metadata = not is_postgresql_url(config.metadata_url)
+    sealed = local_metadata and backup_seal.take(database)
+    # A shared database saw every commit of every owner (a fenced one commits nothing):
+    # only a data dir's own metadata can miss another lineage's commits.
+    foreign_before = local_metadata and not ownership.continued
     try:
-        store_record = metadata.begin_epoch(at_least=claim.epoch)
+        store_record = metadata.begin_epoch(at_least=claim.epoch, foreign_before=foreign_before)
     except NoSpaceError:  # the space reserve was released for this retry
-        store_record = metadata.begin_epoch(at_least=claim.epoch)
+        store_record = metadata.begin_epoch(at_least=claim.epoch, foreign_before=foreign_before)
     # before any other commit: the newest backup holds all but the epoch just committed
     adopted_backup = AdoptedBackup.open(database) if sealed else None
     epoch = store_record.epoch
@@ -159,4 +168,5 @@ def open_data_dir(
     if report.damaged_stretches_moved or report.frames_moved:
         log.error("journal repair: %d damaged stretches and %d intact frames that could not follow them "
                   "moved to %s", report.damaged_stretches_moved, report.frames_moved, data_dir / "lost+found")
-    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim, replayed, rows, adopted_backup)
+    return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim, replayed, rows, adopted_backup,
+                         store_record.foreign_below_epoch)

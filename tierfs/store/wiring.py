@@ -117,9 +117,12 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     flush_one = writer.sync_and_flush_one
     offloader = Offloader(config, long_term, chunk_storage, limiter, catalogue, table.segment_by_id,
                           flush_one, shared.clock, removals)
+    defragmenter = Defragmenter(config, epoch, chunk_storage, limiter, catalogue, garbage, writer.wake,
+                                table.walk, table.segment_by_id)
     orphans = OrphanSweeper(config, epoch, catalogue, chunk_storage, long_term.storage if long_term else None,
                             offloader.uploading, limiter, shared.clock, removals,
-                            packs_in_flight=writer.packs_in_flight)
+                            packs_in_flight=writer.packs_in_flight, merging=defragmenter.merging,
+                            foreign_below_epoch=opened.foreign_below_epoch)
     policies = PolicyBook(table, catalogue, garbage)
     scheduler = PolicyScheduler(offloader, catalogue, policies.segments_with_policy, policies.truncate_head,
                                 shared.clock, config.policy_interval_s)
@@ -138,7 +141,6 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
         concat=Concatenator(table, catalogue, offloader, flush_one, shared.growth.notify,
                             shared.growth.names_changed),
         policies=policies, scheduler=scheduler,
-        defragmenter=Defragmenter(config, epoch, chunk_storage, limiter, catalogue, garbage, writer.wake,
-                                  table.walk, table.segment_by_id),
+        defragmenter=defragmenter,
         metadata_backup=metadata_backup,
     )
