@@ -49,6 +49,7 @@ ERRNO_BY_CODE: dict[str, int] = {
     "chunk_missing": errno.EIO,
     "conflict": errno.EAGAIN,
     "journal_corrupt": errno.EIO,
+    "metadata_damaged": errno.EIO,
     "unavailable": errno.ENOTCONN,  # a daemon the call needed is not running
     "metadata_unavailable": errno.EIO,  # the PostgreSQL metadata database does not answer
     "metadata_version": errno.EIO,

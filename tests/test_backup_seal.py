@@ -42,7 +42,8 @@ async def test_a_restart_of_an_unchanged_store_uploads_no_backup(tmp_path: Path)
     async with open_store(config) as store:
         assert store.metadata_backup is not None
         await store.create("logs/b")
-        assert await store.metadata_backup.cycle()  # a change is backed up as before
+        await store.flush()  # the change is shipped to tier-2 (the change log), not snapshotted
+        assert not await store.metadata_backup.cycle() and store.metadata_backup.shipments >= 1
     restored = restore_metadata(tmp_path / "restored", config.chunk_store_url)
     assert restored.segments == 2
 
@@ -122,7 +123,8 @@ async def test_no_seal_when_the_last_change_was_not_backed_up(tmp_path: Path) ->
             raise OSError("tier-2 unreachable")
 
         backup.objects.upload = unreachable  # type: ignore[method-assign, assignment]
-        await store.create("b")  # the shutdown cycle cannot upload it
+        backup.objects.upload_log = unreachable  # type: ignore[method-assign, assignment]
+        await store.create("b")  # neither the shutdown shipment nor its cycle can upload it
     assert backup.failures >= 1
     assert not (config.data_dir / SEAL).exists()
     async with open_store(config) as store:

@@ -13,7 +13,6 @@ import random
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import trio
 
 from tierfs import open_store
 from tierfs.contracts.errors import MetadataFormatError, NoMetadataBackupError, StoreNotEmptyError
+from tierfs.engine import metadata_backup
 from tierfs.engine.backup_objects import KEEP_BACKUPS, BackupObjects
 from tierfs.engine.metadata_restore import restore_metadata
 from tierfs.engine.metadata_transfer import export_metadata, import_metadata
@@ -46,20 +46,6 @@ def _payloads(seed: int) -> dict[str, bytes]:
     }
 
 
-def _newest_manifest_ns(tier2: str, options: dict[str, Any] | None = None) -> int:
-    manifests = BackupObjects(tier2, options).manifests()
-    return manifests[0].created_ns if manifests else 0
-
-
-def _wait_for_backup_after(stamp_ns: int, tier2: str, options: dict[str, Any] | None = None) -> None:
-    """Until tier-2 holds a backup taken after ``stamp_ns`` (so it covers every commit
-    made before it)."""
-    deadline = time.monotonic() + 30
-    while _newest_manifest_ns(tier2, options) <= stamp_ns:
-        assert time.monotonic() < deadline, "no metadata backup within 30 s"
-        time.sleep(0.05)
-
-
 def test_restore_after_kill_9_and_losing_the_data_dir(tmp_path: Path) -> None:
     data_dir, tier2 = tmp_path / "data", str(tmp_path / "tier2")
     payloads = _payloads(1)
@@ -73,9 +59,7 @@ def test_restore_after_kill_9_and_losing_the_data_dir(tmp_path: Path) -> None:
                 for start in range(0, len(data), 64 * KiB):
                     client.append(name, data[start:start + 64 * KiB])
             client.op("seal", path="c.bin")
-            client.op("flush")
-            flushed_ns = time.time_ns()
-            _wait_for_backup_after(flushed_ns, tier2)
+            client.op("flush")  # returns once the metadata changes are on tier-2 too
             old_epoch = BackupObjects(tier2).manifests()[0].epoch
             assert daemon.metrics()["tierfs_metadata_backups_total"] >= 1
         finally:
@@ -136,7 +120,7 @@ async def test_garbage_metadata_file_is_restored_from_tier2(tmp_path: Path) -> N
     assert report.segments == len(payloads) and not report.fsck.problems
     assert report.epoch > first_epoch + 5
     assert any(name.startswith("metadata.sqlite.before-restore-") for name in report.set_aside)
-    assert any(name.startswith("journal.before-restore-") for name in report.set_aside)
+    assert (config.data_dir / "journal").is_dir()  # kept, and replayed
     contents, epoch, problems = await _read_all(config, list(payloads))
     assert contents == payloads and not problems and epoch > report.epoch
 
@@ -153,7 +137,9 @@ async def test_restore_refuses_live_metadata_and_an_empty_tier2(tmp_path: Path) 
     assert (config.data_dir / "metadata.sqlite").read_bytes() == before
 
 
-async def test_backups_only_on_change_pruned_and_a_torn_newest_is_skipped(tmp_path: Path) -> None:
+async def test_backups_only_on_change_pruned_and_a_torn_newest_is_skipped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metadata_backup, "SNAPSHOT_AFTER_CHANGES", 1)  # a snapshot for every change
     tier2 = str(tmp_path / "tier2")
     config = small_config(tmp_path / "data", tier2_url=tier2)
     async with open_store(config) as store:
@@ -176,7 +162,9 @@ async def test_backups_only_on_change_pruned_and_a_torn_newest_is_skipped(tmp_pa
     assert restored.manifest.seq < newest.seq and restored.manifest.epoch == newest.epoch
 
 
-async def test_a_failing_tier2_never_blocks_appends_and_is_retried(tmp_path: Path) -> None:
+async def test_a_failing_tier2_never_blocks_appends_and_is_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metadata_backup, "SNAPSHOT_AFTER_CHANGES", 1)  # a snapshot for every change
     tier2 = tmp_path / "tier2"
     config = small_config(tmp_path / "data", tier2_url=str(tier2))
     async with open_store(config) as store:
@@ -281,13 +269,8 @@ async def test_backup_and_restore_on_s3_with_an_offloaded_segment(
             while (status := await store.offload_status("logs/a.log"))["state"] == "RUNNING":
                 await trio.sleep(0.05)
         assert status["state"] == "SUCCESS" and status["offloaded_bytes"] == len(payloads["logs/a.log"])
-        flushed_ns = time.time_ns()
-        # a change after that moment: the first backup newer than it covers the offload
-        # (the offload's own commit may have been backed up already, before flushed_ns)
         await store.mkdir("after-the-offload")
-        with trio.fail_after(30):
-            while _newest_manifest_ns(url, options) <= flushed_ns:
-                await trio.sleep(0.05)
+        await store.flush()  # the offload's commits and the mkdir are shipped to tier-2 now
         old_epoch = store.epoch
     fresh = config.replace(data_dir=tmp_path / "fresh")
     report = await restore_store(fresh)

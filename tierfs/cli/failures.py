@@ -26,7 +26,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DAMAGED, EXIT_IN_USE, EXIT_OWNED_ELSEWHER
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 # errors with an exit code of their own; every other TierFSError exits EXIT_FAILED
 EXIT_CODES = {"in_use": EXIT_IN_USE, "owned_elsewhere": EXIT_OWNED_ELSEWHERE, "no_space": EXIT_NO_SPACE,
-              "journal_corrupt": EXIT_DAMAGED}
+              "journal_corrupt": EXIT_DAMAGED, "metadata_damaged": EXIT_DAMAGED}
 
 
 # what to do, for errors whose message says what happened but not what to check

@@ -38,7 +38,12 @@ def _restore(config: StoreConfig) -> int:
     report = trio.run(restore_store, config)
     manifest = report.manifest
     print(f"restored {report.segments} segments into {config.data_dir} from backup "
-          f"{manifest.stem} of {config.tier2_url}")
+          f"{manifest.stem} of {config.tier2_url} and {report.changes_applied} change batches after it")
+    if report.appends_replayed:
+        print(f"replayed {report.appends_replayed} appends ({report.bytes_replayed} bytes) from the data dir's "
+              "journal")
+    if report.changes_missing is not None:
+        print(f"NOT RESTORED: {report.changes_missing}; the metadata is as of the last change before it")
     for name in report.set_aside:
         print(f"kept the old {name.split('.before-restore-')[0]} as {config.data_dir / name}")
     print(f"this data dir now owns {config.tier2_url} as epoch {report.epoch}; "
@@ -48,7 +53,7 @@ def _restore(config: StoreConfig) -> int:
         print(f"DAMAGED {problem}")
     print(f"fsck: checked {fsck.segments} segments, {fsck.chunks} chunks, {fsck.bytes_checked} bytes: "
           + ("OK" if not fsck.problems else f"{len(fsck.problems)} problems"))
-    return EXIT_DAMAGED if fsck.problems else EXIT_OK
+    return EXIT_DAMAGED if fsck.problems or report.changes_missing is not None else EXIT_OK
 
 
 def _export(config: StoreConfig, file: str) -> int:

@@ -354,6 +354,19 @@ class JournalCorruptionError(TierFSError):
     code = "journal_corrupt"
 
 
+class MetadataDamagedError(TierFSError):
+    """The data dir's own metadata (``metadata.sqlite``) is damaged or missing while its
+    journal or claim shows it held a store: nothing was opened or changed."""
+
+    code = "metadata_damaged"
+
+    def __init__(self, path: str, reason: str, data_dir: str, tier2_url: str) -> None:
+        super().__init__(
+            f"{path} is {reason}; rebuild it from tier-2's backups with `tierfs restore --data-dir {data_dir} "
+            f"--tier2 {tier2_url}` (the journal stays and is replayed: no acknowledged append it holds is lost)")
+        self.name = path
+
+
 class MetadataUnavailableError(TierFSError, ConnectionError):
     """The metadata database (PostgreSQL) cannot be reached, or the connection broke;
     the operation did not happen (retry it once the database answers)."""

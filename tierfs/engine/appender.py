@@ -33,6 +33,7 @@ Invariants:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Awaitable, Callable
 from time import monotonic, time_ns
 
 import trio
@@ -81,6 +82,9 @@ class Appender:
         self._writer: StorageWriter | None = None
         self._tenure: Tenure | None = None
         self._held_lsn = 0  # synced while the lease was lapsed: shown once it is renewed
+        # SQLite metadata: ships the metadata changes to tier-2 (a tier2 acknowledgement
+        # promises a restore finds the bytes); None with PostgreSQL
+        self.ship_metadata: Callable[[], Awaitable[None]] | None = None
         self._monotonic_s = monotonic_s
 
     def attach(self, journal: Journal, writer: StorageWriter, tenure: Tenure) -> None:
@@ -157,6 +161,8 @@ class Appender:
             await journal.wait_durable(end_lsn)
             if seg.waits_for_tier2:
                 await storage_writer.wait_flushed(seg, end)
+                if self.ship_metadata is not None:
+                    await self.ship_metadata()
             tenure.check(seg.name)
             return offset
         journal.write_queued()
@@ -185,6 +191,8 @@ class Appender:
                 await journal.wait_durable(end_lsn)
             if seg.waits_for_tier2:
                 await storage_writer.wait_flushed(seg, offset + length)
+                if self.ship_metadata is not None:
+                    await self.ship_metadata()
         else:
             await trio.lowlevel.checkpoint()
         tenure.check(seg.name)

@@ -4,7 +4,9 @@ One backup is two objects named by the owner's epoch and a sequence number:
 ``_metadata/e<epoch>-b<seq>.sqlite`` (a SQLite snapshot of ``metadata.sqlite``) and,
 written only after the snapshot is complete, ``_metadata/e<epoch>-b<seq>.json`` (its
 manifest: format, version, size and CRC32C of the snapshot, the store's epoch, when it
-was taken). Zero-padded numbers make the newest backup the last name in order.
+was taken, the last change-log sequence number it holds). Zero-padded numbers make the
+newest backup the last name in order. Between snapshots, the changes since are shipped
+as ``_metadata/e<epoch>-l<first seq>-<last seq>.log`` (``metadata_log``).
 
 Invariants:
 - Every object gets a new name and is never overwritten, so a crash or a failed upload
@@ -36,7 +38,7 @@ MANIFEST_VERSION = 1
 # backups kept on tier-2: the newest plus two older ones in case the newest is damaged
 KEEP_BACKUPS = 3
 FILE_PIECE_BYTES = 1 << 20  # snapshots are checksummed in pieces of this size
-_BACKUP_NAME = re.compile(r"^e(\d{12})-b(\d{12})\.(sqlite|json)$")
+_BACKUP_NAME = re.compile(r"^e(\d{12})-(?:b(\d{12})\.(?:sqlite|json)|l(\d{12})-(\d{12})\.log)$")
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -48,6 +50,7 @@ class BackupManifest:
     size_bytes: int
     crc32c: int
     created_ns: int
+    log_seq: int = 0  # the last change-log sequence number the snapshot holds
 
     @property
     def stem(self) -> str:
@@ -64,11 +67,39 @@ class BackupManifest:
         body = json.loads(data)
         if body.get("format") != MANIFEST_FORMAT or body.get("version") != MANIFEST_VERSION:
             raise ValueError(f"not a {MANIFEST_FORMAT} version {MANIFEST_VERSION} manifest")
-        return cls(**{f.name: int(body[f.name]) for f in dataclasses.fields(cls)})
+        return cls(**{f.name: int(body[f.name]) for f in dataclasses.fields(cls) if f.name in body or
+                      f.default is dataclasses.MISSING})
 
 
 def backup_stem(epoch: int, seq: int) -> str:
     return f"e{epoch:012d}-b{seq:012d}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LogObject:
+    """One shipped batch of changes: sequence numbers ``first``..``last`` by ``epoch``."""
+
+    epoch: int
+    first: int
+    last: int
+
+    @property
+    def name(self) -> str:
+        return f"e{self.epoch:012d}-l{self.first:012d}-{self.last:012d}.log"
+
+
+def log_chain(logs: list[LogObject], after_seq: int, from_epoch: int) -> list[LogObject]:
+    """The logs a restore applies over a snapshot holding changes up to ``after_seq``,
+    taken at ``from_epoch``, in order: those of later or equal epochs. Where an epoch's
+    logs overlap an earlier epoch's (the store reopened and shipped again what was not
+    pruned, or a zombie shipped after the takeover), the later epoch's win from its
+    first sequence number on."""
+    chosen: list[LogObject] = []
+    for epoch in sorted({log.epoch for log in logs if log.epoch >= from_epoch}):
+        mine = sorted((log for log in logs if log.epoch == epoch), key=lambda log: log.first)
+        if mine:
+            chosen = [log for log in chosen if log.last < mine[0].first] + mine
+    return [log for log in chosen if log.last > after_seq]
 
 
 def file_crc32c(path: Path) -> tuple[int, int]:
@@ -105,6 +136,17 @@ class BackupObjects:
         self._call("mkdir", self.fs.makedirs, self.folder, True)  # a no-op on object stores
         self._call("upload", self.fs.put_file, str(snapshot), self._path(f"{manifest.stem}.sqlite"))
         self._call("upload", self.fs.pipe_file, self._path(f"{manifest.stem}.json"), manifest.to_json())
+
+    def upload_log(self, log: LogObject, data: bytes) -> None:
+        self._call("mkdir", self.fs.makedirs, self.folder, True)
+        self._call("upload", self.fs.pipe_file, self._path(log.name), data)
+
+    def logs(self) -> list[LogObject]:
+        return [LogObject(int(m.group(1)), int(m.group(3)), int(m.group(4)))
+                for name in self.names() if (m := _BACKUP_NAME.match(name)) and m.group(3)]
+
+    def read_log(self, log: LogObject) -> bytes:
+        return bytes(self._call("read", self.fs.cat_file, self._path(log.name)))
 
     def names(self) -> list[str]:
         """Backup object names (no prefix) in order, oldest first; others are ignored."""
@@ -143,12 +185,16 @@ class BackupObjects:
         """Delete all but the newest ``keep`` backups (manifest first, then snapshot),
         and snapshots older than those whose manifest never arrived. Returns the names."""
         names = self.names()
-        stems = sorted({name.rsplit(".", 1)[0] for name in names if name.endswith(".json")})
+        snapshots = [n for n in names if not n.endswith(".log")]
+        stems = sorted({name.rsplit(".", 1)[0] for name in snapshots if name.endswith(".json")})
         if len(stems) <= keep:
             oldest_kept = stems[0] if stems else ""
         else:
             oldest_kept = stems[-keep]
-        doomed = [n for n in names if n.rsplit(".", 1)[0] < oldest_kept]
+        doomed = [n for n in snapshots if n.rsplit(".", 1)[0] < oldest_kept]
+        oldest = next((m for m in reversed(self.manifests()) if m.stem == oldest_kept), None)
+        if oldest is not None and oldest.log_seq:  # logs the oldest kept snapshot holds already
+            doomed += [log.name for log in self.logs() if log.last <= oldest.log_seq and log.epoch <= oldest.epoch]
         doomed.sort(key=lambda n: (n.rsplit(".", 1)[0], not n.endswith(".json")))
         for name in doomed:
             self._call("delete", self.fs.rm_file, self._path(name))

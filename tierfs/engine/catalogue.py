@@ -146,6 +146,10 @@ class ChunkCatalogue:
         """Every object name the metadata references or queues, at one instant."""
         return await self.call(self.metadata.object_references)
 
+    async def prune_change_log(self, up_to_seq: int) -> None:
+        """The changes up to ``up_to_seq`` are on tier-2 (``metadata_log``)."""
+        await self.call(self.metadata.prune_change_log, up_to_seq)
+
     async def set_checkpoint(self, lsn: int) -> None:
         """Journal files wholly below ``lsn`` may be deleted (recovery starts there)."""
         await self.call(self.metadata.set_checkpoint, lsn)

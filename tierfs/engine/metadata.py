@@ -442,6 +442,11 @@ class MetadataStore(WholeStoreScans, CreationReplay):
         with self._db.transaction():
             self._db.executemany("DELETE FROM garbage WHERE name=?", [(n,) for n in names])
 
+    def prune_change_log(self, up_to_seq: int) -> None:
+        """Forget the changes up to ``up_to_seq``: they are on tier-2 (``metadata_log``)."""
+        with self._db.transaction():
+            self._db.execute("DELETE FROM change_log WHERE seq <= ?", (up_to_seq,))
+
     def set_checkpoint(self, lsn: int) -> None:
         with self._db.transaction():
             record = self.load_store_record()

@@ -1,31 +1,40 @@
-"""Continuous backup of the metadata database into tier-2 (``_metadata/``).
+"""Continuous backup of the metadata database into tier-2 (``_metadata/``): whole
+snapshots now and then, and every change in between, shipped within a flush interval.
 
-A cycle asks SQLite whether the metadata changed since the last backup (``PRAGMA
+A *cycle* asks SQLite whether the metadata changed since the last snapshot (``PRAGMA
 data_version`` on a connection of its own); if so it copies a consistent snapshot with
 SQLite's online backup API into a temporary file in the data dir, uploads it under a new
-name, then its manifest (``backup_objects``), and prunes old backups. When the store
-cancels the task, after its last flush, it runs one more cycle (bounded in time).
+name, then its manifest (``backup_objects``), and prunes old backups. Each upload is the
+whole database, so cycles run every ``relaxed_interval_s`` (``RELAXED_INTERVAL_FLUSHES``
+flush intervals) at most, and never more than ``COST_SPACING`` times the last cycle's
+duration after it ended: snapshots take at most 1/(1 + ``COST_SPACING``) of the time and
+of tier-2's bandwidth, whatever the database's size. Once this lineage has a snapshot
+(taken by this opening, or adopted), a cycle takes a new one only after
+``SNAPSHOT_AFTER_CHANGES`` changes or ``SNAPSHOT_MAX_AGE_S``: the shipped changes hold
+the rest, and they bound how many a restore applies.
 
-How often (each upload is the whole database, so cycles are rate-limited):
-- a change that a ``tier2`` append's promise rests on (``request_soon``: the storage
-  writer committed a flush of a ``tier2`` segment) is backed up within ``interval_s``
-  (the flush interval, at least ``MIN_INTERVAL_S``);
-- any other change within ``relaxed_interval_s`` (``RELAXED_INTERVAL_FLUSHES`` flush
-  intervals: 10 s by default): a restore after losing the data dir may lose that much
-  more of ``pd``/``vd`` data (flushed, not yet backed up) and of namespace changes on
-  top of the journal's unflushed bytes, which the host's loss takes anyway;
-- never more than ``COST_SPACING`` times the last cycle's duration after it ended, so
-  backing up takes at most 1/(1 + ``COST_SPACING``) of the time and of tier-2's
-  bandwidth whatever the database's size; the bounds above stretch to that spacing.
+A *shipment* (``ship_changes``) uploads every change logged since the last one
+(``metadata_log``: the rows as they are now, one small object) and then lets the store
+prune the log. One runs every ``interval_s`` (the flush interval) when anything
+changed, so a restore brings back every change older than a flush interval; and one is
+awaited before a ``tier2`` append is acknowledged, before ``flush`` returns and before
+the journal deletes a file (``Appender``, ``SegmentStore.flush``,
+``StorageWriter.before_journal_delete``), so a restore brings back every byte whose
+flush returned, and finds in the journal every byte that a shipment does not hold.
+When the store cancels the task, after its last flush, it ships and runs one more cycle
+(bounded in time).
 
 Invariants:
 - A snapshot is crash-consistent: the backup API reads one committed state (a WAL read
   transaction), whatever the store commits meanwhile, and the store's own connection
   is never used, so metadata commits and appends never wait for a backup.
-- The newest backup on tier-2 is behind the metadata by at most the bound above plus
-  one cycle; a failed cycle (tier-2 down, disk full) is logged, counted and retried at
-  the next interval with the change still pending.
+- The newest snapshot plus the shipped changes after it are behind the metadata by at
+  most one flush interval plus one shipment; a failed cycle or shipment (tier-2 down,
+  disk full) is logged, counted and retried at the next interval with the change still
+  pending, and a shipment an acknowledgement waits for is retried until it succeeds.
 - A fenced store (another owner claimed tier-2) uploads and prunes nothing more.
+- Shipments are joined: a caller waits for one that started after its call (which
+  holds every change committed before it), so concurrent callers cost one upload.
 - Nothing is uploaded when nothing changed; memory does not grow with the database
   (page-by-page copy to a file, streamed upload). That holds across a clean restart
   too: the seal (``backup_seal``, ``seal`` and ``AdoptedBackup``) tells the next open
@@ -39,7 +48,8 @@ import dataclasses
 import logging
 import math
 import sqlite3
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -47,9 +57,10 @@ import trio
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
 from tierfs.engine import backup_seal
-from tierfs.engine.backup_objects import BackupManifest, BackupObjects, file_crc32c
+from tierfs.engine.backup_objects import BackupManifest, BackupObjects, LogObject, file_crc32c
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.metadata import now_ns
+from tierfs.engine.metadata_log import CHANGE_LOG, encode, last_logged_seq, read_changes
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +76,13 @@ RELAXED_INTERVAL_FLUSHES = 10
 # ended: backups take at most a tenth of the time, however large the database grows.
 COST_SPACING = 9.0
 SHUTDOWN_CYCLE_S = 10.0  # a clean shutdown waits this long at most for its last backup
+# A shipment holds at most this many changed rows (a burst of creates ships in several).
+SHIP_MAX_ROWS = 20_000
+SHIP_RETRY_INITIAL_S, SHIP_RETRY_MAX_S = 0.1, 5.0  # a shipment an acknowledgement waits for
+# A new snapshot once this many changes followed the last, or it is this old: a restore
+# then downloads and applies at most about that many (one object per flush interval).
+SNAPSHOT_AFTER_CHANGES = 10_000
+SNAPSHOT_MAX_AGE_S = 3600.0
 
 
 class MetadataBackup:
@@ -72,14 +90,16 @@ class MetadataBackup:
 
     def __init__(self, database: Path, objects: BackupObjects, epoch: int, interval_s: float,
                  still_owner: Callable[[], bool] = lambda: True, relaxed_interval_s: float | None = None,
-                 adopted: AdoptedBackup | None = None) -> None:
+                 adopted: AdoptedBackup | None = None, known_fenced: Callable[[], bool] = lambda: False,
+                 prune_log: Callable[[int], Awaitable[None]] | None = None) -> None:
         self.database = database
         self._still_owner = still_owner  # a fenced store backs up (and prunes) nothing more
+        self._known_fenced = known_fenced  # the same, without a look at tier-2 (shipments)
+        self._prune_log = prune_log  # the store forgets shipped changes (its connection writes)
         self.objects = objects
         self.epoch = epoch
-        self.interval_s = interval_s  # a change a tier2 append waits on (request_soon)
-        self.relaxed_interval_s = max(interval_s, relaxed_interval_s or interval_s)  # any other change
-        self._soon = trio.Event()  # request_soon since the last cycle's snapshot
+        self.interval_s = interval_s  # how often changes are shipped
+        self.relaxed_interval_s = max(interval_s, relaxed_interval_s or interval_s)  # snapshots
         self.last_cycle_s = 0.0  # how long the last cycle that uploaded took
         self.backups_taken = 0
         self.failures = 0
@@ -91,53 +111,76 @@ class MetadataBackup:
         self._left_behind = False  # the shutdown cycle's thread may still use the source
         self._seq = 0
         self._cycle_lock = trio.Lock()  # the periodic and the shutdown cycle never overlap
+        self._shipper: sqlite3.Connection | None = None  # shipments read changes on this connection
+        self._ship_lock = trio.Lock()
+        self._ship_asked = 0  # shipments asked for, and the asks the last started one covers
+        self._ship_covered = 0
+        self.shipped_seq = 0  # the last change on tier-2 (0: none yet from this opening)
+        self.shipments = 0
+        # the newest snapshot of this lineage: the last change it holds, and when (None:
+        # none yet, so the next cycle takes one)
+        self._snapshot_log_seq: int | None = None
+        self._snapshot_at_s = 0.0
+        self._adopted = adopted is not None
 
     @classmethod
     def for_store(cls, config: StoreConfig, epoch: int, still_owner: Callable[[], bool] = lambda: True,
-                  adopted: AdoptedBackup | None = None) -> MetadataBackup:
+                  adopted: AdoptedBackup | None = None, known_fenced: Callable[[], bool] = lambda: False,
+                  prune_log: Callable[[int], Awaitable[None]] | None = None) -> MetadataBackup:
         """The backup of ``config``'s store into its tier-2, as owner ``epoch`` while
         ``still_owner()``; ``adopted``: what the open found already backed up."""
         objects = BackupObjects(config.chunk_store_url, config.chunk_store_options)
         interval_s = max(config.flush_interval_s, MIN_INTERVAL_S)
         return cls(config.data_dir / "metadata.sqlite", objects, epoch, interval_s, still_owner,
-                   relaxed_interval_s=RELAXED_INTERVAL_FLUSHES * interval_s, adopted=adopted)
+                   relaxed_interval_s=RELAXED_INTERVAL_FLUSHES * interval_s, adopted=adopted,
+                   known_fenced=known_fenced, prune_log=prune_log)
 
     def seal(self) -> None:
         """After the store closed its own connections (every shutdown): when the newest
         backup holds the database as it is (no commit since the last snapshot or the
         adoption), close this connection too and write the seal (``backup_seal``)."""
+        if self._shipper is not None:
+            self._shipper.close()
+            self._shipper = None
         source, self._source = self._source, None
         if source is None or self._left_behind:  # left behind: its thread may still use it
             return
         try:
             version = int(source.execute("PRAGMA data_version").fetchone()[0])
+            unshipped = int(source.execute(f"SELECT count(*) FROM {CHANGE_LOG}").fetchone()[0])
         except sqlite3.Error:
-            version = None
+            version, unshipped = None, 1
         source.close()  # the last connection: SQLite checkpoints and removes the log now
-        if version is not None and version == self._backed_up_version and self._still_owner():
+        current = version == self._backed_up_version or (self._snapshot_log_seq is not None and not unshipped)
+        if version is not None and current and self._still_owner():
             backup_seal.write(self.database)
-
-    def request_soon(self) -> None:
-        """A commit a ``tier2`` append waits on: back it up within ``interval_s``
-        (on the event loop)."""
-        self._soon.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        next_cycle_s = monotonic_s()  # a first snapshot at once
         try:
             while True:
-                self._soon = trio.Event()  # the snapshot below covers what was asked so far
-                started_s = monotonic_s()
-                if await self.cycle():
-                    self.last_cycle_s = monotonic_s() - started_s
-                spacing_s = COST_SPACING * self.last_cycle_s
-                await trio.sleep(max(self.interval_s, spacing_s))
-                with trio.move_on_after(max(self.relaxed_interval_s, spacing_s) - max(self.interval_s, spacing_s)):
-                    await self._soon.wait()
+                if monotonic_s() >= next_cycle_s:
+                    started_s = monotonic_s()
+                    if await self.cycle():
+                        self.last_cycle_s = monotonic_s() - started_s
+                    next_cycle_s = monotonic_s() + max(self.relaxed_interval_s, COST_SPACING * self.last_cycle_s)
+                try:
+                    await self._ship_once()
+                except (TierFSError, OSError, sqlite3.Error) as e:
+                    self.failures += 1
+                    log.warning("shipping metadata changes to %s failed (retried in %.1f s): %s",
+                                self.objects.url, self.interval_s, e)
+                await trio.sleep(self.interval_s)
         finally:
             # The store cancels this task after its last flush (clean shutdown): one
-            # more cycle then covers those flushes, if tier-2 answers in time.
+            # more shipment and cycle then cover those flushes, if tier-2 answers in time.
             with trio.CancelScope(shield=True):
+                with trio.move_on_after(SHUTDOWN_CYCLE_S):
+                    try:
+                        await self._ship_once()
+                    except (TierFSError, OSError, sqlite3.Error) as e:
+                        log.warning("shipping metadata changes at shutdown failed: %s", e)
                 await self.cycle(timeout_s=SHUTDOWN_CYCLE_S)
             if self._left_behind:
                 # not closed here: the abandoned cycle's thread may still use it; CPython
@@ -169,6 +212,48 @@ class MetadataBackup:
                     self.objects.url, timeout_s)
         return False
 
+    async def ship_changes(self) -> None:
+        """Return once every change committed before the call is on tier-2, retrying a
+        failed shipment with backoff (an acknowledgement waits for it); nothing for a
+        fenced store."""
+        delay_s = SHIP_RETRY_INITIAL_S
+        while True:
+            try:
+                await self._ship_once()
+                return
+            except (TierFSError, OSError, sqlite3.Error) as e:
+                self.failures += 1
+                log.warning("shipping metadata changes to %s failed (retried in %.1f s): %s",
+                            self.objects.url, delay_s, e)
+            await trio.sleep(delay_s)
+            delay_s = min(2 * delay_s, SHIP_RETRY_MAX_S)
+
+    async def _ship_once(self) -> None:
+        """One shipment that started after this call (joining one if it did)."""
+        self._ship_asked += 1
+        asked = self._ship_asked
+        async with self._ship_lock:
+            if self._ship_covered >= asked:
+                return  # a shipment that started after the call has ended
+            self._ship_covered = self._ship_asked
+            shipped = await trio.to_thread.run_sync(self._ship_blocking)
+        if shipped and self._prune_log is not None and not self._known_fenced():
+            await self._prune_log(shipped)
+
+    def _ship_blocking(self) -> int:
+        """Upload the changes after ``shipped_seq`` (in batches); the last one shipped (0: none)."""
+        if self._shipper is None:
+            self._shipper = sqlite3.connect(self.database, check_same_thread=False)
+        shipped = 0
+        while not self._known_fenced():
+            batch = read_changes(self._shipper, self.shipped_seq, SHIP_MAX_ROWS)
+            if batch is None:
+                break
+            self.objects.upload_log(LogObject(self.epoch, batch.first_seq, batch.last_seq), encode(batch))
+            self.shipped_seq = shipped = batch.last_seq
+            self.shipments += 1
+        return shipped
+
     def _cycle_blocking(self) -> bool:
         if self._source is None:
             self._source = sqlite3.connect(self.database, check_same_thread=False)
@@ -176,16 +261,26 @@ class MetadataBackup:
         version = int(source.execute("PRAGMA data_version").fetchone()[0])
         if version == self._backed_up_version or not self._still_owner():
             return False
+        if self._adopted and self._snapshot_log_seq is None:
+            newest = self.objects.manifests()
+            if newest:  # the seal said the newest snapshot is this lineage's, and current
+                self._snapshot_log_seq = newest[0].log_seq
+                self._snapshot_at_s = time.monotonic() - max(0.0, (now_ns() - newest[0].created_ns) / 1e9)
+        if self._snapshot_log_seq is not None:
+            changes = last_logged_seq(source) - self._snapshot_log_seq
+            if changes < SNAPSHOT_AFTER_CHANGES and time.monotonic() - self._snapshot_at_s < SNAPSHOT_MAX_AGE_S:
+                return False  # the shipped changes hold them
         snapshot = self.database.parent / SNAPSHOT_FILE
         try:
             write_snapshot(source, snapshot)
             size_bytes, crc = file_crc32c(snapshot)
             self._seq += 1
-            manifest = BackupManifest(self.epoch, self._seq, size_bytes, crc, now_ns())
+            manifest = BackupManifest(self.epoch, self._seq, size_bytes, crc, now_ns(), _logged_seq(snapshot))
             self.objects.upload(snapshot, manifest)
         finally:
             snapshot.unlink(missing_ok=True)
         self._backed_up_version = version
+        self._snapshot_log_seq, self._snapshot_at_s = manifest.log_seq, time.monotonic()
         self.last_manifest = manifest
         self.backups_taken += 1
         if self._still_owner():  # checked again: a takeover may have come meanwhile
@@ -205,6 +300,15 @@ class AdoptedBackup:
     def open(cls, database: Path) -> AdoptedBackup:
         source = sqlite3.connect(database, check_same_thread=False)
         return cls(source, int(source.execute("PRAGMA data_version").fetchone()[0]))
+
+
+def _logged_seq(snapshot: Path) -> int:
+    """The last change the snapshot holds (its change log's counter)."""
+    db = sqlite3.connect(snapshot)
+    try:
+        return last_logged_seq(db)
+    finally:
+        db.close()
 
 
 def write_snapshot(source: sqlite3.Connection, target: Path) -> None:

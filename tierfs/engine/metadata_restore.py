@@ -1,20 +1,25 @@
 """Rebuilding a data dir's metadata from the backups on tier-2 (``tierfs restore``).
 
 Steps: refuse a data dir whose metadata still names segments; set a damaged
-``metadata.sqlite`` and an old journal aside (renamed, never deleted); take the newest
-manifest on tier-2 whose snapshot downloads with the right size and CRC32C and passes
-SQLite's integrity check (older ones are tried in turn); raise the store record's
-epoch to the highest epoch that tier-2 shows any owner used (the snapshot's, the
-backups' names, the chunk names), so that the next open's new epoch is above all of
-them; install the file as ``metadata.sqlite``.
+``metadata.sqlite`` aside (renamed, never deleted); take the newest manifest on tier-2
+whose snapshot downloads with the right size and CRC32C and passes SQLite's integrity
+check (older ones are tried in turn); apply the change batches shipped after it
+(``metadata_log``, ``backup_objects.log_chain``), in order, up to the first one that is
+missing or damaged; raise the store record's epoch to the highest epoch that tier-2
+shows any owner used (the snapshot's, the backups' names, the chunk names), so that the
+next open's new epoch is above all of them; install the file as ``metadata.sqlite``.
+
+The data dir's journal is kept where it is: the next open (``store.restore`` opens the
+restored store) replays every intact frame above what tier-2 holds, so a damaged
+``metadata.sqlite`` loses no acknowledged append its journal still has.
 
 Invariants:
-- Nothing in the data dir changes before a usable snapshot is on local disk; the
-  restored database appears under its final name by one rename.
+- Nothing in the data dir changes before a usable snapshot, with its changes applied,
+  is on local disk; the restored database appears under its final name by one rename.
 - Restore only reads tier-2: it writes no object, so a failed restore changes nothing
   there, and running it again is safe.
-- Bytes that never reached tier-2 (the old journal's unflushed tail) are not restored;
-  the old journal is kept aside for inspection.
+- What could not be brought back is reported (``RestoredMetadata.changes_missing``):
+  changes after a missing or damaged batch are not applied over the gap.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from tierfs.contracts.errors import NoMetadataBackupError, StoreNotEmptyError
-from tierfs.engine.backup_objects import BackupManifest, BackupObjects
+from tierfs.engine.backup_objects import BackupManifest, BackupObjects, log_chain
 from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.metadata import MetadataStore, now_ns
+from tierfs.engine.metadata_log import ChangeBatch, apply_changes, decode, last_logged_seq
 from tierfs.engine.ownership import DataDirLock
 
 log = logging.getLogger(__name__)
@@ -46,6 +52,8 @@ class RestoredMetadata:
     segments: int
     highest_epoch_seen: int
     set_aside: tuple[str, ...]  # what was renamed out of the way in the data dir
+    changes_applied: int  # change batches shipped after the snapshot, applied over it
+    changes_missing: str | None  # why later batches were not applied (None: all were)
 
 
 def restore_metadata(
@@ -62,6 +70,7 @@ def restore_metadata(
         objects = BackupObjects(tier2_url, storage_options)
         staging = data_dir / f"{METADATA_FILE}.restoring"
         manifest = _fetch_newest_usable(objects, staging)
+        applied, missing = _apply_logs(objects, staging, manifest)
         epoch = max(
             _snapshot_epoch(staging), objects.highest_epoch(),
             max((int(m.group(1) or m.group(2)) for n in objects.chunk_names() if (m := _CHUNK_EPOCH.match(n))),
@@ -73,9 +82,35 @@ def restore_metadata(
         fsync_directory(data_dir)
     finally:
         lock.release()
-    log.info("restored %s from backup %s of %s (highest epoch seen %d)",
-             data_dir, manifest.stem, tier2_url, epoch)
-    return RestoredMetadata(manifest, segments, epoch, set_aside)
+    log.info("restored %s from backup %s of %s and %d change batches after it (highest epoch seen %d)",
+             data_dir, manifest.stem, tier2_url, applied, epoch)
+    return RestoredMetadata(manifest, segments, epoch, set_aside, applied, missing)
+
+
+def _apply_logs(objects: BackupObjects, staging: Path, manifest: BackupManifest) -> tuple[int, str | None]:
+    """Apply the change batches after the snapshot in ``staging``; (how many, why the
+    rest were not: the first missing or damaged one, or None)."""
+    db = sqlite3.connect(staging, isolation_level=None)
+    try:
+        after = last_logged_seq(db)
+        batches: list[ChangeBatch] = []
+        missing = None
+        expected = after + 1
+        for log_object in log_chain(objects.logs(), after, manifest.epoch):
+            if log_object.first > expected:
+                missing = f"changes {expected}..{log_object.first - 1} are on no batch of {objects.url}"
+                break
+            try:
+                batch = decode(objects.read_log(log_object))
+            except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+                missing = f"change batch {log_object.name} on {objects.url} is unreadable ({e})"
+                break
+            batches.append(batch)
+            expected = batch.last_seq + 1
+        apply_changes(db, iter(batches))
+        return len(batches), missing
+    finally:
+        db.close()
 
 
 def _refuse_live_metadata(path: Path) -> None:
@@ -146,10 +181,11 @@ def _prepare(path: Path, epoch: int) -> int:
 
 
 def _set_aside(data_dir: Path) -> tuple[str, ...]:
-    """Rename the old metadata files and journal out of the way (kept, not deleted)."""
+    """Rename the old metadata files out of the way (kept, not deleted); the journal
+    stays, to be replayed."""
     stamp = now_ns()
     moved = []
-    for name in (METADATA_FILE, f"{METADATA_FILE}-wal", f"{METADATA_FILE}-shm", "journal"):
+    for name in (METADATA_FILE, f"{METADATA_FILE}-wal", f"{METADATA_FILE}-shm"):
         old = data_dir / name
         if old.exists():
             new = data_dir / f"{name}.before-restore-{stamp}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from tierfs.contracts.errors import MetadataVersionError
+from tierfs.engine.metadata_log import change_log_ddl
 from tierfs.engine.sql_database import POSTGRESQL, SQLITE, Database
 
 
@@ -85,6 +86,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             f"CREATE INDEX IF NOT EXISTS segments_unlinked ON segments (name) WHERE {UNLINKED_CONDITION[POSTGRESQL]}",
         ),
     }),
+    # The change log (``metadata_log``): every row change of SQLite metadata, shipped to
+    # tier-2 between snapshots. PostgreSQL is shared and backed up by its own tools.
+    Migration(3, "change_log and its triggers (SQLite)", {SQLITE: change_log_ddl(), POSTGRESQL: ()}),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -42,6 +42,7 @@ STATUS_BY_CODE = {
     "already_running": 409,
     "already_committed": 409,
     "already_appended": 409,
+    "metadata_damaged": 500,
     "corrupt": 500,
     "journal_corrupt": 500,
     "internal": 500,

@@ -281,6 +281,8 @@ class SegmentStore:
         # a segment not in memory has no unflushed bytes
         segs = [self.table.segment(name)] if name is not None else self.table.in_memory()
         await self.writer.sync_and_flush(segs)
+        if self.metadata_backup is not None:  # a restore brings back what a flush returned
+            await self.metadata_backup.ship_changes()
 
     async def seal(self, name: str) -> SegmentInfo:
         """Make the segment read-only; its length is final. Triggers a flush."""

@@ -16,6 +16,9 @@ Invariants:
   recovered end LSN; nothing after a torn frame is replayed, and a journal damaged
   before intact frames is refused (``JournalDamagedError``) unless the config asks
   for its repair (``tierfs fsck --repair``).
+- A data dir whose own metadata is damaged, or missing while its journal or claim is
+  there, is refused (``MetadataDamagedError``, naming ``tierfs restore``) before
+  anything changes: never an empty store opened over its journal.
 - A full disk does not stop the open: the metadata releases the data dir's space
   reserve for the epoch commit (retried once); recovery only cuts and deletes.
 - Memory stays bounded: recovered tails go through the shared tail budget.
@@ -28,11 +31,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url, redacted_url
-from tierfs.contracts.errors import InvalidArgumentError, NoSpaceError, WrongTier2Error
+from tierfs.contracts.errors import (
+    InvalidArgumentError,
+    MetadataDamagedError,
+    NoSpaceError,
+    WrongTier2Error,
+)
 from tierfs.engine import backup_seal
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.epoch_guard import guard_epoch
@@ -40,7 +50,13 @@ from tierfs.engine.journal import Journal
 from tierfs.engine.journal_repair import JournalRepair
 from tierfs.engine.metadata import MetadataStore
 from tierfs.engine.metadata_backup import AdoptedBackup
-from tierfs.engine.owner_claims import OwnerClaim, OwnerClaims, Ownership, take_ownership
+from tierfs.engine.owner_claims import (
+    OwnerClaim,
+    OwnerClaims,
+    Ownership,
+    read_local_claim,
+    take_ownership,
+)
 from tierfs.engine.recovery import RecoveryReport, recover_journal
 from tierfs.engine.segment_rows import SegmentRowReader
 from tierfs.engine.segment_state import SegmentState
@@ -79,15 +95,27 @@ def open_data_dir(
     appends count as appended at ``now_s`` (the engine's monotonic clock, read by the
     caller on the event loop)."""
     data_dir = config.data_dir
+    database = data_dir / "metadata.sqlite"
+    local_metadata = not is_postgresql_url(config.metadata_url)
+    if local_metadata:
+        _refuse_lost_metadata(config, database)
     (data_dir / "journal").mkdir(parents=True, exist_ok=True, mode=0o700)
     space_reserve = SpaceReserve(data_dir)
-    db = open_database(config.metadata_url, data_dir / "metadata.sqlite", space_reserve)
+    try:
+        db = open_database(config.metadata_url, database, space_reserve)
+    except sqlite3.DatabaseError as e:
+        raise _damaged(config, database, e) from None
     try:
         if db.dialect == POSTGRESQL and db.execute("SELECT to_regclass('cluster')").fetchone()[0] is not None:
             raise InvalidArgumentError(  # before any table is created in the cluster's database
                 f"{config.metadata_description} is a cluster's database: its daemons serve it "
                 "(set containers as they do, and start tierfs serve --listen HOST:PORT)")
         metadata = MetadataStore(db)
+        if local_metadata:
+            metadata.load_store_record()  # a damaged file often reads its header and fails here
+    except sqlite3.DatabaseError as e:
+        db.close()
+        raise _damaged(config, database, e) from None
     except BaseException:
         db.close()
         raise
@@ -108,8 +136,6 @@ def open_data_dir(
         metadata.close()
         raise
     claim = ownership.claim
-    database = data_dir / "metadata.sqlite"
-    local_metadata = not is_postgresql_url(config.metadata_url)
     sealed = local_metadata and backup_seal.take(database)
     # A shared database saw every commit of every owner (a fenced one commits nothing):
     # only a data dir's own metadata can miss another lineage's commits.
@@ -170,3 +196,20 @@ def open_data_dir(
                   "moved to %s", report.damaged_stretches_moved, report.frames_moved, data_dir / "lost+found")
     return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim, replayed, rows, adopted_backup,
                          store_record.foreign_below_epoch)
+
+
+def _refuse_lost_metadata(config: StoreConfig, database: Path) -> None:
+    """A data dir that held a store (its journal has frames, or it claimed tier-2) but
+    has no ``metadata.sqlite``: opening would start an empty store over its journal."""
+    if database.exists():
+        return
+    journal = config.data_dir / "journal"
+    has_frames = journal.is_dir() and any(p.stat().st_size for p in journal.glob("*.jnl"))
+    if has_frames or read_local_claim(config.data_dir) is not None:
+        raise MetadataDamagedError(str(database), "missing (the data dir's journal and claim are there)",
+                                   str(config.data_dir), config.tier2_url or config.chunk_store_url)
+
+
+def _damaged(config: StoreConfig, database: Path, error: sqlite3.DatabaseError) -> MetadataDamagedError:
+    return MetadataDamagedError(str(database), f"damaged ({error})", str(config.data_dir),
+                                config.tier2_url or config.chunk_store_url)

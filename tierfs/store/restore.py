@@ -1,9 +1,11 @@
 """``tierfs restore``: rebuild a data dir from tier-2 alone, then own that tier-2.
 
 ``restore_store`` runs the two steps: ``restore_metadata`` (engine/metadata_restore.py)
-installs the newest intact metadata backup with the highest epoch any owner used, and
-``open_as_new_owner`` opens the store, which begins an epoch above all of them, takes a
-first backup under that epoch and checks every chunk (fsck).
+installs the newest intact metadata backup, with the changes shipped after it, and the
+highest epoch any owner used; ``open_as_new_owner`` opens the store, which replays the
+data dir's journal if one is left (every intact frame above what tier-2 holds), begins
+an epoch above all of them, takes a first backup under that epoch and checks every
+chunk (fsck).
 
 Invariants:
 - Restore is an explicit takeover: the old owner is presumed dead. ``open_as_new_owner``
@@ -35,12 +37,18 @@ class RestoreReport:
     set_aside: tuple[str, ...]  # old files renamed out of the way in the data dir
     epoch: int  # the restored store's owner epoch
     fsck: FsckReport
+    changes_applied: int  # change batches applied over the snapshot
+    changes_missing: str | None  # what could not be applied, and why (None: everything)
+    appends_replayed: int  # from the data dir's journal
+    bytes_replayed: int
 
 
 @dataclasses.dataclass(frozen=True)
 class NewOwner:
     epoch: int
     fsck: FsckReport
+    appends_replayed: int
+    bytes_replayed: int
 
 
 async def restore_store(config: StoreConfig) -> RestoreReport:
@@ -57,7 +65,9 @@ async def restore_store(config: StoreConfig) -> RestoreReport:
         restore_metadata, config.data_dir, config.chunk_store_url, config.chunk_store_options
     )
     owner = await open_as_new_owner(config)
-    return RestoreReport(restored.manifest, restored.segments, restored.set_aside, owner.epoch, owner.fsck)
+    return RestoreReport(restored.manifest, restored.segments, restored.set_aside, owner.epoch, owner.fsck,
+                         restored.changes_applied, restored.changes_missing, owner.appends_replayed,
+                         owner.bytes_replayed)
 
 
 async def open_as_new_owner(config: StoreConfig) -> NewOwner:
@@ -66,6 +76,9 @@ async def open_as_new_owner(config: StoreConfig) -> NewOwner:
     claim and every epoch in the backup, a first backup under it, and fsck of every
     chunk."""
     async with open_store(dataclasses.replace(config, takeover=True)) as store:
+        await store.flush()  # what the journal held is in tier-2 before the first backup
         if store.metadata_backup is not None:  # restore_store only restores SQLite
             await store.metadata_backup.cycle()
-        return NewOwner(store.epoch, await store.fsck())
+        recovery = store.statistics().recovery
+        replayed = (recovery.frames_replayed, recovery.bytes_replayed) if recovery is not None else (0, 0)
+        return NewOwner(store.epoch, await store.fsck(), *replayed)

@@ -9,6 +9,8 @@ Invariants:
   writer before anything starts, so the backlog counts them.
 - The appender acknowledges only under the store's tenure: its fence and, in cluster
   mode, its container's lease (``engine/tenure.py``).
+- With SQLite metadata, a ``tier2`` append is acknowledged, and a journal file deleted,
+  only once the metadata changes before it are shipped to tier-2 (a restore finds them).
 """
 
 from __future__ import annotations
@@ -129,9 +131,13 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     policies.on_change = scheduler.wake
     metadata_backup = (None if is_postgresql_url(config.metadata_url)
                        else MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner,
-                                                     adopted=opened.adopted_backup))
+                                                     adopted=opened.adopted_backup,
+                                                     known_fenced=lambda: fence.fenced,
+                                                     prune_log=catalogue.prune_change_log))
     if metadata_backup is not None:
-        writer.tier2_committed = metadata_backup.request_soon
+        # what a restore needs is on tier-2 before a tier2 append is acknowledged and
+        # before the journal lets go of a file (engine/metadata_backup.py)
+        shared.appender.ship_metadata = writer.before_journal_delete = metadata_backup.ship_changes
     return Parts(
         fence=fence, catalogue=catalogue, garbage=garbage, writer=writer, blocks=blocks,
         long_term_reads=long_term_reads, reader=Reader(catalogue, blocks, tail), offloader=offloader,

@@ -1,0 +1,139 @@
+"""Restore brings back every byte whose flush returned and every change older than a
+flush interval (paths 7 and 8 of the data-safety issue): the metadata's change log is
+shipped to tier-2 between snapshots and applied over the newest one, and a damaged
+``metadata.sqlite`` is refused by name and restored with its journal replayed."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tierfs import open_store
+from tierfs.contracts.errors import MetadataDamagedError
+from tierfs.engine.backup_objects import BackupObjects, LogObject, log_chain
+from tierfs.engine.metadata_log import CHANGE_LOG, ChangeBatch, decode, encode
+from tierfs.store.restore import restore_store
+from tierfs.testing.harness import small_config
+
+# Snapshots an hour apart: only the change log can bring back what follows the first.
+RARE_SNAPSHOTS = dict(flush_interval_s=360.0, orphan_gc_interval_s=0)
+
+
+def _host_lost(tier2: Path, at: Path) -> None:
+    """Tier-2 as it is at this moment, for a restore after the host and its disk are gone."""
+    shutil.copytree(tier2, at)
+
+
+async def test_a_restore_brings_back_every_change_a_flush_returned_on(tmp_path: Path) -> None:
+    tier2 = tmp_path / "t2"
+    config = small_config(tmp_path / "d", tier2_url=str(tier2), **RARE_SNAPSHOTS)
+    async with open_store(config) as store:
+        await store.create("first")
+        await store.flush()
+        # the first snapshot was taken at the open; everything below is in no snapshot
+        for index in range(300):
+            await store.create(f"logs/s{index:03d}", make_parents=True)
+            await store.append(f"logs/s{index:03d}", b"%03d;" % index)
+        await store.mkdir("empty-dir")
+        await store.rename("first", "renamed")
+        await store.flush()  # returned: a restore must find every byte and name
+        _host_lost(tier2, tmp_path / "t2-then")
+        assert store.metadata_backup is not None and store.metadata_backup.shipments >= 1
+    restored_config = small_config(tmp_path / "new", tier2_url=str(tmp_path / "t2-then"), **RARE_SNAPSHOTS)
+    report = await restore_store(restored_config)
+    assert report.changes_applied >= 1 and report.changes_missing is None
+    assert report.fsck.problems == []
+    async with open_store(small_config(tmp_path / "new", tier2_url=str(tmp_path / "t2-then"))) as store:
+        names = {info.name for info in await store.list("logs")}
+        assert len(names) == 300
+        for index in (0, 150, 299):
+            assert await store.read(f"logs/s{index:03d}") == b"%03d;" % index
+        assert {info.name for info in await store.list("")} >= {"renamed", "empty-dir", "logs"}
+
+
+async def test_a_tier2_append_is_acknowledged_once_a_restore_would_find_it(tmp_path: Path) -> None:
+    tier2 = tmp_path / "t2"
+    config = small_config(tmp_path / "d", tier2_url=str(tier2), **RARE_SNAPSHOTS)
+    async with open_store(config) as store:
+        await store.create("t", durability="tier2")
+        for index in range(20):
+            await store.append("t", b"record %02d\n" % index)
+        _host_lost(tier2, tmp_path / "t2-then")  # right after the last acknowledgement
+    await restore_store(small_config(tmp_path / "new", tier2_url=str(tmp_path / "t2-then")))
+    async with open_store(small_config(tmp_path / "new", tier2_url=str(tmp_path / "t2-then"))) as store:
+        assert await store.read("t") == b"".join(b"record %02d\n" % i for i in range(20))
+
+
+async def test_a_damaged_metadata_file_is_refused_and_restore_replays_the_journal(tmp_path: Path) -> None:
+    tier2, data = tmp_path / "t2", tmp_path / "d"
+    config = small_config(data, tier2_url=str(tier2), flush_bytes=1 << 30, flush_interval_s=3600.0)
+    async with open_store(config) as store:
+        await store.create("pd")
+        await store.append("pd", b"flushed;")
+        await store.flush()
+        for index in range(50):
+            await store.append("pd", b"journal-only %02d;" % index)  # acknowledged, never flushed
+        crash = tmp_path / "crash"  # kill -9 now: the data dir and tier-2 as they are
+        shutil.copytree(data, crash, ignore=shutil.ignore_patterns("LOCK", "*.sock", "metadata.backup.tmp*"))
+        _host_lost(tier2, tmp_path / "t2-then")
+    for name in ("metadata.sqlite", "metadata.sqlite-wal"):
+        path = crash / name
+        if path.exists():
+            path.write_bytes(b"\x00garbage" * 512)
+    crashed = small_config(crash, tier2_url=str(tmp_path / "t2-then"), takeover=True)
+    with pytest.raises(MetadataDamagedError, match=f"tierfs restore --data-dir {crash}"):
+        async with open_store(crashed):
+            pass
+    report = await restore_store(crashed)
+    assert report.fsck.problems == [] and report.appends_replayed == 50, report
+    async with open_store(crashed) as store:
+        expected = b"flushed;" + b"".join(b"journal-only %02d;" % i for i in range(50))
+        assert await store.read("pd") == expected
+
+
+async def test_a_missing_metadata_file_beside_its_journal_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    config = small_config(data, flush_bytes=1 << 30, flush_interval_s=3600.0)
+    async with open_store(config) as store:
+        await store.create("pd")
+        await store.append("pd", b"journal-only")
+        crash = tmp_path / "crash"
+        shutil.copytree(data, crash, ignore=shutil.ignore_patterns("LOCK", "*.sock", "metadata.*"))
+    with pytest.raises(MetadataDamagedError, match="missing"):
+        async with open_store(small_config(crash, takeover=True)):
+            pass
+    assert not (crash / "metadata.sqlite").exists()  # nothing was made in its place
+
+
+def test_batches_round_trip_and_a_damaged_one_is_refused() -> None:
+    batch = ChangeBatch(3, 9, [("segments", [7], [7, "a/b", 2, b"\x00\x01"]), ("garbage", ["x"], None)])
+    assert decode(encode(batch)) == batch
+    damaged = bytearray(encode(batch))
+    damaged[30] ^= 1
+    with pytest.raises(ValueError):
+        decode(bytes(damaged))
+    with pytest.raises(ValueError):
+        decode(encode(batch)[:-20])
+
+
+def test_a_later_epoch_wins_where_logs_overlap() -> None:
+    logs = [LogObject(5, 1, 10), LogObject(5, 11, 20), LogObject(6, 15, 30), LogObject(4, 21, 40)]
+    assert log_chain(logs, after_seq=0, from_epoch=5) == [LogObject(5, 1, 10), LogObject(6, 15, 30)]
+    assert log_chain(logs, after_seq=12, from_epoch=5) == [LogObject(6, 15, 30)]
+
+
+async def test_the_change_log_is_pruned_once_shipped(tmp_path: Path) -> None:
+    config = small_config(tmp_path / "d", tier2_url=str(tmp_path / "t2"), **RARE_SNAPSHOTS)
+    async with open_store(config) as store:
+        for index in range(10):
+            await store.create(f"s{index}")
+        await store.flush()
+        db = sqlite3.connect(tmp_path / "d" / "metadata.sqlite")
+        try:
+            assert db.execute(f"SELECT count(*) FROM {CHANGE_LOG}").fetchone()[0] == 0
+        finally:
+            db.close()
+    assert BackupObjects(str(tmp_path / "t2")).logs()
