@@ -16,7 +16,9 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MAX_MODULE_LINES = 450
+# A module past this does more than one job (split it by job, never to fit a count: a
+# grab-bag of leftovers is worse than a long module with one job).
+MAX_MODULE_LINES = 600
 
 # package folder -> the import name it is installed under (setup.py package_dir)
 SOURCE_ROOTS = {"tierfs": "tierfs", "fuse": "tierfs.fuse", "fsspec_impl": "tierfs.fsspec_impl"}

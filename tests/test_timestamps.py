@@ -72,12 +72,12 @@ async def test_mtime_survives_restarts_from_the_journal_and_the_metadata(tmp_pat
         expected = {n: (await _segment(store, n)).mtime_ns for n in ("flushed", "journal")}
         # what a crash now leaves: "journal" only in the journal
         shutil.copytree(data, tmp_path / "crash", ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*"))
-    async with open_store(small_config(tmp_path / "crash", **NO_FLUSH)) as store:
+    async with open_store(small_config(tmp_path / "crash", takeover=True, **NO_FLUSH)) as store:
         assert (await _segment(store, "journal")).flushed_length == 0
         assert {n: (await _segment(store, n)).mtime_ns for n in expected} == expected
         await store.flush()
         assert {n: (await _segment(store, n)).mtime_ns for n in expected} == expected
-    async with open_store(small_config(tmp_path / "crash", **NO_FLUSH)) as store:
+    async with open_store(small_config(tmp_path / "crash", takeover=True, **NO_FLUSH)) as store:
         assert {n: (await _segment(store, n)).mtime_ns for n in expected} == expected
 
 

@@ -136,9 +136,10 @@ class MetadataBackup:
                    known_fenced=known_fenced, prune_log=prune_log)
 
     def seal(self) -> None:
-        """After the store closed its own connections (every shutdown): when the newest
-        backup holds the database as it is (no commit since the last snapshot or the
-        adoption), close this connection too and write the seal (``backup_seal``)."""
+        """After the store closed its own connections (every shutdown): when tier-2 holds
+        the database as it is (no commit since the last snapshot or the adoption, or
+        every change since shipped), close this connection too and write the seal
+        (``backup_seal``)."""
         if self._shipper is not None:
             self._shipper.close()
             self._shipper = None
@@ -147,7 +148,8 @@ class MetadataBackup:
             return
         try:
             version = int(source.execute("PRAGMA data_version").fetchone()[0])
-            unshipped = int(source.execute(f"SELECT count(*) FROM {CHANGE_LOG}").fetchone()[0])
+            unshipped = int(source.execute(f"SELECT count(*) FROM {CHANGE_LOG} WHERE seq > ?",
+                                           (self.shipped_seq,)).fetchone()[0])
         except sqlite3.Error:
             version, unshipped = None, 1
         source.close()  # the last connection: SQLite checkpoints and removes the log now
@@ -180,6 +182,7 @@ class MetadataBackup:
                     try:
                         await self._ship_once()
                     except (TierFSError, OSError, sqlite3.Error) as e:
+                        self.failures += 1
                         log.warning("shipping metadata changes at shutdown failed: %s", e)
                 await self.cycle(timeout_s=SHUTDOWN_CYCLE_S)
             if self._left_behind:

@@ -1,0 +1,245 @@
+"""The faults of a chaos run, one function each: it strikes while the writers write,
+heals the world (restarts, repairs, restores as an operator would with the commands the
+README gives) and tells the ledger what the promise lets the fault take
+(``Ledger.forgive``). The runner then checks every acknowledged record.
+
+Each nemesis names the loss path of the data-safety issue it stands for, where there is
+one; a problem it finds is reported by the runner with the command that replays it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tierfs.testing.chaos.ledger import GONE, MOVED, Ledger, Record
+from tierfs.testing.chaos.world import Host, S3Tier2
+from tierfs.testing.harness import Daemon
+
+VD_ALLOWANCE_S = 2.0  # a VD append's sync interval plus an fsync on a loaded machine
+
+
+@dataclasses.dataclass
+class Chaos:
+    """What every nemesis works on."""
+
+    host: Host
+    ledger: Ledger
+    rng: random.Random
+    root: Path
+    vd_sync_interval_s: float
+    log: Callable[[str], None]
+    problems: list[str]
+    pause_writers: Callable[[], None]
+    resume_writers: Callable[[], None]
+    other_data_dirs: list[Path] = dataclasses.field(default_factory=list)  # zombies' lost+found counts too
+    s3: S3Tier2 | None = None
+    copies: int = 0
+
+    def write_for(self, low_s: float = 0.2, high_s: float = 0.8) -> None:
+        time.sleep(self.rng.uniform(low_s, high_s))
+
+    def fail(self, problem: str) -> None:
+        self.problems.append(problem)
+        self.log(f"PROBLEM: {problem}")
+
+
+def _young_vd(chaos: Chaos) -> Callable[[Record], bool]:
+    now = time.monotonic()
+    return lambda r: r.durability == "vd" and r.acked_s is not None and now - r.acked_s < (
+        chaos.vd_sync_interval_s + VD_ALLOWANCE_S)
+
+
+def kill9(chaos: Chaos) -> None:
+    """A process crash: PD and tier2 survive, VD older than the sync interval too."""
+    chaos.write_for()
+    chaos.host.kill9()
+    chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a kill -9", _young_vd(chaos))
+    chaos.host.start()
+
+
+def power_loss(chaos: Chaos) -> None:
+    """The machine loses power: unsynced writes of the journal and SQLite are gone."""
+    layer = chaos.host.lazy
+    if layer is None:
+        return kill9(chaos)
+    chaos.write_for()
+    chaos.host.kill9()
+    layer.power_cut()
+    chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a power loss", _young_vd(chaos))
+    chaos.host.start()
+
+
+def copy_beside(chaos: Chaos) -> None:
+    """Path 3: a copy of the running data dir (a VM snapshot, a restored backup)
+    started beside it must not become an owner."""
+    chaos.write_for()
+    copy = _copy_data_dir(chaos)
+    refused = chaos.host.cli("ls", data_dir=copy)
+    if refused.returncode != 5 or b"copy of the one that claimed it" not in refused.stderr:
+        chaos.fail(f"a copy of the running data dir opened as an owner (exit {refused.returncode}: "
+                   f"{refused.stderr.decode(errors='replace').strip()[-300:]})")
+    shutil.rmtree(copy, ignore_errors=True)
+
+
+def takeover_from_copy(chaos: Chaos) -> None:
+    """Paths 3 and 4: a copy made while the owner runs takes over (explicitly) while the
+    owner still acknowledges appends, and sweeps orphans at grace 0; the old owner is
+    fenced, saves what it never flushed, and its data dir, reopened by taking over
+    again, still reads every byte it acknowledged (nothing it references was deleted)."""
+    chaos.write_for()
+    copy = _copy_data_dir(chaos)
+    chaos.write_for()
+    config = chaos.host.config
+    new_owner = Daemon(copy, ["serve", "--takeover"], config_file=config)
+    try:
+        _wait_serving(new_owner, copy)
+        chaos.write_for(0.3, 0.6)  # the old owner is fenced meanwhile: appends refused
+        gc = chaos.host.cli("gc", data_dir=copy, stdin=None)
+        if gc.returncode not in (0, 1):
+            chaos.fail(f"gc on the new owner failed: {gc.stderr.decode(errors='replace')[-300:]}")
+    finally:
+        chaos.pause_writers()
+        new_owner.stop()
+    chaos.host.kill9()
+    chaos.other_data_dirs.append(copy)
+    # the old data dir owns tier-2 again: everything it acknowledged reads back (its
+    # chunks were kept by the copy's sweep, its unflushed appends replay from its journal)
+    chaos.host.start("--takeover")
+    chaos.resume_writers()
+
+
+def gc_and_defrag(chaos: Chaos) -> None:
+    """Path 4: defrag and an orphan sweep at grace 0, both during appends."""
+    chaos.write_for()
+    for segment in sorted({r.segment for r in chaos.ledger.records.values()}):
+        if chaos.rng.random() < 0.5:
+            chaos.host.cli("defrag", segment)
+        done = chaos.host.cli("gc")
+        if done.returncode not in (0, 1):
+            chaos.fail(f"gc failed: {done.stderr.decode(errors='replace')[-300:]}")
+
+
+def host_loss(chaos: Chaos) -> None:
+    """Path 7: the host and its disk are lost after a flush returned; restore from
+    tier-2: every byte whose flush returned, every tier2 append, reads back."""
+    chaos.write_for()
+    flushed = chaos.host.cli("flush")
+    flushed_at = time.monotonic()
+    if flushed.returncode != 0:
+        chaos.fail(f"flush failed: {flushed.stderr.decode(errors='replace')[-300:]}")
+        return
+    chaos.write_for()
+    chaos.host.kill9()
+    chaos.ledger.forgive(GONE, "PD/VD acknowledged after the last flush, on a lost disk",
+                         lambda r: r.durability != "tier2" and r.acked_s is not None and r.acked_s > flushed_at)
+    chaos.host.remove_data_dir()
+    if chaos.host.lazy is not None:
+        shutil.rmtree(chaos.host.lazy.backing / "data", ignore_errors=True)
+    restored = chaos.host.cli("restore", timeout_s=300)
+    if restored.returncode != 0:
+        chaos.fail(f"restore after the host's loss exited {restored.returncode}: "
+                   f"{(restored.stdout + restored.stderr).decode(errors='replace')[-500:]}")
+    chaos.host.start()
+
+
+def journal_bit_flip(chaos: Chaos) -> None:
+    """Path 5: one flipped bit inside an acknowledged frame with frames after it:
+    corruption, not a torn tail. The store refuses; fsck --repair moves the damaged
+    frame (and what cannot follow it) to lost+found."""
+    chaos.write_for()
+    chaos.host.kill9()
+    files = sorted((chaos.host.data_dir / "journal").glob("*.jnl"))
+    files = [f for f in files if f.stat().st_size > 4096]
+    if not files:
+        chaos.host.start()
+        return
+    target = chaos.rng.choice(files)
+    size = target.stat().st_size
+    # well before the end: the frames of later sync rounds prove the damaged one was
+    # synced (in the last round nothing can tell a bit flip from a torn write)
+    position = chaos.rng.randrange(size // 8, size // 2)
+    with open(target, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ (1 << chaos.rng.randrange(8))]))
+        f.flush()
+        os.fsync(f.fileno())
+    chaos.ledger.forgive(MOVED, "in or after a damaged journal frame", lambda r: r.durability != "tier2")
+    opened = chaos.host.cli("ls")
+    if opened.returncode == 3:
+        repaired = chaos.host.cli("fsck", "--repair")
+        if repaired.returncode not in (0, 3):
+            chaos.fail(f"fsck --repair exited {repaired.returncode}: {repaired.stderr.decode(errors='replace')[-300:]}")
+    elif opened.returncode != 0:
+        chaos.fail(f"after a bit flip the store neither opened nor refused clearly: "
+                   f"{opened.stderr.decode(errors='replace')[-300:]}")
+    chaos.host.start()
+
+
+def metadata_damage(chaos: Chaos) -> None:
+    """Path 8: ``metadata.sqlite`` overwritten after a kill -9: refused by name, then
+    ``tierfs restore`` replays the intact journal: nothing acknowledged is lost."""
+    chaos.write_for()
+    chaos.host.kill9()
+    for name in ("metadata.sqlite", "metadata.sqlite-wal"):
+        path = chaos.host.data_dir / name
+        if path.exists():
+            path.write_bytes(os.urandom(4096) * 4)
+    chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a kill -9", _young_vd(chaos))
+    refused = chaos.host.cli("ls")
+    if refused.returncode != 3 or b"tierfs restore" not in refused.stderr:
+        chaos.fail(f"a damaged metadata.sqlite was not refused by name (exit {refused.returncode}): "
+                   f"{refused.stderr.decode(errors='replace')[-300:]}")
+    restored = chaos.host.cli("restore", timeout_s=300)
+    if restored.returncode != 0:
+        chaos.fail(f"restore over damaged metadata exited {restored.returncode}: "
+                   f"{(restored.stdout + restored.stderr).decode(errors='replace')[-500:]}")
+    chaos.host.start()
+
+
+def s3_faults(chaos: Chaos) -> None:
+    """S3 answers 503 SlowDown, resets connections and stalls, then is unreachable for
+    a while; appends go on, flushes catch up, nothing is lost."""
+    if chaos.s3 is None:
+        return kill9(chaos)
+    from tierfs.testing.fault_proxy import Faults
+
+    proxy = chaos.s3.proxy
+    proxy.faults = Faults(slowdown_rate=0.2, reset_rate=0.05, stall_rate=0.02, stall_s=1.0)
+    chaos.write_for(0.5, 1.0)
+    proxy.outage(chaos.rng.uniform(0.5, 2.0))
+    chaos.write_for(0.5, 1.5)
+    proxy.end_outage()
+    proxy.faults = Faults()
+
+
+def _copy_data_dir(chaos: Chaos) -> Path:
+    chaos.copies += 1
+    copy = chaos.root / f"copy-{chaos.copies}"
+    shutil.copytree(chaos.host.data_dir, copy, ignore=shutil.ignore_patterns(
+        "LOCK", "*.sock", "metadata.backup.tmp*"), ignore_dangling_symlinks=True)
+    return copy
+
+
+def _wait_serving(daemon: Daemon, data_dir: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not daemon._answers_health():
+        if daemon.proc.poll() is not None or time.monotonic() > deadline:
+            daemon.proc.send_signal(signal.SIGKILL)
+            raise RuntimeError(f"the daemon on {data_dir} did not start: {daemon.stderr_tail()}")
+        time.sleep(0.05)
+
+
+NEMESES: dict[str, Callable[[Chaos], None]] = {
+    "kill9": kill9, "power_loss": power_loss, "copy_beside": copy_beside,
+    "takeover_from_copy": takeover_from_copy, "gc_and_defrag": gc_and_defrag, "host_loss": host_loss,
+    "journal_bit_flip": journal_bit_flip, "metadata_damage": metadata_damage, "s3_faults": s3_faults,
+}

@@ -1,0 +1,147 @@
+"""One chaos run: a seeded schedule of faults against real daemons while writers on
+every front end append, with the ledger checked after every step.
+
+A run, in order:
+1. set up the world from the seed: tier-2 (a local directory, or moto's S3 behind the
+   fault proxy), the data dir (on the power-loss layer when FUSE is there), one daemon;
+   segments of every durability level, each with a writer of some front end;
+2. ``steps`` times: let the writers write, strike with a nemesis drawn from the seed
+   (``nemeses.NEMESES``), heal; pause the writers, make everything durable, read every
+   segment and every lost+found, and check every acknowledged record
+   (``Ledger.check``);
+3. stop; report the ledger's counts and the problems, each with the command that
+   replays the run (``replay_command``).
+
+Invariant: the same seed draws the same world, writers and faults in the same order
+(timings differ: the processes are real).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tierfs.testing.chaos.ledger import Ledger
+from tierfs.testing.chaos.nemeses import NEMESES, Chaos
+from tierfs.testing.chaos.world import Host, S3Tier2
+from tierfs.testing.chaos.writers import FRONT_ENDS, ChaosWriter
+
+SETTINGS = {
+    "flush_interval_s": 0.3, "owner_check_interval_s": 0.2, "vd_sync_interval_s": 0.5,
+    "orphan_grace_s": 0.0, "orphan_gc_interval_s": 2.0, "defrag_interval_s": 1.0,
+    "defrag_min_small_chunks": 4, "offload_deletion_lag_s": 0.0, "max_chunk_bytes": 65536,
+    "journal_file_bytes": 262144,
+}
+DURABILITIES = ("pd", "vd", "tier2")
+IDLE_TIMEOUT_S = 120.0  # a writer finishing the append it is in (a CLI process on a loaded machine)
+
+
+@dataclasses.dataclass
+class RunResult:
+    seed: int
+    steps: int
+    nemeses: list[str]
+    problems: list[str]
+    summary: dict[str, int]
+    replay: str
+
+
+def replay_command(seed: int, steps: int, nemeses: Sequence[str], s3: bool) -> str:
+    names = ",".join(nemeses)
+    return (f"{sys.executable} -m tierfs.testing.chaos --seed {seed} --steps {steps} --nemeses {names}"
+            + (" --s3" if s3 else ""))
+
+
+def _fuse_available() -> bool:
+    return os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
+
+
+def run(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(NEMESES), s3: bool = False,
+        lazy: bool | None = None, writers: int = 4, log: Callable[[str], None] = print) -> RunResult:
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    lazy = _fuse_available() if lazy is None else lazy
+    tier2: str | S3Tier2 = S3Tier2(root / "s3", seed) if s3 else str(root / "tier2")
+    host = Host(root / "host", tier2, lazy=lazy, settings=SETTINGS)
+    ledger = Ledger(f"run{seed}")
+    threads: list[ChaosWriter] = []
+    problems: list[str] = []
+    drawn: list[str] = []
+
+    def pause() -> None:
+        for writer in threads:
+            writer.running.clear()
+        deadline = time.monotonic() + IDLE_TIMEOUT_S
+        while any(w.busy for w in threads) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def resume() -> None:
+        for writer in threads:
+            writer.running.set()
+
+    chaos = Chaos(host, ledger, rng, root, SETTINGS["vd_sync_interval_s"], log, problems, pause, resume,
+                  s3=tier2 if isinstance(tier2, S3Tier2) else None)
+    try:
+        host.start()
+        front_ends = sorted(FRONT_ENDS)
+        for index in range(writers):
+            durability = DURABILITIES[index % len(DURABILITIES)]
+            segment = f"chaos/w{index}-{durability}"
+            created = host.cli("create", "--parents", "--durability", durability, segment)
+            if created.returncode != 0:
+                raise RuntimeError(f"cannot create {segment}: {created.stderr.decode(errors='replace')}")
+            kind = FRONT_ENDS[front_ends[rng.randrange(len(front_ends))] if index else "http"]
+            writer = kind(ledger, segment, durability, f"w{index}", rng, host.socket)
+            threads.append(writer)
+            writer.start()
+        resume()
+        for step in range(steps):
+            name = rng.choice(list(nemeses))
+            drawn.append(name)
+            log(f"step {step + 1}/{steps}: {name}")
+            NEMESES[name](chaos)
+            pause()
+            problems += _check(chaos, step + 1, name)
+            if problems:
+                break
+            resume()
+        pause()
+    finally:
+        for writer in threads:
+            writer.stopped.set()
+        for writer in threads:
+            writer.join(timeout=IDLE_TIMEOUT_S)
+        host.close()
+        if isinstance(tier2, S3Tier2):
+            tier2.close()
+    return RunResult(seed, steps, drawn, problems, ledger.summary(), replay_command(seed, steps, nemeses, s3))
+
+
+def _check(chaos: Chaos, step: int, nemesis: str) -> list[str]:
+    """Every acknowledged record against the promise, the store made durable first."""
+    host = chaos.host
+    synced = host.cli("sync")
+    if synced.returncode != 0:
+        return [f"after step {step} ({nemesis}): sync failed: {synced.stderr.decode(errors='replace')[-300:]}"]
+    segments: dict[str, bytes] = {}
+    for name in sorted({r.segment for r in chaos.ledger.records.values()}):
+        read = host.cli("cat", name)
+        if read.returncode != 0:
+            return [f"after step {step} ({nemesis}): cat {name} failed: {read.stderr.decode(errors='replace')[-300:]}"]
+        segments[name] = read.stdout
+    fsck = host.cli("fsck")
+    found = [f"after step {step} ({nemesis}): {p}" for p in chaos.ledger.check(
+        segments, host.lost_found_bytes(*chaos.other_data_dirs))]
+    if fsck.returncode not in (0, 3):  # 3: lost+found holds something, or damage (below)
+        found.append(f"after step {step} ({nemesis}): fsck exited {fsck.returncode}: "
+                     f"{fsck.stderr.decode(errors='replace')[-300:]}")
+    damaged = [line for line in fsck.stdout.decode(errors="replace").splitlines()
+               if line.startswith("DAMAGED") and "lost+found" not in line]
+    found += [f"after step {step} ({nemesis}): fsck: {line}" for line in damaged]
+    return found
