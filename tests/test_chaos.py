@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 
 from tierfs.testing.chaos.nemeses import NEMESES
-from tierfs.testing.chaos.runner import run
+from tierfs.testing.chaos.runner import RunResult, run
 
 HAVE_FUSE = os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
 
 
-def _no_problems(result: object) -> None:
-    problems = getattr(result, "problems")
-    assert not problems, "\n".join([*problems, f"replay: {getattr(result, 'replay')}"])
+def _no_problems(result: RunResult) -> None:
+    assert not result.problems, "\n".join([*result.problems, f"replay: {result.replay}"])
 
 
 @pytest.mark.parametrize("nemesis", sorted(set(NEMESES) - {"s3_faults"}))
