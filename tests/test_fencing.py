@@ -27,7 +27,7 @@ import trio
 
 from tierfs import open_store
 from tierfs.blocks.filesystems import open_filesystem
-from tierfs.contracts.errors import FencedError, OwnedElsewhereError, TierFSError
+from tierfs.contracts.errors import FencedError, OwnedElsewhereError, TierFSError, WrongTier2Error
 from tierfs.contracts.operations import FSCK
 from tierfs.engine.chunkstore import open_chunk_storage
 from tierfs.engine.lost_found import entries
@@ -455,3 +455,22 @@ async def test_a_kill_between_the_claim_and_its_record_leaves_the_data_dir_its_o
     async with open_store(config) as store:  # not refused: the pending claim is this data dir's
         assert store.epoch == 3
         await store.append("s", b"after the kill")
+
+
+async def test_a_data_dir_never_opens_on_another_tier2(tmp_path: Path) -> None:
+    """A command that forgot --tier2 claimed the data dir's own chunks/ and appended
+    there, beside the store it belongs to (the chaos harness found it)."""
+    data = tmp_path / "d"
+    async with open_store(small_config(data, tier2_url=str(tmp_path / "t2"))) as store:
+        await store.create("s")
+    for other in ("", str(tmp_path / "elsewhere")):
+        with pytest.raises(WrongTier2Error, match="belongs to tier-2"):
+            async with open_store(small_config(data, tier2_url=other)):
+                pass
+    assert not (data / "chunks").exists() and not (tmp_path / "elsewhere").exists()
+    moved = tmp_path / "moved"  # its own chunks/ move with a data dir
+    async with open_store(small_config(tmp_path / "own")) as store:
+        await store.create("s")
+    (tmp_path / "own").rename(moved)
+    async with open_store(small_config(moved)) as store:  # renamed, not copied: still the owner
+        assert (await store.stat("s")).name == "s"

@@ -187,6 +187,17 @@ class StoreConfig:
         return self.tier2_url or str(self.data_dir / "chunks")
 
     @property
+    def tier2_identity(self) -> str:
+        """The tier-2 a data dir's metadata is bound to: "" for its own ``chunks/`` (it
+        moves with the data dir), an absolute path for a local one, else the URL
+        without secrets."""
+        if not self.tier2_url:
+            return ""
+        if "://" not in self.tier2_url or self.tier2_url.startswith("file://"):
+            return os.path.abspath(os.path.expanduser(self.tier2_url.removeprefix("file://")))
+        return redacted_url(self.tier2_url)
+
+    @property
     def chunk_store_options(self) -> dict[str, Any]:
         """fsspec storage options for tier-2: ``tier2_options`` plus the endpoint."""
         options = dict(self.tier2_options)

@@ -114,14 +114,16 @@ class MetadataStore(WholeStoreScans, CreationReplay):
             self._write_store_record(record)
         return record
 
-    def bind_tier2(self, tier2_url: str) -> str:
+    def bind_tier2(self, tier2_url: str, *, rebind: bool = False) -> str:
         """Record ``tier2_url`` as the one tier-2 this metadata describes, if none is
-        recorded yet; return the recorded one (the caller refuses a different one)."""
+        recorded yet (or ``rebind``: a restore from that tier-2); return the recorded one
+        (the caller refuses a different one)."""
         with self._db.transaction(namespace=True):
             row = self._db.execute("SELECT value FROM store WHERE key='tier2'").fetchone()
-            if row is not None:
+            if row is not None and not rebind:
                 return bytes(row[0]).decode()
-            self._db.execute("INSERT INTO store (key, value) VALUES ('tier2', ?)", (tier2_url.encode(),))
+            self._db.execute("INSERT INTO store (key, value) VALUES ('tier2', ?) "
+                             "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (tier2_url.encode(),))
         return tier2_url
 
     # ------------------------------------------------------------ namespace

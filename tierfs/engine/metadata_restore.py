@@ -57,7 +57,7 @@ class RestoredMetadata:
 
 
 def restore_metadata(
-    data_dir: Path, tier2_url: str, storage_options: Mapping[str, Any] | None = None
+    data_dir: Path, tier2_url: str, storage_options: Mapping[str, Any] | None = None, tier2_identity: str | None = None
 ) -> RestoredMetadata:
     """Blocking: install the newest usable backup of ``tier2_url`` as ``data_dir``'s
     metadata. ``NoMetadataBackupError`` if tier-2 holds none, ``StoreNotEmptyError``
@@ -76,7 +76,7 @@ def restore_metadata(
             max((int(m.group(1) or m.group(2)) for n in objects.chunk_names() if (m := _CHUNK_EPOCH.match(n))),
                 default=0),
         )
-        segments = _prepare(staging, epoch)
+        segments = _prepare(staging, epoch, tier2_url if tier2_identity is None else tier2_identity)
         set_aside = _set_aside(data_dir)
         os.replace(staging, data_dir / METADATA_FILE)
         fsync_directory(data_dir)
@@ -168,13 +168,15 @@ def _snapshot_epoch(path: Path) -> int:
         metadata.close()
 
 
-def _prepare(path: Path, epoch: int) -> int:
-    """Set the highest epoch seen and a journal checkpoint of 0 (the data dir gets a new,
-    empty journal); the number of segments."""
+def _prepare(path: Path, epoch: int, tier2_identity: str) -> int:
+    """Set the highest epoch seen, a journal checkpoint of 0 (recovery reads whatever
+    journal the data dir has from its start) and the tier-2 restored from; the number
+    of segments."""
     metadata = MetadataStore.sqlite(path)
     try:
         record = metadata.load_store_record()
         metadata.save_store_record(dataclasses.replace(record, epoch=epoch, journal_checkpoint_lsn=0))
+        metadata.bind_tier2(tier2_identity, rebind=True)
         return len(metadata.load_segments())
     finally:
         metadata.close()  # the last connection: SQLite checkpoints and removes the -wal

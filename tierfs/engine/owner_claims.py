@@ -11,9 +11,10 @@ tier-2 holds no claim yet, or the user takes over explicitly; it then claims
 
 A copy is not an owner: a copy of a data dir (``cp -a``, a restored backup, a VM
 snapshot started on another machine) carries the original's ``owner-claim.json``, but
-not its place: another inode, path or machine id. It is refused (``owned_elsewhere``,
-naming the original) until the user takes over; the original, if it still runs, is
-then fenced. A data dir moved on purpose is a copy too: one ``--takeover`` settles it.
+not its place: another inode or machine id. It is refused (``owned_elsewhere``, naming
+the original) until the user takes over; the original, if it still runs, is then
+fenced. A data dir renamed on its file system keeps its place; one moved to another
+disk is a copy: one ``--takeover`` settles it.
 
 Opening survives a kill at any point: the new claim is written to the data dir as
 *pending* (``owner-claim.pending.json``) before it is created on tier-2, and promoted
@@ -73,14 +74,14 @@ def machine_id() -> str:
 
 
 def data_dir_place(data_dir: Path) -> str:
-    """Where ``data_dir`` physically is: machine id, absolute path and inode. A copy,
-    wherever it is, has another one (the device number is left out: it can change
-    across reboots)."""
+    """Where ``data_dir`` physically is: the machine's id and the directory's inode. A
+    copy, wherever it is, has another one; a data dir renamed (``mv`` on one file
+    system) keeps its own. The device number is left out: it can change across reboots."""
     try:
         inode = os.stat(data_dir).st_ino
     except FileNotFoundError:
         inode = 0
-    return f"{machine_id()}:{data_dir.absolute()}:{inode}"
+    return f"{machine_id()}:{inode}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,8 @@ Invariants:
 - A data dir whose own metadata is damaged, or missing while its journal or claim is
   there, is refused (``MetadataDamagedError``, naming ``tierfs restore``) before
   anything changes: never an empty store opened over its journal.
+- The metadata is bound to one tier-2 (the first it was opened with): another is
+  refused (``WrongTier2Error``) before anything is claimed or written.
 - A full disk does not stop the open: the metadata releases the data dir's space
   reserve for the epoch commit (retried once); recovery only cuts and deletes.
 - Memory stays bounded: recovered tails go through the shared tail budget.
@@ -120,10 +122,13 @@ def open_data_dir(
         db.close()
         raise
     try:
-        if is_postgresql_url(config.metadata_url):  # one database, one tier-2 (SQLite: one data dir)
-            bound = metadata.bind_tier2(redacted_url(config.chunk_store_url))
-            if bound != redacted_url(config.chunk_store_url):
-                raise WrongTier2Error(config.metadata_description, bound, redacted_url(config.chunk_store_url))
+        # one metadata, one tier-2: opening it on another would mix two stores' objects
+        # (a command that forgot --tier2 would claim and write the data dir's own chunks/)
+        given = redacted_url(config.chunk_store_url) if not local_metadata else config.tier2_identity
+        bound = metadata.bind_tier2(given)
+        if bound != given:
+            raise WrongTier2Error(config.metadata_description, bound or f"{data_dir / 'chunks'} (its own)",
+                                  given or f"{data_dir / 'chunks'} (its own)")
         space_reserve.release_if_free_below(CLAIM_ROOM_BYTES)
         chunk_storage = open_chunk_storage(
             config.chunk_store_url, config.chunk_store_options,

@@ -62,7 +62,8 @@ async def restore_store(config: StoreConfig) -> RestoreReport:
             "PostgreSQL's own backups, and open the data dir with --takeover"
         )
     restored: RestoredMetadata = await trio.to_thread.run_sync(
-        restore_metadata, config.data_dir, config.chunk_store_url, config.chunk_store_options
+        restore_metadata, config.data_dir, config.chunk_store_url, config.chunk_store_options,
+        config.tier2_identity
     )
     owner = await open_as_new_owner(config)
     return RestoreReport(restored.manifest, restored.segments, restored.set_aside, owner.epoch, owner.fsck,

@@ -215,6 +215,12 @@ class LazyOperations(pyfuse3.Operations):
         self._os(os.mkdir, path, stat.S_IMODE(mode))
         return self._remember(path)
 
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
+                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        path = self._child(parent_inode, name)  # the daemon's Unix sockets are made here
+        self._os(os.mknod, path, mode, rdev)
+        return self._remember(path)
+
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         self._os(os.rmdir, self._child(parent_inode, name))
 

@@ -174,6 +174,8 @@ def journal_bit_flip(chaos: Chaos) -> None:
         os.fsync(f.fileno())
     chaos.ledger.forgive(MOVED, "in or after a damaged journal frame", lambda r: r.durability != "tier2")
     opened = chaos.host.cli("ls")
+    chaos.log(f"  bit {position} of {target.name}: the store " + (
+        "refused to open" if opened.returncode == 3 else f"opened (exit {opened.returncode}): a torn tail"))
     if opened.returncode == 3:
         repaired = chaos.host.cli("fsck", "--repair")
         if repaired.returncode not in (0, 3):

@@ -97,7 +97,7 @@ def run(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(NEM
             if created.returncode != 0:
                 raise RuntimeError(f"cannot create {segment}: {created.stderr.decode(errors='replace')}")
             kind = FRONT_ENDS[front_ends[rng.randrange(len(front_ends))] if index else "http"]
-            writer = kind(ledger, segment, durability, f"w{index}", rng, host.socket)
+            writer = kind(ledger, segment, durability, f"w{index}", rng, host.socket, host.config)
             threads.append(writer)
             writer.start()
         resume()

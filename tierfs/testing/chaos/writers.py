@@ -38,7 +38,7 @@ class ChaosWriter(threading.Thread, abc.ABC):
     front_end = ""
 
     def __init__(self, ledger: Ledger, segment: str, durability: str, name: str, rng: random.Random,
-                 socket: Path) -> None:
+                 socket: Path, config: Path) -> None:
         super().__init__(name=f"chaos-{name}", daemon=True)
         self.ledger = ledger
         self.segment = segment
@@ -46,6 +46,7 @@ class ChaosWriter(threading.Thread, abc.ABC):
         self.writer_name = name
         self.rng = random.Random(rng.random())
         self.socket = socket
+        self.config = config  # the host's settings (a CLI run in-process must find its tier-2)
         self.running = threading.Event()
         self.stopped = threading.Event()
         self.seq = 0
@@ -130,8 +131,9 @@ class CliWriter(ChaosWriter):
 
     def append(self, record: Record) -> bool:
         data_dir = self.socket.parent
-        done = subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), "append",
-                               self.segment, "-"], input=record.line, capture_output=True, timeout=CLI_TIMEOUT_S)
+        done = subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), "--config",
+                               str(self.config), "append", self.segment, "-"], input=record.line,
+                              capture_output=True, timeout=CLI_TIMEOUT_S)
         if done.returncode == 0:
             return True
         self.give_up()  # a CLI process that failed may or may not have appended: never sent again
