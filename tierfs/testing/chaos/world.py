@@ -133,8 +133,17 @@ class Host:
         return self.data_dir / "tierfs.sock"
 
     def start(self, *args: str) -> Daemon:
-        self.daemon = start_daemon(self.data_dir, *args, config_file=self.config, timeout_s=START_TIMEOUT_S)
-        return self.daemon
+        """The daemon, once serving; while a writer's ``tierfs append`` has the data dir
+        open in-process (the daemon was down), the start waits for it, as a user would."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                self.daemon = start_daemon(self.data_dir, *args, config_file=self.config, timeout_s=START_TIMEOUT_S)
+                return self.daemon
+            except HarnessError as e:
+                if "(in_use)" not in str(e) and "is in use by" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def kill9(self) -> None:
         if self.daemon is not None and self.daemon.proc.poll() is None:
