@@ -292,7 +292,10 @@ class ContainerHost:
         finally:
             self.held.pop(held.container, None)
             held.closed.set()
-        if not held.lost:
+        if held.lost:  # another daemon owns it: what this one acknowledged is kept aside now
+            await trio.to_thread.run_sync(self._keep_aside, config.data_dir, held.container, held.epoch,
+                                          held.epoch + 1)
+        else:
             with contextlib.suppress(TierFSError):
                 await self.db_call(self._leases.release, held.container, self.daemon_id, held.epoch)
             if clean:  # everything is in tier-2 and the metadata: nothing to keep here
@@ -316,13 +319,21 @@ class ContainerHost:
         previous = _lease_record(data_dir)
         if previous.get("epoch") == epoch - 1 and previous.get("daemon") == self.daemon_id:
             return
+        self._keep_aside(data_dir, container, previous.get("epoch", "unknown"), epoch)
+
+    def _keep_aside(self, data_dir: Path, container: int, old_epoch: object, epoch: int) -> None:
+        """Move a container's data dir whose lease another daemon holds (or held) to
+        ``lost+found/cNNN.lease-<epoch>`` with ``LOST.json``, unless its journal is empty."""
         journal = data_dir / "journal"
+        if not data_dir.exists():
+            return
         if not any(p.stat().st_size for p in journal.glob("*.jnl")) if journal.exists() else True:
             shutil.rmtree(data_dir)
             return
-        old_epoch = previous.get("epoch", "unknown")
         target = self._config.data_dir / "lost+found" / f"{container_label(container)}.lease-{old_epoch}"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            target = target.with_name(f"{target.name}.{time.time_ns()}")
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         data_dir.rename(target)
         (target / "LOST.json").write_text(json.dumps({
             "container": container, "lease_epoch": old_epoch, "taken_back_at_epoch": epoch,

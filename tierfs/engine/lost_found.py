@@ -10,8 +10,10 @@ and ``tierfs owner`` lists them.
 
 Invariants:
 - Nothing acknowledged is dropped silently: the journal is synced first (appends in
-  flight become durable), then every byte in ``[flushed length, durable length)`` of
-  every segment is saved, read from the tail (memory or CRC-checked journal frames).
+  flight become durable), then every byte in ``[flushed length, appended length)`` of
+  every segment is saved, read from the tail (memory or CRC-checked journal frames):
+  a VD append is acknowledged before its sync, and a lapsed lease holds the durable
+  length back (``Appender.on_durable``), so the durable length alone could miss some.
 - The data file is fsynced before its description is written (atomically); an entry
   without a description is incomplete and reported as such.
 - The journal keeps these bytes as well: a fenced store flushes nothing and truncates
@@ -129,7 +131,7 @@ class LostFound:
             while any(seg.flushing for seg in self._table.in_memory()):
                 await trio.sleep(0.01)
         for seg in self._table.in_memory():  # every segment with unflushed bytes is
-            if seg.durable_length > seg.flushed_length and not seg.deleted:
+            if seg.appended_length > seg.flushed_length and not seg.deleted:
                 try:
                     await self._save_segment(seg, newer)
                 except (OSError, TierFSError) as e:
@@ -138,7 +140,7 @@ class LostFound:
         return self.saved_bytes - saved_before
 
     async def _save_segment(self, seg: SegmentState, newer: OwnerClaim) -> None:
-        start, end = seg.flushed_length, seg.durable_length
+        start, end = seg.flushed_length, seg.appended_length
         path = entry_path(self._data_dir, seg.name, self._epoch)
         whole = 0
         position = start

@@ -86,6 +86,11 @@ class Ledger:
                     count += 1
         return count
 
+    def segments(self) -> dict[str, str]:
+        """Every segment written to, with its durability (a copy: writers go on)."""
+        with self._lock:
+            return {r.segment: r.durability for r in self.records.values()}
+
     def acknowledged(self) -> list[Record]:
         with self._lock:
             return [r for r in self.records.values() if r.acked_s is not None]

@@ -118,7 +118,7 @@ def takeover_from_copy(chaos: Chaos) -> None:
 def gc_and_defrag(chaos: Chaos) -> None:
     """Path 4: defrag and an orphan sweep at grace 0, both during appends."""
     chaos.write_for()
-    for segment in sorted({r.segment for r in chaos.ledger.records.values()}):
+    for segment in sorted(chaos.ledger.segments()):
         if chaos.rng.random() < 0.5:
             chaos.host.cli("defrag", segment)
         done = chaos.host.cli("gc")

@@ -130,7 +130,7 @@ def _check(chaos: Chaos, step: int, nemesis: str) -> list[str]:
     if synced.returncode != 0:
         return [f"after step {step} ({nemesis}): sync failed: {synced.stderr.decode(errors='replace')[-300:]}"]
     segments: dict[str, bytes] = {}
-    for name in sorted({r.segment for r in chaos.ledger.records.values()}):
+    for name in sorted(chaos.ledger.segments()):
         read = host.cli("cat", name)
         if read.returncode != 0:
             return [f"after step {step} ({nemesis}): cat {name} failed: {read.stderr.decode(errors='replace')[-300:]}"]
