@@ -27,6 +27,7 @@ import trio
 from tierfs.cli.defrag_command import defrag_command
 from tierfs.cli.failures import EXIT_DAMAGED, EXIT_FAILED, EXIT_OK
 from tierfs.cli.gc_command import gc_command, print_orphans
+from tierfs.cli.lost_found_command import lost_found_command
 from tierfs.cli.streaming import append_command
 from tierfs.cli.tail import tail_command
 from tierfs.contracts.api import SegmentStoreAPI
@@ -248,5 +249,5 @@ COMMANDS: dict[str, Handler] = {
     "rm": _path_command(lambda store, path: store.delete(path)),
     "mv": _mv, "fsck": _fsck,
     "offload": _offload, "offload-status": _offload_status, "policy": _policy, "gc": gc_command,
-    "defrag": defrag_command,
+    "defrag": defrag_command, "lost-found": lost_found_command,
 }

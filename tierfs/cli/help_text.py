@@ -64,6 +64,7 @@ EXAMPLES: dict[str, str] = {
     "fsck": "tierfs fsck",
     "gc": "tierfs gc --dry-run",
     "defrag": "tierfs defrag logs/app.log",
+    "lost-found": "tierfs lost-found restore lost+found/logs/app.log.e000007",
     "tail": "tierfs tail -f logs/app.log",
     "offload": "tierfs offload logs/2026-11-20.log",
     "offload-status": "tierfs offload-status logs/2026-11-20.log --wait",

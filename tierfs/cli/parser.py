@@ -157,6 +157,15 @@ def _store_commands(add: AddCommand) -> None:
     q.add_argument("settings", nargs="+", metavar="KEY=VALUE")
     q = policy_sub.add_parser("get", help="the policy in effect, and where each value comes from")
     q.add_argument("path")
+    p = add("lost-found", "what the data dir holds aside (acknowledged bytes that could not stay where they "
+                          "were), and putting it back")
+    lost_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs lost-found")
+    lost_sub.add_parser("list", help="one line per entry: path, segment, offsets, bytes, owner epoch, why")
+    q = lost_sub.add_parser("restore", help="append an entry's appends again at the end of their segment, "
+                                            "each once (writer identities), then remove the entry")
+    q.add_argument("entry", help="as lost-found list shows it")
+    q.add_argument("--to", metavar="SEGMENT", help="append to this segment instead (it must exist)")
+    q.add_argument("--keep", action="store_true", help="keep the entry after restoring it")
     add("takeover", "claim tier-2 for this data dir, fencing its current owner; prints the new epoch")
     add("owner", "who owns tier-2, what this data dir claimed last, and its lost+found")
     add("restore", "rebuild the data dir (--data-dir) from the metadata backups on tier-2 (--tier2) "

@@ -278,6 +278,7 @@ class ContainerHost:
         config = container_config(self._config, held.container)
         await trio.to_thread.run_sync(self._prepare_data_dir, config.data_dir, held.container, held.epoch)
         clean = False
+        unflushed: dict[str, dict[str, Any]] = {}  # segment id -> its name and flushed length
         try:
             async with open_store(config, lease=held.lease) as store:
                 record = config.data_dir / LEASE_RECORD
@@ -285,6 +286,8 @@ class ContainerHost:
                 store.growth_listeners.append(functools.partial(self._relay_growth, store))
                 task_status.started(store)
                 await held.release.wait()
+                unflushed = {str(seg.segment_id): {"name": seg.name, "flushed": seg.flushed_length}
+                             for seg in store.table.in_memory() if seg.appended_length > seg.flushed_length}
                 if not held.lost:
                     with trio.move_on_after(RELEASE_FLUSH_TIMEOUT_S):
                         await store.flush()
@@ -294,7 +297,7 @@ class ContainerHost:
             held.closed.set()
         if held.lost:  # another daemon owns it: what this one acknowledged is kept aside now
             await trio.to_thread.run_sync(self._keep_aside, config.data_dir, held.container, held.epoch,
-                                          held.epoch + 1)
+                                          held.epoch + 1, unflushed)
         else:
             with contextlib.suppress(TierFSError):
                 await self.db_call(self._leases.release, held.container, self.daemon_id, held.epoch)
@@ -321,9 +324,12 @@ class ContainerHost:
             return
         self._keep_aside(data_dir, container, previous.get("epoch", "unknown"), epoch)
 
-    def _keep_aside(self, data_dir: Path, container: int, old_epoch: object, epoch: int) -> None:
+    def _keep_aside(self, data_dir: Path, container: int, old_epoch: object, epoch: int,
+                    segments: dict[str, dict[str, Any]] | None = None) -> None:
         """Move a container's data dir whose lease another daemon holds (or held) to
-        ``lost+found/cNNN.lease-<epoch>`` with ``LOST.json``, unless its journal is empty."""
+        ``lost+found/cNNN.lease-<epoch>`` with ``LOST.json`` (``segments``: the names and
+        flushed lengths of those with unflushed bytes, when known: ``tierfs lost-found
+        restore`` appends their frames again), unless its journal is empty."""
         journal = data_dir / "journal"
         if not data_dir.exists():
             return
@@ -337,8 +343,9 @@ class ContainerHost:
         data_dir.rename(target)
         (target / "LOST.json").write_text(json.dumps({
             "container": container, "lease_epoch": old_epoch, "taken_back_at_epoch": epoch,
-            "reason": "another daemon owned the container since; this journal may hold acknowledged "
-                      "bytes that never reached tier-2 (kept, not replayed over newer data)",
+            "why": "another daemon owned the container since; this journal may hold acknowledged "
+                   "bytes that never reached tier-2 (kept, not replayed over newer data)",
+            "segments": segments or {},
         }, indent=2))
         log.warning("container %s: kept the journal of lease epoch %s in %s (not replayed)",
                     container_label(container), old_epoch, target)

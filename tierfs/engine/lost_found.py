@@ -1,12 +1,20 @@
-"""lost+found: what a fenced store acknowledged but never committed to tier-2.
+"""lost+found: acknowledged bytes a store holds aside because they cannot be where they
+belong; readable and restorable (``tierfs lost-found list|restore``,
+``lost_found_records``).
 
-When another owner takes tier-2 over, the old owner (a zombie still running) may hold
-acknowledged appends that never reached a chunk: durable in its journal, unknown to the
-new owner. ``LostFound.save`` (the fence's ``on_fenced``) writes each segment's
-unflushed range to ``<data_dir>/lost+found/<segment name>.e<epoch>`` with a JSON
-description beside it (``.json``: segment, id, epoch, byte range, CRC32C, the new
-owner). fsck reports every entry, the metric ``tierfs_lost_found_bytes`` counts them,
-and ``tierfs owner`` lists them.
+Entries, each a data file with a JSON description beside it (``.json``: segment, byte
+range, epoch, ``why``, and the writer identities of the appends it holds), or a whole
+directory with ``LOST.json``:
+- ``<segment>.e<epoch>``: what a fenced store acknowledged but never committed to
+  tier-2 (``LostFound.save``, the fence's ``on_fenced``): when another owner takes
+  tier-2 over, the old owner (a zombie still running) may hold acknowledged appends
+  that never reached a chunk, durable in its journal, unknown to the new owner;
+- ``<segment>.journal-<LSN>`` and ``journal/<file>@<offset>.damaged``: a journal repair
+  (``journal_repair``);
+- ``cNNN.lease-<epoch>/``: a cluster container's data dir whose lease another daemon
+  took (``cluster.container_host``): its journal's frames.
+fsck reports every entry, the metric ``tierfs_lost_found_bytes`` counts them, and
+``tierfs owner`` lists them.
 
 Invariants:
 - Nothing acknowledged is dropped silently: the journal is synced first (appends in
@@ -48,13 +56,35 @@ PIECE_BYTES = 4 << 20  # bytes copied per step: bounded memory whatever the tail
 FLUSH_WAIT_S = 10.0  # flushes already past their fence check finish first (bounded)
 
 
+CONTAINER_DESCRIPTION = "LOST.json"  # a whole data dir kept aside (cluster.container_host)
+
+
 @dataclasses.dataclass(frozen=True)
 class LostFoundEntry:
-    """One saved range (``description`` is None if its description is missing)."""
+    """One saved range, or directory (``description`` is None if it is missing)."""
 
     path: str  # relative to the data dir
     size: int
     description: dict[str, object] | None
+
+    @property
+    def segment(self) -> str:
+        return str((self.description or {}).get("segment", ""))
+
+    @property
+    def why(self) -> str:
+        facts = self.description or {}
+        return str(facts.get("why") or facts.get("reason") or "no description")
+
+    def line(self) -> str:
+        """One line for people: where, what, how much, why."""
+        facts = self.description or {}
+        span = (f" offsets {facts['start_offset']}..{facts['end_offset']}"
+                if "start_offset" in facts and "end_offset" in facts else "")
+        epoch = facts.get("epoch", facts.get("lease_epoch"))
+        owner = f" epoch {epoch}" if epoch is not None else ""
+        what = f"{self.segment}{span}" if self.segment else "(no segment)"
+        return f"{self.path}: {self.size} bytes of {what}{owner}: {self.why}"
 
 
 class SyncsJournal(Protocol):
@@ -91,10 +121,22 @@ def write_description(path: Path, description: dict[str, object]) -> None:
 
 
 def entries(data_dir: Path) -> list[LostFoundEntry]:
-    """Every saved range under ``<data_dir>/lost+found`` (blocking)."""
+    """Every entry under ``<data_dir>/lost+found`` (blocking): a directory with
+    ``LOST.json`` is one entry."""
     root = data_dir / LOST_FOUND_DIR
     found = []
-    for dirpath, _, files in os.walk(root):
+    for dirpath, dirnames, files in os.walk(root):
+        if CONTAINER_DESCRIPTION in files:
+            directory = Path(dirpath)
+            try:
+                description = json.loads((directory / CONTAINER_DESCRIPTION).read_text())
+            except ValueError:
+                description = None
+            size = sum(p.stat().st_size for p in (directory / "journal").glob("*.jnl")) \
+                if (directory / "journal").is_dir() else 0
+            found.append(LostFoundEntry(str(directory.relative_to(data_dir)), size, description))
+            dirnames.clear()  # its files are its own
+            continue
         for file in sorted(files):
             if file.endswith((DESCRIPTION_SUFFIX, ".tmp")):
                 continue
@@ -150,9 +192,16 @@ class LostFound:
             whole = crc32c(data, whole)
             await trio.to_thread.run_sync(write_piece, path, position - start, data)
             position = piece_end
+        marks = seg.marks
+        writers: list[tuple[str, int, int, int]] = [] if marks is None else [
+            (f"{writer:016x}", mark.seq, mark.offset, mark.length)
+            for writer, mark in marks.all_marks() if start <= mark.offset and mark.end <= end]
         description: dict[str, object] = {
             "segment": seg.name, "segment_id": seg.segment_id, "epoch": self._epoch,
             "start_offset": start, "end_offset": end, "bytes": end - start, "crc32c": whole,
+            "why": f"acknowledged by this store (epoch {self._epoch}) after epoch {newer.epoch} took tier-2 over; "
+                   "never committed there",
+            "writers": [list(w) for w in sorted(writers, key=lambda w: w[2])],
             "fenced_by": dataclasses.asdict(newer),
             "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }

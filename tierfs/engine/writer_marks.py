@@ -78,6 +78,10 @@ class WriterMarks:
         if len(self._by_writer) > MAX_WRITERS:
             del self._by_writer[next(iter(self._by_writer))]
 
+    def all_marks(self) -> list[tuple[int, Mark]]:
+        """(writer, mark) of every mark kept."""
+        return [(writer, mark) for writer, marks in self._by_writer.items() for mark in marks]
+
     def persisted(self, record: SegmentMeta, flushed_end: int) -> SegmentMeta:
         """``record`` for a flush that commits bytes up to ``flushed_end``: with the
         last mark below it of the most recent writers, oldest first."""

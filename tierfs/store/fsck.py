@@ -165,8 +165,6 @@ def _lost_found_problem(entry: LostFoundEntry) -> Problem:
     if facts is None:
         return Problem("", entry.path, f"{entry.size} bytes in lost+found without a description")
     return Problem(
-        str(facts.get("segment", "")), entry.path,
-        f"lost+found: {facts.get('bytes')} acknowledged bytes (offsets {facts.get('start_offset')}"
-        f"..{facts.get('end_offset')}) of epoch {facts.get('epoch')} never reached tier-2: "
-        "another owner took it over; recover them from this file, then remove it",
+        entry.segment, entry.path,
+        f"lost+found: {entry.line()} (tierfs lost-found restore {entry.path} appends them again)",
     )

@@ -137,7 +137,7 @@ CLUSTER_NEMESES: dict[str, Callable[[ClusterChaos], None]] = {
 
 
 def run_cluster(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(CLUSTER_NEMESES),
-                writers: int = 4, log: Callable[[str], None] = print) -> RunResult:
+                writers: int = 4, log: Callable[[str], None] = print, in_turn: bool = False) -> RunResult:
     from tierfs.testing.chaos.runner import replay_command
 
     rng = random.Random(seed)
@@ -168,7 +168,7 @@ def run_cluster(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = t
             for writer in threads:
                 writer.running.set()
             for step in range(steps):
-                name = rng.choice(list(nemeses))
+                name = nemeses[step % len(nemeses)] if in_turn else rng.choice(list(nemeses))
                 drawn.append(name)
                 log(f"step {step + 1}/{steps}: {name}")
                 CLUSTER_NEMESES[name](chaos)

@@ -63,7 +63,9 @@ def _fuse_available() -> bool:
 
 
 def run(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(NEMESES), s3: bool = False,
-        lazy: bool | None = None, writers: int = 4, log: Callable[[str], None] = print) -> RunResult:
+        lazy: bool | None = None, writers: int = 4, log: Callable[[str], None] = print,
+        in_turn: bool = False) -> RunResult:
+    """``in_turn``: the nemeses strike in the order given, not drawn from the seed."""
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     lazy = _fuse_available() if lazy is None else lazy
@@ -102,7 +104,7 @@ def run(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(NEM
             writer.start()
         resume()
         for step in range(steps):
-            name = rng.choice(list(nemeses))
+            name = nemeses[step % len(nemeses)] if in_turn else rng.choice(list(nemeses))
             drawn.append(name)
             log(f"step {step + 1}/{steps}: {name}")
             NEMESES[name](chaos)
