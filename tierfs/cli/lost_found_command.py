@@ -2,11 +2,11 @@
 SEGMENT] [--keep]``: what the data dir holds aside, and putting it back.
 
 ``list`` prints one line per entry of ``<data_dir>/lost+found`` (path, segment, offsets,
-bytes, owner epoch, why: ``engine/lost_found``), then the tier-2 objects kept because
+bytes, owner epoch, why), then the tier-2 objects kept because
 an owner before a takeover from another data dir may reference them (``gc`` lists them
 as ``kept_older_owner``). ``restore`` appends an entry's appends at the end of their
 segment (or of ``--to``), each identified append with its writer identity, so one the
-segment holds already is not appended twice (``engine/lost_found_records``), then
+segment holds already is not appended twice (``store/lost_found_files``), then
 removes the entry unless ``--keep``.
 
 Invariant: it works on the data dir's own files and, for the store, through
@@ -30,7 +30,7 @@ from tierfs.contracts.errors import AlreadyAppendedError, InvalidArgumentError
 from tierfs.contracts.gc_report import orphans_json
 
 if TYPE_CHECKING:
-    from tierfs.engine.lost_found import LostFoundEntry
+    from tierfs.store.lost_found_files import LostFoundEntry
 
 EXIT_OK = 0
 
@@ -42,10 +42,10 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 async def lost_found_command(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    from tierfs.engine.lost_found import entries
+    from tierfs.store.lost_found_files import held
 
     data_dir = _data_dir(args)
-    found = await trio.to_thread.run_sync(entries, data_dir)
+    found = await trio.to_thread.run_sync(held, data_dir)
     if args.action == "list":
         older = (await store.gc(dry_run=True)).kept_older_owner
         if args.json:
@@ -67,7 +67,7 @@ async def lost_found_command(args: argparse.Namespace, store: SegmentStoreAPI) -
 
 async def _restore(args: argparse.Namespace, store: SegmentStoreAPI, data_dir: Path,
                    found: list[LostFoundEntry]) -> int:
-    from tierfs.engine.lost_found_records import pieces
+    from tierfs.store.lost_found_files import restorable
 
     wanted = args.entry.rstrip("/")
     entry = next((e for e in found if e.path.rstrip("/") in (wanted, f"lost+found/{wanted}")), None)
@@ -76,7 +76,7 @@ async def _restore(args: argparse.Namespace, store: SegmentStoreAPI, data_dir: P
                                    "shows them)")
     appended = appended_bytes = held = 0
     segments: set[str] = set()
-    stream = pieces(data_dir, entry)
+    stream = restorable(data_dir, entry)
     while (piece := await trio.to_thread.run_sync(next, stream, None)) is not None:  # one piece in memory
         target = args.to or piece.segment
         try:

@@ -62,10 +62,10 @@ def _owner(args: argparse.Namespace, config: StoreConfig) -> int:
         print("this data dir: " + (f"last claimed epoch {mine['epoch']}" if mine else "never claimed it")
               + (" (owns tier-2)" if report["owns_tier2"] else
                  " (another owner holds tier-2: `tierfs takeover`)"))
-        for entry in report["lost_found"]:
-            facts = entry["description"] or {}
-            print(f"lost+found: {entry['path']} {entry['size']} bytes of {facts.get('segment', '?')!r} "
-                  f"at offset {facts.get('start_offset', '?')}")
+        for line in report["lost_found_lines"]:
+            print(f"lost+found: {line}")
+        if report["lost_found_lines"]:
+            print("(tierfs lost-found list shows them; tierfs lost-found restore ENTRY appends one again)")
     return EXIT_OK if report["owns_tier2"] else EXIT_OWNED_ELSEWHERE
 
 

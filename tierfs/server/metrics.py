@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tierfs.store.lost_found_files import held_bytes
 from tierfs.store.served import ServedStore
 
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -28,6 +29,7 @@ class StoreCollector:
 
     def collect(self) -> Iterator[Any]:
         stats = self._store.statistics()
+        held, held_size = held_bytes(self._store.config.data_dir)  # a few files: lost+found is for accidents
         counters: dict[str, tuple[str, float]] = {
             "tierfs_appends": ("appends acknowledged", stats.appends),
             "tierfs_appended_bytes": ("bytes appended", stats.appended_bytes),
@@ -60,6 +62,8 @@ class StoreCollector:
             "tierfs_cache_bytes": ("bytes in the block cache", stats.cache.used_bytes),
             "tierfs_epoch": ("owner epoch of the data directory", stats.epoch),
             "tierfs_fenced": ("1 once another owner claimed tier-2", int(self._store.fence.fenced)),
+            "tierfs_lost_found_entries": ("entries held in lost+found (tierfs lost-found list)", held),
+            "tierfs_lost_found_held_bytes": ("bytes held in lost+found", held_size),
             "tierfs_offload_oldest_waiting_seconds": (
                 "age of the oldest sealed chunk a policy wants offloaded", stats.offload_oldest_waiting_s),
         }

@@ -29,4 +29,5 @@ def ownership_report(config: StoreConfig) -> dict[str, Any]:
         "current_owner": dataclasses.asdict(current) if current else None,
         "this_data_dir": dataclasses.asdict(mine) if mine else None,
         "lost_found": [dataclasses.asdict(e) for e in entries(config.data_dir)],
+        "lost_found_lines": [e.line() for e in entries(config.data_dir)],
     }
