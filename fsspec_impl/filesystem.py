@@ -48,6 +48,7 @@ import datetime
 import io
 import logging
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -436,3 +437,19 @@ class TierFile(AbstractBufferedFile):
         finally:
             if self._appends is not None:
                 self._appends.close()
+
+    def __del__(self) -> None:
+        """A file dropped without ``close``: no network I/O in a finalizer (it may run
+        at any moment, in any thread, at interpreter exit), so what was not flushed is
+        not appended, and said so."""
+        if getattr(self, "closed", True):
+            return
+        unsent = self.buffer.tell() if self.mode != "rb" and getattr(self, "buffer", None) is not None else 0
+        pending = self._appends is not None and self._appends.busy
+        self.closed = True
+        if self._appends is not None:
+            self._appends.close()
+        if unsent or pending:
+            warnings.warn(f"tierfs://{self.path} was dropped without close(): {unsent} buffered bytes were not "
+                          "appended (and appends in flight may or may not have landed); close files, or use "
+                          "`with fs.open(...)`", ResourceWarning, stacklevel=2)

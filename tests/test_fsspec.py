@@ -203,3 +203,23 @@ def test_mv_onto_an_existing_file_replaces_it_unless_it_is_sealed(tfs: TierFileS
     with pytest.raises(PermissionError, match="sealed"):
         tfs.mv("mv-replace/other", "mv-replace/sealed")
     assert tfs.cat_file("mv-replace/sealed") == b"sealed"
+
+
+def test_a_file_dropped_without_close_sends_nothing_from_its_finalizer(tfs: TierFileSystem) -> None:
+    """No network I/O or retry in a finalizer: a dropped ``ab`` file warns that its
+    buffered bytes were not appended, at once, even with no daemon to answer."""
+    import gc
+    import time
+    import warnings
+
+    tfs.pipe_file("dropped", b"kept;")
+    f = tfs.open("dropped", "ab")
+    f.write(b"never appended")
+    started = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del f
+        gc.collect()
+    assert time.monotonic() - started < 1.0
+    assert any(issubclass(w.category, ResourceWarning) and "not appended" in str(w.message) for w in caught)
+    assert tfs.cat("dropped") == b"kept;"

@@ -26,9 +26,11 @@ from tierfs.testing.harness import Daemon, small_config, start_daemon
 BAD_NAMES = [
     "..", ".", "../x", "a/..", "a/../b", "a/./b", "./a", "a//b", "//a", "a//",
     "a\x00b", "x" * 256, "/", "",
+    # control characters: a newline fakes a listing entry, an escape drives the terminal
+    "x\ny", "tab\there", "cr\rx", "esc\x1b[31m", "del\x7f",
 ]
 # Accepted names that URL handling used to mangle or 404: the same segment everywhere.
-ODD_GOOD_NAMES = ["x\ny", "tab\there", "q/", "/lead", "p%2Fq", "a?b", "h#sh", "sp ace", "%2E%2E", "é"]
+ODD_GOOD_NAMES = ["q/", "/lead", "p%2Fq", "a?b", "h#sh", "sp ace", "%2E%2E", "é", "it's", "$HOME"]
 
 
 @pytest.fixture(scope="module")

@@ -137,3 +137,15 @@ async def test_the_change_log_is_pruned_once_shipped(tmp_path: Path) -> None:
         finally:
             db.close()
     assert BackupObjects(str(tmp_path / "t2")).logs()
+
+
+async def test_a_local_tier2_is_owner_only_backups_included(tmp_path: Path) -> None:
+    tier2 = tmp_path / "t2"
+    async with open_store(small_config(tmp_path / "d", tier2_url=str(tier2))) as store:
+        await store.create("secret/names", make_parents=True)
+        await store.append("secret/names", b"x")
+        await store.flush()
+    assert BackupObjects(str(tier2)).manifests() and BackupObjects(str(tier2)).logs()
+    for path in [tier2, *tier2.rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        assert mode == (0o700 if path.is_dir() else 0o600), f"{path} is {mode:o}"

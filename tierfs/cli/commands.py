@@ -28,6 +28,7 @@ from tierfs.cli.defrag_command import defrag_command
 from tierfs.cli.failures import EXIT_DAMAGED, EXIT_FAILED, EXIT_OK
 from tierfs.cli.gc_command import gc_command, print_orphans
 from tierfs.cli.lost_found_command import lost_found_command
+from tierfs.cli.quoting import quoted
 from tierfs.cli.streaming import append_command
 from tierfs.cli.tail import tail_command
 from tierfs.contracts.api import SegmentStoreAPI
@@ -96,8 +97,8 @@ def _print_stat(info: Info, as_json: bool) -> None:
 DURABILITY_FLAGS = {"pd": "p", "vd": "v", "tier2": "t"}
 
 
-def _ls_line(info: Info, long: bool) -> str:
-    base = info.name.rpartition("/")[2] or "/"
+def _ls_line(info: Info, long: bool, terminal: bool = False) -> str:
+    base = quoted(info.name.rpartition("/")[2], terminal) or "/"
     if isinstance(info, DirectoryInfo):
         return f"d {'-':>12} {'':3} {'':2} {base}/" if long else base + "/"
     if not long:
@@ -116,8 +117,9 @@ async def _ls(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     if args.json:
         print(json.dumps([dataclasses.asdict(e) for e in entries], indent=2, sort_keys=True))
     else:
+        terminal = sys.stdout.isatty()
         for entry in entries:
-            print(_ls_line(entry, args.long))
+            print(_ls_line(entry, args.long, terminal))
     return EXIT_OK
 
 

@@ -3,7 +3,9 @@
 Invariants:
 - A canonical name is a '/'-joined sequence of components with no leading or trailing
   slash; the root directory is the empty string.
-- Every component is 1..255 UTF-8 bytes, is not '.' or '..', and holds no NUL and no '/'.
+- Every component is 1..255 UTF-8 bytes, is not '.' or '..', and holds no '/' and no
+  control character (0x00-0x1F, 0x7F): a newline, a tab or an escape sequence in a name
+  would fake entries in listings and drive terminals.
 - A component over 255 bytes, or a name over ``MAX_NAME_BYTES``, is ``NameTooLongError``
   (ENAMETOOLONG on the mount, 400 ``name_too_long`` on the API), a subclass of
   ``InvalidNameError``.
@@ -41,8 +43,9 @@ def canonical(name: str, *, allow_root: bool = False) -> str:
         if allow_root:
             return ""
         raise InvalidNameError(name, "the name is empty (the root is a directory)")
-    if "\x00" in stripped:
-        raise InvalidNameError(name, "NUL bytes are not allowed")
+    control = next((c for c in stripped if c < " " or c == "\x7f"), None)
+    if control is not None:
+        raise InvalidNameError(name, f"control characters are not allowed (found {control!r})")
     if len(stripped.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise NameTooLongError(name, f"longer than {MAX_NAME_BYTES} bytes")
     for component in stripped.split("/"):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -119,6 +120,8 @@ class BackupObjects:
         self.url = tier2_url
         self.fs, root = open_filesystem(tier2_url, storage_options)
         self.folder = f"{root.rstrip('/')}/{BACKUP_PREFIX}"
+        protocol = self.fs.protocol
+        self._local = "file" in (protocol if isinstance(protocol, (tuple, list)) else (protocol,))
 
     def _path(self, name: str) -> str:
         return f"{self.folder}/{name}"
@@ -131,15 +134,29 @@ class BackupObjects:
         except Exception as e:  # any backend failure: the caller retries next cycle
             raise Tier2Error(f"metadata backup: {what} on {self.url} failed: {type(e).__name__}: {e}") from e
 
+    def _private(self, *paths: str) -> None:
+        """On a local tier-2, owner-only like the chunks (they hold every segment's name)."""
+        if self._local:
+            for path in paths:
+                os.chmod(path, 0o600 if os.path.isfile(path) else 0o700)
+
+    def _folder(self) -> None:
+        self._call("mkdir", self.fs.makedirs, self.folder, True)  # a no-op on object stores
+        self._private(self.folder)
+
     def upload(self, snapshot: Path, manifest: BackupManifest) -> None:
         """The snapshot, then its manifest: a manifest never names a missing snapshot."""
-        self._call("mkdir", self.fs.makedirs, self.folder, True)  # a no-op on object stores
-        self._call("upload", self.fs.put_file, str(snapshot), self._path(f"{manifest.stem}.sqlite"))
-        self._call("upload", self.fs.pipe_file, self._path(f"{manifest.stem}.json"), manifest.to_json())
+        self._folder()
+        snapshot_path, manifest_path = self._path(f"{manifest.stem}.sqlite"), self._path(f"{manifest.stem}.json")
+        self._call("upload", self.fs.put_file, str(snapshot), snapshot_path)
+        self._private(snapshot_path)
+        self._call("upload", self.fs.pipe_file, manifest_path, manifest.to_json())
+        self._private(manifest_path)
 
     def upload_log(self, log: LogObject, data: bytes) -> None:
-        self._call("mkdir", self.fs.makedirs, self.folder, True)
+        self._folder()
         self._call("upload", self.fs.pipe_file, self._path(log.name), data)
+        self._private(self._path(log.name))
 
     def logs(self) -> list[LogObject]:
         return [LogObject(int(m.group(1)), int(m.group(3)), int(m.group(4)))

@@ -163,7 +163,7 @@ class LocalChunkStorage(ChunkStorage):
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()  # chunk URLs must mean the same in other processes
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)  # owner-only, like every object in it
         self.url = f"file://{self.root}"
 
     def _path(self, name: str) -> Path:
@@ -174,7 +174,7 @@ class LocalChunkStorage(ChunkStorage):
             path = self._path(name)
             created = False
             if offset == 0:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 flags = os.O_WRONLY | os.O_CREAT
                 created = True
             else:
@@ -258,7 +258,7 @@ class LocalChunkStorage(ChunkStorage):
     def merge(self, name: str, pieces: Sequence[tuple[str, int]]) -> MergeCounts:
         def call() -> int:
             path = self._path(name)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             kernel_copied = position = 0
             try:

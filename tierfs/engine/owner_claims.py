@@ -177,7 +177,7 @@ class OwnerClaims:
         storage = self._storage
         if isinstance(storage, LocalChunkStorage):
             path = storage.root / name
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
