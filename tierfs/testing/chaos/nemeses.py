@@ -217,6 +217,29 @@ def s3_faults(chaos: Chaos) -> None:
     proxy.faults = Faults()
 
 
+def kill_while_opening(chaos: Chaos) -> None:
+    """Path 9: commands that open the data dir themselves (no daemon) are killed at
+    random points of their open, claim and recovery; the next open must not be refused."""
+    import subprocess
+    import sys
+
+    chaos.write_for()
+    chaos.host.kill9()
+    chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a kill -9", _young_vd(chaos))
+    for _ in range(4):
+        argv = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(chaos.host.data_dir), "--config",
+                str(chaos.host.config), "ls"]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(chaos.rng.uniform(0.05, 1.2))  # the CLI imports, then opens: anywhere in it
+        proc.kill()
+        proc.wait()
+    opened = chaos.host.cli("ls")
+    if opened.returncode != 0:
+        chaos.fail(f"after kills during opens, the data dir refused its next open (exit {opened.returncode}): "
+                   f"{opened.stderr.decode(errors='replace').strip()[-300:]}")
+    chaos.host.start()
+
+
 def lost_answers(chaos: Chaos) -> None:
     """Path 6: two writers append byte-identical records through a connection that loses
     answers after the daemon committed: every append lands exactly once (retries are
@@ -294,5 +317,5 @@ NEMESES: dict[str, Callable[[Chaos], None]] = {
     "kill9": kill9, "power_loss": power_loss, "copy_beside": copy_beside,
     "takeover_from_copy": takeover_from_copy, "gc_and_defrag": gc_and_defrag, "host_loss": host_loss,
     "journal_bit_flip": journal_bit_flip, "metadata_damage": metadata_damage, "s3_faults": s3_faults,
-    "lost_answers": lost_answers,
+    "lost_answers": lost_answers, "kill_while_opening": kill_while_opening,
 }
