@@ -148,7 +148,14 @@ def _wait_for(predicate, timeout_s: float = 30.0, what: str = "condition", progr
 
 
 def _files_containing(root: Path, data: bytes, under: str) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file() and under in str(p) and data in p.read_bytes()]
+    """Files below ``root`` whose path has ``under`` and whose bytes hold ``data`` (a
+    container's data dir may move to lost+found while this walks it: tried again)."""
+    for _ in range(10):
+        try:
+            return [p for p in root.rglob("*") if p.is_file() and under in str(p) and data in p.read_bytes()]
+        except FileNotFoundError:
+            continue
+    return []
 
 
 def test_failover_after_kill9_keeps_every_flushed_byte_and_tails_continue(cluster: Cluster) -> None:

@@ -101,6 +101,7 @@ class FakeStore:
     def __init__(self) -> None:
         self.growth_listeners: list[Any] = []
         self.fence = type("Fence", (), {"fenced": False})()
+        self.table = type("Table", (), {"in_memory": staticmethod(lambda: [])})()
 
     async def flush(self) -> None:
         pass

@@ -58,7 +58,9 @@ def export_metadata(database: Path, out: IO[bytes]) -> int:
                           "record_version": records.RECORD_VERSION})
         rows = 0
         for table, (columns, _) in _TABLES.items():
-            for values in db.execute(f"SELECT {', '.join(columns)} FROM {table}"):
+            # the store's binding to its tier-2 ('tier2') is the data dir's own, not metadata to move
+            where = " WHERE key IN ('store', 'root_directory')" if table == "store" else ""
+            for values in db.execute(f"SELECT {', '.join(columns)} FROM {table}{where}"):
                 row: dict[str, Any] = {"table": table}
                 for column, value in zip(columns, values, strict=True):
                     row[column] = base64.b64encode(value).decode() if column == "value" else value

@@ -146,7 +146,7 @@ def run_cluster(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = t
     threads: list[HttpWriter] = []
     problems: list[str] = []
     drawn: list[str] = []
-    with PostgresServer(directory=root / "postgres") as server:
+    with PostgresServer() as server:  # in a directory of its own its unprivileged user can reach
         cluster = Cluster(root / "hosts", server.create_database(), str(root / "tier2"), containers=CONTAINERS,
                           lease_s=LEASE_S, flush_interval_s=0.3)
         chaos = ClusterChaos(cluster, server, ledger, rng, log)
