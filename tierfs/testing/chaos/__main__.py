@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(--cluster); default: all of them")
     parser.add_argument("--s3", action="store_true", help="tier-2 on moto's S3 behind the fault proxy")
     parser.add_argument("--cluster", action="store_true", help="three daemons on a real PostgreSQL")
+    parser.add_argument("--outage-s", type=float, default=None,
+                        help="--cluster: how long database_outage keeps PostgreSQL down (default: a few leases)")
     parser.add_argument("--dir", type=Path, default=None, help="keep the run's files here")
     args = parser.parse_args(argv)
     known = CLUSTER_NEMESES if args.cluster else NEMESES
@@ -35,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(args.seed, args.seed + args.seeds):
         root = args.dir / f"seed-{seed}" if args.dir else Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-"))
         log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-        result = (run_cluster(seed, args.steps, root, nemeses=nemeses, log=log) if args.cluster
+        result = (run_cluster(seed, args.steps, root, nemeses=nemeses, log=log, outage_s=args.outage_s)
+                  if args.cluster
                   else run(seed, args.steps, root, nemeses=nemeses, s3=args.s3, log=log))
         print(json.dumps({"seed": seed, "nemeses": result.nemeses, **result.summary,
                           "problems": result.problems}))

@@ -45,6 +45,7 @@ class ClusterChaos:
     ledger: Ledger
     rng: random.Random
     log: Callable[[str], None]
+    outage_s: float | None = None  # a database outage this long (default: a few leases)
 
     def write_for(self, low_s: float = 0.3, high_s: float = 1.0) -> None:
         time.sleep(self.rng.uniform(low_s, high_s))
@@ -113,7 +114,7 @@ def _probe(chaos: ClusterChaos, host: int, segment: str) -> None:
 def database_outage(chaos: ClusterChaos) -> None:
     chaos.write_for()
     chaos.server.kill()
-    time.sleep(LEASE_S * 3 + chaos.rng.uniform(0.0, 3.0))  # longer than a lease
+    time.sleep(chaos.outage_s or LEASE_S * 3 + chaos.rng.uniform(0.0, 3.0))  # longer than a lease
     chaos.server.start()
     chaos.write_for(1.0, 2.0)
     chaos.everyone_serving()
@@ -137,7 +138,8 @@ CLUSTER_NEMESES: dict[str, Callable[[ClusterChaos], None]] = {
 
 
 def run_cluster(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(CLUSTER_NEMESES),
-                writers: int = 4, log: Callable[[str], None] = print, in_turn: bool = False) -> RunResult:
+                writers: int = 4, log: Callable[[str], None] = print, in_turn: bool = False,
+                outage_s: float | None = None) -> RunResult:
     from tierfs.testing.chaos.runner import replay_command
 
     rng = random.Random(seed)
@@ -149,7 +151,7 @@ def run_cluster(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = t
     with PostgresServer() as server:  # in a directory of its own its unprivileged user can reach
         cluster = Cluster(root / "hosts", server.create_database(), str(root / "tier2"), containers=CONTAINERS,
                           lease_s=LEASE_S, flush_interval_s=0.3)
-        chaos = ClusterChaos(cluster, server, ledger, rng, log)
+        chaos = ClusterChaos(cluster, server, ledger, rng, log, outage_s)
         try:
             for index in range(HOSTS):
                 cluster.start(index)
