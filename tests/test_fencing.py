@@ -420,8 +420,18 @@ async def test_a_copy_of_a_running_data_dir_is_not_an_owner(tmp_path: Path) -> N
         await store.append("log", b"still the owner\n")
     # told to take over, the copy owns tier-2, but never deletes what its metadata does
     # not know of the original's epochs: the original's data dir still references it
-    grace_zero = dict(tier2_url=tier2, orphan_grace_s=0, orphan_gc_interval_s=0)
+    grace_zero = dict(tier2_url=tier2, orphan_grace_s=0, orphan_gc_interval_s=0, offload_deletion_lag_s=0)
     async with open_store(small_config(copy, takeover=True, **grace_zero)) as store:
+        store.chunk_storage = ObjectPerFlush(store.chunk_storage)
+        # its own work drops references the original still has: defrag merges the chunks
+        # they share, the merged-away ones are collected; none of them is deleted
+        for index in range(3):
+            await store.append("log", b"the copy's %d\n" % index)
+            await store.flush("log")
+        await store.seal("log")
+        merged = await store.defrag("log")
+        assert merged["runs_merged"] >= 1
+        await store.garbage.collect()
         report = await store.gc()
         assert report.orphans == [] and len(report.kept_older_owner) >= 1
         assert {o.epoch for o in report.kept_older_owner} == {1}

@@ -32,6 +32,15 @@ When tier-2 is looked at, and why that is enough:
   ``guarded_storage``): a fresh check in the deleting thread, because a delete is the
   one thing that can destroy an object the new owner references.
 
+Objects shared with another lineage are never deleted by a store's own work either
+(``shared_below_epoch``): after a takeover from another data dir (a copy, a restore)
+that data dir's metadata may still reference every object of the epochs before the
+takeover, including ones this store's metadata drops (defrag merging them, retention,
+``rm``, an offload's hot copy). ``FencedStorage.delete`` and the long-term store's
+deletes keep such an object (the metadata forgets it: it becomes an older owner's
+object the orphan sweep lists); only ``delete_shared`` (``tierfs gc --older-owners``)
+deletes one.
+
 Invariants:
 - The state goes one way: once fenced, always fenced (until the process ends).
 - A tier-2 failure while checking never fences (the writer's own retries and the
@@ -60,6 +69,7 @@ from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import FencedError, Tier2Error
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.clock import monotonic_s
+from tierfs.engine.object_keys import chunk_shape, offload_key_shape
 from tierfs.engine.owner_claims import CLAIM_PREFIX, OwnerClaim, OwnerClaims
 from tierfs.engine.s3_merge import MergeCounts
 from tierfs.engine.tier2_calls import StoredObject
@@ -68,9 +78,11 @@ log = logging.getLogger(__name__)
 
 
 class LongTermDeletes(Protocol):
-    """The long-term store's hook, called right before each delete."""
+    """The long-term store's hooks: called right before each delete, and asked whether
+    a key is kept for an older lineage."""
 
     before_delete: Callable[[], None]
+    keeps: Callable[[str], bool]
 
 
 @dataclasses.dataclass
@@ -236,7 +248,21 @@ class OwnerFence:
         after a fresh check; the long-term store's deletes get the same check."""
         if long_term is not None:
             long_term.before_delete = self.check_blocking
+            long_term.keeps = self.shared
         return FencedStorage(self._storage, self)
+
+    # objects named with an owner epoch below this are shared with another lineage
+    shared_below_epoch = 0
+
+    def shared(self, name: str) -> bool:
+        """Whether ``name`` (a chunk, a pack or an offload key) may be referenced by the
+        lineage before a takeover from another data dir: never deleted by this store."""
+        shape = chunk_shape(name) or offload_key_shape(name)
+        shared = shape is not None and shape.epoch < self.shared_below_epoch
+        if shared:
+            log.info("kept %s: it is shared with the owners before the takeover from another data dir "
+                     "(tierfs gc --older-owners deletes it once that data dir is gone)", name)
+        return shared
 
 
 RESERVED_PREFIX = "_"  # chunk names start with "s" (object_keys.chunk_name)
@@ -269,7 +295,14 @@ class FencedStorage(ChunkStorage):
 
     def delete(self, name: str) -> None:
         # The object may be referenced by a newer owner (everything written before it
-        # took over is shared): look at the claims right before deleting.
+        # took over is shared): look at the claims right before deleting. One an older
+        # lineage may reference is kept (see the module docstring).
+        if self._fence.shared(name):
+            return
+        self.delete_shared(name)
+
+    def delete_shared(self, name: str) -> None:
+        """Delete ``name`` even if an older lineage may reference it (asked for)."""
         self._fence.check_blocking()
         self.inner.delete(name)
 

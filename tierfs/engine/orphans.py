@@ -212,8 +212,10 @@ class OrphanSweeper:
                         sum(o.size_bytes for o in older_owner), self._foreign_below_epoch)
         for store, orphan in doomed:
             if not dry_run:
+                # asked for: an older lineage's object goes too (the storage keeps it otherwise)
+                delete = getattr(store, "delete_shared", store.delete) if older_owners else store.delete
                 try:
-                    await trio.to_thread.run_sync(store.delete, orphan.name, limiter=self._limiter)
+                    await trio.to_thread.run_sync(delete, orphan.name, limiter=self._limiter)
                 except TierFSError as e:
                     report.failed.append(f"{orphan.store} {orphan.name}: {e}")
                     continue

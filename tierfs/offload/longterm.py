@@ -10,7 +10,8 @@ Invariants:
 - ``put`` returns only when the object is durable in the store (S3: the multipart
   upload completed; a local directory: file and directory fdatasync'd), because the
   chunk-store copy may be deleted afterwards.
-- ``delete`` calls ``before_delete`` first (the fence: a fenced store deletes nothing).
+- ``delete`` calls ``before_delete`` first (the fence: a fenced store deletes nothing),
+  and keeps a key ``keeps`` names (an older lineage's: ``engine/fencing.py``).
 - Chunk records name offloaded objects by full URL; ``key_of`` maps a URL back to a key
   only under this store's URL, so a record never sends a read somewhere unexpected.
 """
@@ -51,6 +52,7 @@ class LongTermStore:
         # called (blocking) right before every delete: the store's fence refuses
         # deletes once another owner claimed tier-2 (engine/fencing.py)
         self.before_delete: Callable[[], None] = lambda: None
+        self.keeps: Callable[[str], bool] = lambda key: False  # shared with an older lineage
 
     def url_of(self, key: str) -> str:
         return f"{self.url}/{key}"
@@ -89,6 +91,11 @@ class LongTermStore:
         return self.storage.read(key, 0, size) if size else b""
 
     def delete(self, key: str) -> None:
+        if self.keeps(key):  # an older lineage may reference it (engine/fencing.py)
+            return
+        self.delete_shared(key)
+
+    def delete_shared(self, key: str) -> None:
         self.before_delete()
         self.storage.delete(key)
 

@@ -102,6 +102,7 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
     config, table, limiter, long_term = shared.config, shared.table, shared.limiter, shared.long_term
     epoch, journal = opened.epoch, opened.journal
     fence = OwnerFence(opened.claim, opened.chunk_storage, limiter, config)
+    fence.shared_below_epoch = opened.foreign_below_epoch
     chunk_storage = fence.guarded_storage(long_term)
     catalogue = ChunkCatalogue(opened.metadata, opened.segment_rows)
     removals = RemovalLog()  # deletes that a metadata commit follows, for the orphan sweep
