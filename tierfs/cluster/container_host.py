@@ -35,7 +35,8 @@ Invariants:
   while another owner went on: the directory is moved, whole, to
   ``<data_dir>/lost+found/cNNN.lease-<epoch>`` with a ``LOST.json`` description, kept
   and reported, never replayed over newer data.
-- A container given back cleanly (everything flushed) leaves no data dir behind.
+- A container is given back (balance) only once everything it acknowledged is flushed;
+  until then its owner keeps serving it. Given back cleanly it leaves no data dir behind.
 """
 
 from __future__ import annotations
@@ -285,24 +286,36 @@ class ContainerHost:
                 record.write_text(json.dumps({"epoch": held.epoch, "daemon": self.daemon_id}))
                 store.growth_listeners.append(functools.partial(self._relay_growth, store))
                 task_status.started(store)
-                await held.release.wait()
-                unflushed = {str(seg.segment_id): {"name": seg.name, "flushed": seg.flushed_length}
-                             for seg in store.table.in_memory() if seg.appended_length > seg.flushed_length}
-                if not held.lost:
+                while True:
+                    await held.release.wait()
+                    unflushed = {str(seg.segment_id): {"name": seg.name, "flushed": seg.flushed_length}
+                                 for seg in store.table.in_memory() if seg.appended_length > seg.flushed_length}
+                    if held.lost:
+                        break
                     with trio.move_on_after(RELEASE_FLUSH_TIMEOUT_S):
                         await store.flush()
                     clean = store.statistics().unflushed_bytes == 0 and not store.fence.fenced
+                    if clean or self._stopping.is_set() or store.fence.fenced:
+                        break
+                    # A live owner never gives a container away without what it acknowledged:
+                    # it could not flush (tier-2 or the database down), so it keeps serving it.
+                    log.warning("container %s: not given back, its acknowledged bytes are not all flushed yet",
+                                container_label(held.container))
+                    held.release = trio.Event()
+                    self.stores[held.container] = store
+                    self._signal_change()
         finally:
             self.held.pop(held.container, None)
             held.closed.set()
         if held.lost:  # another daemon owns it: what this one acknowledged is kept aside now
             await trio.to_thread.run_sync(self._keep_aside, config.data_dir, held.container, held.epoch,
                                           held.epoch + 1, unflushed)
-        else:
+        elif clean:  # everything is in tier-2 and the metadata: nothing to keep here
             with contextlib.suppress(TierFSError):
                 await self.db_call(self._leases.release, held.container, self.daemon_id, held.epoch)
-            if clean:  # everything is in tier-2 and the metadata: nothing to keep here
-                await trio.to_thread.run_sync(shutil.rmtree, config.data_dir, True)
+            await trio.to_thread.run_sync(shutil.rmtree, config.data_dir, True)
+        # else (stopping with bytes it could not flush): the lease is not given back; it
+        # expires, and this data dir keeps the journal (lost+found once another owned it)
         log.info("closed container %s (%s)", container_label(held.container),
                  "lost" if held.lost else "given back")
 

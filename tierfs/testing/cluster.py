@@ -41,13 +41,16 @@ class Cluster:
             f"flush_interval_s = {flush_interval_s}", "owner_check_interval_s = 0.2", *extra]) + "\n")
         self.daemons: dict[int, Daemon | Mount] = {}
         self.ports: dict[int, int] = {}
+        self.starts = 0
 
     def data_dir(self, index: int) -> Path:
         return self.root / f"host-{index}"
 
     def start(self, index: int, *, wait: bool = True) -> Daemon:
         port = self.ports.setdefault(index, free_port())
-        daemon = start_daemon(self.data_dir(index), "--listen", f"127.0.0.1:{port}", config_file=self.config)
+        self.starts += 1  # each start's log kept beside the data dirs, for whoever reads a failure
+        daemon = start_daemon(self.data_dir(index), "--listen", f"127.0.0.1:{port}", config_file=self.config,
+                              log_path=self.root / f"host-{index}.start-{self.starts}.log")
         self.daemons[index] = daemon
         return daemon
 

@@ -72,12 +72,14 @@ def pause_owner(chaos: ClusterChaos) -> None:
         resumed_at = time.monotonic()
     for sender in senders:
         sender.join(timeout=IDLE_TIMEOUT_S)
-    # what it acknowledged before the pause (an answer may reach its writer during the
-    # pause) and had not flushed stays on its disk: in its lost+found once another daemon
-    # owned the container (PD survives a crash of its own disk, not a failover); nothing
-    # acknowledged after it woke may be missing
-    chaos.ledger.forgive(MOVED, f"PD/VD acknowledged before host {victim} woke, not flushed yet",
-                         lambda r: r.durability != "tier2" and r.acked_s is not None and r.acked_s < resumed_at)
+    # what it acknowledged before the pause and had not flushed stays on its disk: in its
+    # lost+found once another daemon owned the container (PD survives a crash of its own
+    # disk, not a failover). An append sent before it woke may have been acknowledged by
+    # it before the pause, the answer arriving after; one sent after it woke, and the
+    # probes sent to it while it slept (answered only once it woke), must be kept.
+    chaos.ledger.forgive(MOVED, f"PD/VD sent before host {victim} woke, not flushed yet",
+                         lambda r: r.durability != "tier2" and r.sent_s < resumed_at
+                         and not r.writer.startswith("probe"))
     chaos.write_for()
     chaos.everyone_serving()
 

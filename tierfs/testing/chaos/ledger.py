@@ -40,6 +40,7 @@ class Record:
     durability: str
     line: bytes
     front_end: str
+    sent_s: float = 0.0  # time.monotonic() of its first send
     acked_s: float | None = None  # time.monotonic() of the acknowledgement
     forgiven: str | None = None  # GONE or MOVED, with why
     why: str = ""
@@ -68,7 +69,8 @@ class Ledger:
         self._lock = threading.Lock()  # writers are threads
 
     def sent(self, segment: str, writer: str, seq: int, durability: str, front_end: str, filler: int) -> Record:
-        record = Record(segment, writer, seq, durability, record_line(self.run, writer, seq, filler), front_end)
+        record = Record(segment, writer, seq, durability, record_line(self.run, writer, seq, filler), front_end,
+                        time.monotonic())
         with self._lock:
             self.records[record.line] = record
         return record

@@ -137,6 +137,7 @@ def host_loss(chaos: Chaos) -> None:
         return
     chaos.write_for()
     chaos.host.kill9()
+    chaos.pause_writers()  # a writer's own `tierfs append` would start an empty store there
     chaos.ledger.forgive(GONE, "PD/VD acknowledged after the last flush, on a lost disk",
                          lambda r: r.durability != "tier2" and r.acked_s is not None and r.acked_s > flushed_at)
     chaos.host.remove_data_dir()
@@ -144,6 +145,7 @@ def host_loss(chaos: Chaos) -> None:
         shutil.rmtree(chaos.host.lazy.backing / "data", ignore_errors=True)
     _restored(chaos, chaos.host.cli("restore", timeout_s=300), "after the host's loss")
     chaos.host.start()
+    chaos.resume_writers()
 
 
 def journal_bit_flip(chaos: Chaos) -> None:
@@ -152,10 +154,12 @@ def journal_bit_flip(chaos: Chaos) -> None:
     frame (and what cannot follow it) to lost+found."""
     chaos.write_for()
     chaos.host.kill9()
+    chaos.pause_writers()  # a writer's own `tierfs append` would hold the stopped data dir
     files = sorted((chaos.host.data_dir / "journal").glob("*.jnl"))
     files = [f for f in files if f.stat().st_size > 4096]
     if not files:
         chaos.host.start()
+        chaos.resume_writers()
         return
     target = chaos.rng.choice(files)
     size = target.stat().st_size
@@ -181,6 +185,7 @@ def journal_bit_flip(chaos: Chaos) -> None:
         chaos.fail(f"after a bit flip the store neither opened nor refused clearly: "
                    f"{opened.stderr.decode(errors='replace')[-300:]}")
     chaos.host.start()
+    chaos.resume_writers()
 
 
 def metadata_damage(chaos: Chaos) -> None:
@@ -188,6 +193,7 @@ def metadata_damage(chaos: Chaos) -> None:
     ``tierfs restore`` replays the intact journal: nothing acknowledged is lost."""
     chaos.write_for()
     chaos.host.kill9()
+    chaos.pause_writers()  # a writer's own `tierfs append` would hold the stopped data dir
     for name in ("metadata.sqlite", "metadata.sqlite-wal"):
         path = chaos.host.data_dir / name
         if path.exists():
@@ -199,6 +205,7 @@ def metadata_damage(chaos: Chaos) -> None:
                    f"{refused.stderr.decode(errors='replace')[-300:]}")
     _restored(chaos, chaos.host.cli("restore", timeout_s=300), "over damaged metadata")
     chaos.host.start()
+    chaos.resume_writers()
 
 
 def s3_faults(chaos: Chaos) -> None:
@@ -225,6 +232,7 @@ def kill_while_opening(chaos: Chaos) -> None:
 
     chaos.write_for()
     chaos.host.kill9()
+    chaos.pause_writers()
     chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a kill -9", _young_vd(chaos))
     for _ in range(4):
         argv = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(chaos.host.data_dir), "--config",
@@ -238,6 +246,7 @@ def kill_while_opening(chaos: Chaos) -> None:
         chaos.fail(f"after kills during opens, the data dir refused its next open (exit {opened.returncode}): "
                    f"{opened.stderr.decode(errors='replace').strip()[-300:]}")
     chaos.host.start()
+    chaos.resume_writers()
 
 
 def lost_answers(chaos: Chaos) -> None:

@@ -107,7 +107,12 @@ def run(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(NEM
             name = nemeses[step % len(nemeses)] if in_turn else rng.choice(list(nemeses))
             drawn.append(name)
             log(f"step {step + 1}/{steps}: {name}")
-            NEMESES[name](chaos)
+            try:
+                NEMESES[name](chaos)
+            except Exception as e:  # noqa: BLE001 - the world did not heal: report it, with the replay
+                problems.append(f"step {step + 1} ({name}): the world did not heal: {type(e).__name__}: "
+                                f"{str(e)[-500:]}")
+                break
             pause()
             problems += _check(chaos, step + 1, name)
             if problems:
