@@ -16,6 +16,7 @@ every segment through one daemon and every daemon's lost+found.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import random
 import signal
@@ -28,14 +29,15 @@ from tierfs.cluster.container_map import container_of
 from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.writers import Writer
 from tierfs.testing.chaos.ledger import MOVED, Ledger
-from tierfs.testing.chaos.runner import DURABILITIES, IDLE_TIMEOUT_S, RunResult
-from tierfs.testing.chaos.writers import HttpWriter
+from tierfs.testing.chaos.runner import DURABILITIES, RunResult, run_steps
+from tierfs.testing.chaos.writers import IDLE_TIMEOUT_S, HttpWriter, WriterGroup
 from tierfs.testing.cluster import Cluster
 from tierfs.testing.postgres import PostgresServer
 
 HOSTS = 3
 CONTAINERS = 4
 LEASE_S = 2.0
+_PROBE_SEQ = itertools.count(1)  # one line per probe: probes to several segments run at once
 
 
 @dataclasses.dataclass
@@ -97,7 +99,7 @@ def _probe(chaos: ClusterChaos, host: int, segment: str) -> None:
     from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 
     durability = chaos.ledger.segments()[segment]
-    record = chaos.ledger.sent(segment, f"probe{host}", int(time.monotonic() * 1000), durability, "http", 10)
+    record = chaos.ledger.sent(segment, f"probe{host}", next(_PROBE_SEQ), durability, "http", 10)
     identity = Writer().next()
     deadline = time.monotonic() + IDLE_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -147,7 +149,7 @@ def run_cluster(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = t
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(f"cluster{seed}")
-    threads: list[HttpWriter] = []
+    group = WriterGroup()
     problems: list[str] = []
     drawn: list[str] = []
     with PostgresServer() as server:  # in a directory of its own its unprivileged user can reach
@@ -164,41 +166,16 @@ def run_cluster(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = t
                 segment = f"t{index}/w{index}-{durability}"  # top-level names spread over containers
                 setup.create(segment, parents=True, durability=durability)
                 via = index % HOSTS  # through this daemon, whoever owns the container
-                writer = HttpWriter(ledger, segment, durability, f"w{index}", rng,
-                                    cluster.data_dir(via) / "tierfs.sock", cluster.config)
-                threads.append(writer)
-                writer.start()
+                group.add(HttpWriter(ledger, segment, durability, f"w{index}", rng,
+                                     cluster.data_dir(via) / "tierfs.sock", cluster.config))
             setup.close()
-            for writer in threads:
-                writer.running.set()
-            for step in range(steps):
-                name = nemeses[step % len(nemeses)] if in_turn else rng.choice(list(nemeses))
-                drawn.append(name)
-                log(f"step {step + 1}/{steps}: {name}")
-                CLUSTER_NEMESES[name](chaos)
-                _pause(threads)
-                problems += _check(chaos, step + 1, name)
-                if problems:
-                    break
-                for writer in threads:
-                    writer.running.set()
-            _pause(threads)
+            drawn = run_steps(steps, nemeses, rng, in_turn, log, group, lambda name: CLUSTER_NEMESES[name](chaos),
+                              lambda step, name: _check(chaos, step, name), problems)
         finally:
-            for writer in threads:
-                writer.stopped.set()
-            for writer in threads:
-                writer.join(timeout=IDLE_TIMEOUT_S)
+            group.stop()
             cluster.stop_all()
     return RunResult(seed, steps, drawn, problems, ledger.summary(),
                      replay_command(seed, steps, nemeses, False) + " --cluster")
-
-
-def _pause(threads: Sequence[HttpWriter]) -> None:
-    for writer in threads:
-        writer.running.clear()
-    deadline = time.monotonic() + IDLE_TIMEOUT_S
-    while any(w.busy for w in threads) and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def _check(chaos: ClusterChaos, step: int, nemesis: str) -> list[str]:

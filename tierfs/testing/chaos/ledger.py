@@ -67,6 +67,7 @@ class Ledger:
         self.run = run
         self.records: dict[bytes, Record] = {}
         self._lock = threading.Lock()  # writers are threads
+        self.missing: set[bytes] = set()  # acknowledged, forgiven, and missing from their segment at a check
 
     def sent(self, segment: str, writer: str, seq: int, durability: str, front_end: str, filler: int) -> Record:
         record = Record(segment, writer, seq, durability, record_line(self.run, writer, seq, filler), front_end,
@@ -115,9 +116,8 @@ class Ledger:
         for record in sorted(self.acknowledged(), key=lambda r: (r.writer, r.seq)):
             where = positions.get(record.line)
             if where is None:
-                if record.forgiven == GONE:
-                    continue
-                if record.forgiven == MOVED and record.line in lost_found:
+                if record.forgiven == GONE or (record.forgiven == MOVED and record.line in lost_found):
+                    self.missing.add(record.line)
                     continue
                 state = f" (forgiven as {record.forgiven}: {record.why}, yet not in lost+found)" if record.forgiven else ""
                 problems.append(f"lost: {record.front_end} {record.durability} append {record.writer} #{record.seq} "
@@ -139,4 +139,7 @@ class Ledger:
             "sent": len(self.records), "acknowledged": len(acked),
             "forgiven_gone": sum(r.forgiven == GONE for r in acked),
             "forgiven_moved": sum(r.forgiven == MOVED for r in acked),
+            # of those forgiven, how many the faults did take: gone, or only in lost+found
+            "gone": sum(r.forgiven == GONE and r.line in self.missing for r in acked),
+            "in_lost_found": sum(r.forgiven == MOVED and r.line in self.missing for r in acked),
         }

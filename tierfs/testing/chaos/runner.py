@@ -23,14 +23,13 @@ import os
 import random
 import shutil
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tierfs.testing.chaos.ledger import Ledger
 from tierfs.testing.chaos.nemeses import NEMESES, Chaos
 from tierfs.testing.chaos.world import Host, S3Tier2
-from tierfs.testing.chaos.writers import FRONT_ENDS, ChaosWriter
+from tierfs.testing.chaos.writers import FRONT_ENDS, WriterGroup
 
 SETTINGS = {
     "flush_interval_s": 0.3, "owner_check_interval_s": 0.2, "vd_sync_interval_s": 0.5,
@@ -39,7 +38,6 @@ SETTINGS = {
     "journal_file_bytes": 262144,
 }
 DURABILITIES = ("pd", "vd", "tier2")
-IDLE_TIMEOUT_S = 120.0  # a writer finishing the append it is in (a CLI process on a loaded machine)
 
 
 @dataclasses.dataclass
@@ -72,23 +70,11 @@ def run(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(NEM
     tier2: str | S3Tier2 = S3Tier2(root / "s3", seed) if s3 else str(root / "tier2")
     host = Host(root / "host", tier2, lazy=lazy, settings=SETTINGS)
     ledger = Ledger(f"run{seed}")
-    threads: list[ChaosWriter] = []
+    group = WriterGroup()
     problems: list[str] = []
-    drawn: list[str] = []
-
-    def pause() -> None:
-        for writer in threads:
-            writer.running.clear()
-        deadline = time.monotonic() + IDLE_TIMEOUT_S
-        while any(w.busy for w in threads) and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def resume() -> None:
-        for writer in threads:
-            writer.running.set()
-
-    chaos = Chaos(host, ledger, rng, root, SETTINGS["vd_sync_interval_s"], log, problems, pause, resume,
+    chaos = Chaos(host, ledger, rng, root, SETTINGS["vd_sync_interval_s"], log, problems, group.pause, group.resume,
                   s3=tier2 if isinstance(tier2, S3Tier2) else None)
+    drawn: list[str] = []
     try:
         host.start()
         front_ends = sorted(FRONT_ENDS)
@@ -99,35 +85,41 @@ def run(seed: int, steps: int, root: Path, *, nemeses: Sequence[str] = tuple(NEM
             if created.returncode != 0:
                 raise RuntimeError(f"cannot create {segment}: {created.stderr.decode(errors='replace')}")
             kind = FRONT_ENDS[front_ends[rng.randrange(len(front_ends))] if index else "http"]
-            writer = kind(ledger, segment, durability, f"w{index}", rng, host.socket, host.config)
-            threads.append(writer)
-            writer.start()
-        resume()
-        for step in range(steps):
-            name = nemeses[step % len(nemeses)] if in_turn else rng.choice(list(nemeses))
-            drawn.append(name)
-            log(f"step {step + 1}/{steps}: {name}")
-            try:
-                NEMESES[name](chaos)
-            except Exception as e:  # noqa: BLE001 - the world did not heal: report it, with the replay
-                problems.append(f"step {step + 1} ({name}): the world did not heal: {type(e).__name__}: "
-                                f"{str(e)[-500:]}")
-                break
-            pause()
-            problems += _check(chaos, step + 1, name)
-            if problems:
-                break
-            resume()
-        pause()
+            group.add(kind(ledger, segment, durability, f"w{index}", rng, host.socket, host.config))
+        drawn = run_steps(steps, nemeses, rng, in_turn, log, group, lambda name: NEMESES[name](chaos),
+                          lambda step, name: _check(chaos, step, name), problems)
     finally:
-        for writer in threads:
-            writer.stopped.set()
-        for writer in threads:
-            writer.join(timeout=IDLE_TIMEOUT_S)
+        group.stop()
         host.close()
         if isinstance(tier2, S3Tier2):
             tier2.close()
     return RunResult(seed, steps, drawn, problems, ledger.summary(), replay_command(seed, steps, nemeses, s3))
+
+
+def run_steps(steps: int, nemeses: Sequence[str], rng: random.Random, in_turn: bool, log: Callable[[str], None],
+              group: WriterGroup, strike: Callable[[str], None], check: Callable[[int, str], list[str]],
+              problems: list[str]) -> list[str]:
+    """The writers write; ``steps`` times a nemesis strikes and heals, the writers pause
+    and the ledger is checked; the first step with problems ends the run. The nemeses
+    drawn, in order (problems go to ``problems``)."""
+    drawn: list[str] = []
+    group.resume()
+    for step in range(1, steps + 1):
+        name = nemeses[(step - 1) % len(nemeses)] if in_turn else rng.choice(list(nemeses))
+        drawn.append(name)
+        log(f"step {step}/{steps}: {name}")
+        try:
+            strike(name)
+        except Exception as e:  # noqa: BLE001 - the world did not heal: report it, with the replay
+            problems.append(f"step {step} ({name}): the world did not heal: {type(e).__name__}: {str(e)[-500:]}")
+            break
+        group.pause()
+        problems += check(step, name)
+        if problems:
+            break
+        group.resume()
+    group.pause()
+    return drawn
 
 
 def _check(chaos: Chaos, step: int, nemesis: str) -> list[str]:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tierfs.contracts.errors import TierFSError
@@ -30,6 +31,7 @@ from tierfs.testing.chaos.ledger import Ledger, Record
 
 RETRY_PAUSE_S = 0.05
 CLI_TIMEOUT_S = 60.0
+IDLE_TIMEOUT_S = 120.0  # a pause waits this long at most for appends in flight
 
 
 class ChaosWriter(threading.Thread, abc.ABC):
@@ -87,6 +89,39 @@ class ChaosWriter(threading.Thread, abc.ABC):
     def give_up(self) -> None:
         """The record in doubt stays sent and unacknowledged; the next gets a new number."""
         self.pending = None
+
+
+class WriterGroup:
+    """A run's writers, started, paused (every append in flight answered or given up)
+    and stopped together."""
+
+    def __init__(self) -> None:
+        self.writers: list[ChaosWriter] = []
+
+    def add(self, writer: ChaosWriter) -> None:
+        self.writers.append(writer)
+        writer.start()
+
+    def resume(self) -> None:
+        for writer in self.writers:
+            writer.running.set()
+
+    def pause(self) -> None:
+        for writer in self.writers:
+            writer.running.clear()
+        _wait_idle(self.writers)
+
+    def stop(self) -> None:
+        for writer in self.writers:
+            writer.stopped.set()
+        for writer in self.writers:
+            writer.join(timeout=IDLE_TIMEOUT_S)
+
+
+def _wait_idle(writers: Sequence[ChaosWriter]) -> None:
+    deadline = time.monotonic() + IDLE_TIMEOUT_S
+    while any(w.busy for w in writers) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 class HttpWriter(ChaosWriter):
