@@ -28,7 +28,7 @@ def test_every_fault_in_turn_on_one_host(tmp_path: Path) -> None:
 
 
 def test_a_seed_mixes_the_faults(tmp_path: Path) -> None:
-    _no_problems(run(1, 5, tmp_path, log=lambda line: None))
+    _no_problems(run(1, 4, tmp_path, log=lambda line: None))
 
 
 def test_three_hosts_lose_an_owner_to_a_pause_the_database_and_a_kill(postgres_server: object,

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
-from tierfs.contracts.errors import BacklogFullError, JournalCorruptionError, NoSpaceError
+from tierfs.contracts.errors import BacklogFullError, NoSpaceError
 from tierfs.engine import space_reserve
 from tierfs.engine.journal import Journal
 from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, list_files
@@ -222,28 +223,49 @@ def test_the_mount_answers_enospc_and_resumes(small_disk: Path, tmp_path: Path) 
     assert code == 0, stderr
 
 
-async def test_a_frame_torn_by_enospc_is_cut_back_where_fallocate_is_missing(
+async def test_a_write_hitting_enospc_where_fallocate_is_missing_waits_for_space(
     small_disk: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without reservation write(2) itself hits ENOSPC mid-frame: the file is cut back to
-    its last whole frame, so recovery finds no torn bytes and nothing acknowledged goes."""
+    its last whole frame and the journal stalls: the frame stays queued (its appender
+    waits, neither acknowledged nor refused), new frames are refused with nothing
+    changed, and the retry task writes it once space is back."""
     monkeypatch.setattr(space_reserve, "_fallocate", None)
     directory = small_disk / "journal"
     directory.mkdir()
     journal = Journal(directory, start_lsn=0, next_seq=1, file_bytes=64 * MiB,
                       vd_sync_interval_s=1.0, on_durable=lambda lsn: None)
     journal.add_append(1, 0, b"kept")
-    journal.write_queued()
+    assert journal.write_queued()
     filler = fill(small_disk)
     os.truncate(filler, filler.stat().st_size - 100 * KiB)  # room for part of a frame
-    journal.add_append(1, 4, b"t" * (256 * KiB))
+    waiting = b"t" * (256 * KiB)
+    _, end_lsn = journal.add_append(1, 4, waiting)
+    assert not journal.write_queued()
     with pytest.raises(NoSpaceError):
-        journal.write_queued()
-    with pytest.raises(JournalCorruptionError):  # refuses until a restart, as before
-        journal.add_append(1, 4, b"later")
+        journal.add_append(1, 4 + len(waiting), b"later")
+    with pytest.raises(NoSpaceError):
+        await journal.sync()
     (path,) = directory.iterdir()
     assert path.stat().st_size == FRAME_OVERHEAD + 4
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        written = trio.Event()
+
+        async def vd_appender() -> None:
+            await journal.wait_written(end_lsn)
+            written.set()
+
+        nursery.start_soon(vd_appender)
+        await trio.sleep(0.3)  # the retry task tries, and the disk is still full
+        assert not written.is_set() and journal.written_lsn < end_lsn
+        filler.unlink()
+        await written.wait()
+        await journal.sync()
+        journal.add_append(1, 4 + len(waiting), b"later")
+        await journal.sync()
+        nursery.cancel_scope.cancel()
+    await journal.close()
     result = ScanResult(end_lsn=0, next_seq=1)
     frames = list(scan(list_files(directory), 1 << 20, result))
-    assert [f.data for f in frames] == [b"kept"] and result.cut is None
-    await journal.close()
+    assert [f.data for f in frames] == [b"kept", waiting, b"later"] and result.cut is None

@@ -165,7 +165,8 @@ class Appender:
                     await self.ship_metadata()
             tenure.check(seg.name)
             return offset
-        journal.write_queued()
+        if not journal.write_queued() or journal.written_lsn < end_lsn:
+            await journal.wait_written(end_lsn)  # the disk is full: written once space is back
         if self._tail_budget.over:
             self._tail_budget.evict(journal.written_lsn)
         real_now_s = monotonic()
@@ -193,6 +194,8 @@ class Appender:
                 await storage_writer.wait_flushed(seg, offset + length)
                 if self.ship_metadata is not None:
                     await self.ship_metadata()
+        elif end_lsn > journal.written_lsn:
+            await journal.wait_written(end_lsn)  # still queued: a stalled journal
         else:
             await trio.lowlevel.checkpoint()
         tenure.check(seg.name)

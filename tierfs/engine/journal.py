@@ -20,9 +20,13 @@ Invariants:
 - A waiter is woken once the durable LSN reaches its frame, not once per round.
 - Space (``journal_space``): a frame is queued only once its blocks are reserved, so a
   full disk refuses the append with ``NoSpaceError`` before anything changed, and the
-  next append retries; a write(2) that still hits ENOSPC (no fallocate) is cut back to
-  the last whole frame. The current file rolls early once ``RECLAIM_AFTER_BYTES`` of it
-  are flushed, so the journal holds at most the unflushed bytes plus one file.
+  next append retries. A write(2) that still hits ENOSPC (a file system without
+  fallocate) is cut back to the last whole frame and *stalls* the journal: its frames
+  stay queued, in order, and are written by a retry once space is back; their appenders
+  wait (nothing of them was acknowledged, nor refused: a refusal would be a lie once
+  they land), every new frame is refused with ``NoSpaceError`` meanwhile, and ``sync``
+  fails with it. The current file rolls early once ``RECLAIM_AFTER_BYTES`` of it are
+  flushed, so the journal holds at most the unflushed bytes plus one file.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ log = logging.getLogger(__name__)
 # Split the appenders one round woke into two rounds only from this many on: with fewer,
 # a round of one frame costs the disk nearly a whole sync for little overlap.
 SPLIT_MIN_WAITERS = 4
+# A stalled write (ENOSPC without fallocate) is retried after this, doubling up to the max.
+STALL_RETRY_FIRST_S = 0.05
+STALL_RETRY_MAX_S = 1.0
 
 
 class Journal:
@@ -107,6 +114,8 @@ class Journal:
         self._vd_timer_idle = True  # it waits for that wake-up, with no deadline
         self._closed = False
         self._failure: BaseException | None = None
+        self._stall: trio.Event | None = None  # set, and dropped, once the stalled write went out
+        self._stall_begun = trio.Event()  # wakes the retry task
         self.syncs = 0  # sync rounds completed
         self.sync_backend = ""  # "aio" or "thread" while run() runs
         self.sync_busy_s = 0.0  # time sync rounds were in flight, summed (run() rounds)
@@ -175,6 +184,8 @@ class Journal:
         queued in the same step), or raise ``NoSpaceError``, nothing changed."""
         if self._failure is not None:
             raise JournalCorruptionError(f"journal write failed earlier: {self._failure}")
+        if self._stall is not None:
+            raise NoSpaceError(str(self.directory), self._queued_bytes + frame_bytes)
         queued_bytes = self._queued_bytes  # 0 exactly when nothing is queued
         if not queued_bytes and self.written_lsn - self._file_start_lsn >= self._file_bytes:
             self._roll()
@@ -192,32 +203,81 @@ class Journal:
         self._queued_bytes = end_lsn - self.written_lsn
         return seq, frame_lsn, end_lsn
 
-    def write_queued(self, *, arm_vd_timer: bool = True) -> None:
-        """write(2) every queued frame in one call (rolling the file first if full); the
-        bytes arm the VD interval timer, unless the caller is a round covering them."""
+    def write_queued(self, *, arm_vd_timer: bool = True) -> bool:
+        """write(2) every queued frame in one call; the bytes arm the VD interval timer,
+        unless the caller is a round covering them. False: the disk is full and the
+        frames stay queued (the journal stalls, see the module docstring)."""
         if not self._queued:
-            return
+            return True
         pieces, total = self._queued, self._queued_bytes
-        self._queued = []
-        self._queued_bytes = 0
         try:
             write_all(self._fd, pieces, total)
         except OSError as e:
-            # A journal that cannot be written cannot acknowledge anything again; the
-            # torn bytes are cut back so the file still ends on a whole frame.
-            self._failure = e
+            # the torn bytes are cut back so the file still ends on a whole frame
             try:
                 os.ftruncate(self._fd, self.written_lsn - self._file_start_lsn)
+                cut = True
             except OSError:
-                pass  # recovery cuts the torn frame instead
-            if is_no_space(e):
-                raise NoSpaceError(str(self.directory), total) from e
+                cut = False  # recovery cuts the torn frame instead
+            if cut and is_no_space(e):
+                if self._stall is None:
+                    log.warning("journal disk full: %d bytes of frames wait for space (new appends refused)",
+                                total)
+                    self._stall = trio.Event()
+                    self._stall_begun.set()
+                return False
+            # A journal that cannot be written cannot acknowledge anything again.
+            self._queued, self._queued_bytes = [], 0
+            self._failure = e
+            self._end_stall()
             raise
+        self._queued, self._queued_bytes = [], 0
         self.written_lsn += total
+        if self._stall is not None:
+            log.warning("journal disk has space again: the waiting frames are written")
+            self._end_stall()
         if arm_vd_timer and self._first_unsynced_write_s is None:
             self._first_unsynced_write_s = monotonic_s()
             if self._vd_timer_idle:
                 self._wakeup.set()  # start the VD interval timer (else it wakes at its deadline)
+        return True
+
+    def _end_stall(self) -> None:
+        stall, self._stall = self._stall, None
+        if stall is not None:
+            stall.set()
+
+    async def wait_written(self, lsn: int) -> None:
+        """Wait until every byte below ``lsn`` is handed to write(2) (VD acknowledgement;
+        only a stalled journal makes anyone wait)."""
+        while self.written_lsn < lsn:
+            if self._failure is not None:
+                raise JournalCorruptionError(f"journal write failed: {self._failure}")
+            if self._closed:
+                raise JournalCorruptionError(f"journal closed before LSN {lsn} was written")
+            stall = self._stall
+            if stall is None:
+                self.write_queued()
+            else:
+                await stall.wait()
+
+    async def _retry_stalled(self) -> None:
+        """The retry task: a stalled write goes out again, more rarely the longer the
+        disk stays full, until it is written (then its round starts) or fails."""
+        while True:
+            await self._stall_begun.wait()
+            self._stall_begun = trio.Event()
+            delay_s = STALL_RETRY_FIRST_S
+            while self._stall is not None and not self._closed:
+                await trio.sleep(delay_s)
+                delay_s = min(delay_s * 2, STALL_RETRY_MAX_S)
+                try:
+                    written = self.write_queued(arm_vd_timer=False)
+                except OSError:
+                    self._waiters.wake_all()  # the journal is failed now: its waiters raise
+                    break
+                if written:
+                    self._request_sync()
 
     def _request_sync(self, *, force: bool = False, hand_over: bool = False) -> None:
         """Ask the sync thread to make everything written so far durable (``force``: run
@@ -270,8 +330,10 @@ class Journal:
             await self._waiters.wait(lsn)
 
     async def sync(self) -> int:
-        """Make everything queued so far durable; returns the durable LSN."""
-        self.write_queued()
+        """Make everything queued so far durable; returns the durable LSN
+        (``NoSpaceError`` while the journal is stalled)."""
+        if not self.write_queued():
+            raise NoSpaceError(str(self.directory), self._queued_bytes)
         await self.wait_durable(self.written_lsn)
         return self.durable_lsn
 
@@ -370,6 +432,7 @@ class Journal:
                     self.sync_backend = "thread"
                 nursery.start_soon(self._write_batches)
                 nursery.start_soon(self._vd_timer)
+                nursery.start_soon(self._retry_stalled)
                 if self._sync_wanted_early or self._queued:
                     self._sync_wanted_early = False
                     self.write_queued(arm_vd_timer=False)
@@ -413,6 +476,7 @@ class Journal:
                 self.durable_lsn = job.target_lsn
                 self._on_durable(job.target_lsn)
         self._closed = True
+        self._end_stall()  # frames never written: their appenders are told the journal closed
         self._waiters.wake_all()
         for fd in [*self._unsynced_fds, self._fd]:
             os.close(fd)

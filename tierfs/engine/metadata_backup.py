@@ -240,8 +240,10 @@ class MetadataBackup:
                 return  # a shipment that started after the call has ended
             self._ship_covered = self._ship_asked
             shipped = await trio.to_thread.run_sync(self._ship_blocking)
-        if shipped and self._prune_log is not None and not self._known_fenced():
-            await self._prune_log(shipped)
+            # pruned under the lock: a caller that joins or follows this shipment returns
+            # only once what it shipped is also gone from the local log
+            if shipped and self._prune_log is not None and not self._known_fenced():
+                await self._prune_log(shipped)
 
     def _ship_blocking(self) -> int:
         """Upload the changes after ``shipped_seq`` (in batches); the last one shipped (0: none)."""

@@ -108,6 +108,8 @@ class Namespace:
         self._names_changed(canonical)
         if synced and frame_end_lsn is not None:
             await self._creations.wait_durable(frame_end_lsn)
+        elif frame_end_lsn is not None:
+            await self._creations.wait_written(frame_end_lsn)  # at once, unless the journal is stalled
         return segment_info(seg)
 
     async def _commit_creation(

@@ -10,6 +10,10 @@ cache does.
 - SIGUSR1 is the power cut: every unsynced write is dropped, and the layer exits (the
   mount goes with it). What is in the backing directory then is what a disk would hold
   after a power loss with a cache that writes back only on sync.
+- SIGUSR2 turns the disk full, and the next SIGUSR2 frees it again (the layer prints
+  ``full`` or ``space`` once the change holds): while full, a write that grows a file,
+  a create, a mkdir and a link fail with ENOSPC, as on a disk with no free block;
+  writes inside a file's size, reads, syncs, unlinks and renames go on.
 - SIGTERM and SIGINT are an orderly shutdown: unsynced writes are applied first.
 - Once the mount serves, the process prints ``ready`` on stdout.
 
@@ -98,6 +102,7 @@ class LazyOperations(pyfuse3.Operations):
         self._fd_of_inode: dict[int, int] = {}  # one backing fd per open inode (for syncs)
         self._opens: dict[int, int] = {}
         self._dirs: dict[int, int] = {}
+        self.full = False
         self._next_fh = 1
 
     # ---------------------------------------------------------------- inodes
@@ -211,12 +216,14 @@ class LazyOperations(pyfuse3.Operations):
 
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        self._need_space()
         path = self._child(parent_inode, name)
         self._os(os.mkdir, path, stat.S_IMODE(mode))
         return self._remember(path)
 
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        self._need_space()
         path = self._child(parent_inode, name)  # the daemon's Unix sockets are made here
         self._os(os.mknod, path, mode, rdev)
         return self._remember(path)
@@ -248,6 +255,7 @@ class LazyOperations(pyfuse3.Operations):
 
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        self._need_space()
         path = self._child(new_parent_inode, new_name)
         self._os(os.link, self._path(inode), path)
         return self._remember(path)
@@ -258,7 +266,13 @@ class LazyOperations(pyfuse3.Operations):
         for name in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree",
                      "f_favail", "f_namemax"):
             setattr(data, name, getattr(st, name))
+        if self.full:
+            data.f_bfree = data.f_bavail = 0
         return data
+
+    def _need_space(self) -> None:
+        if self.full:
+            raise pyfuse3.FUSEError(errno.ENOSPC)
 
     # ---------------------------------------------------------------- files
     def _new_fh(self) -> int:
@@ -287,6 +301,7 @@ class LazyOperations(pyfuse3.Operations):
 
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: pyfuse3.RequestContext) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        self._need_space()
         path = self._child(parent_inode, name)
         try:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY | (flags & os.O_EXCL), stat.S_IMODE(mode)))
@@ -307,7 +322,10 @@ class LazyOperations(pyfuse3.Operations):
         return pending.read(backing, backing_size, off, size)
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
-        self._pending.setdefault(self._inode_of_fh[fh], _Pending()).ops.append((off, bytes(buf)))
+        pending = self._pending.setdefault(self._inode_of_fh[fh], _Pending())
+        if self.full and off + len(buf) > pending.size(os.fstat(self._fds[fh]).st_size):
+            raise pyfuse3.FUSEError(errno.ENOSPC)
+        pending.ops.append((off, bytes(buf)))
         return len(buf)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
@@ -374,8 +392,13 @@ async def serve(backing: Path, mountpoint: Path) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pyfuse3.main)
             print("ready", flush=True)
-            with trio.open_signal_receiver(signal.SIGUSR1, signal.SIGTERM, signal.SIGINT) as signals:
+            with trio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM,
+                                           signal.SIGINT) as signals:
                 async for signum in signals:
+                    if signum == signal.SIGUSR2:
+                        operations.full = not operations.full
+                        print("full" if operations.full else "space", flush=True)
+                        continue
                     power_cut = signum == signal.SIGUSR1
                     break
             nursery.cancel_scope.cancel()

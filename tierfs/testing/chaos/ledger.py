@@ -14,7 +14,8 @@ The promise checked for each acknowledged record (docs/RELIABILITY.md):
     interval at a power loss; a PD append not yet flushed when the host and its disk
     were lost);
   - ``MOVED``: it may be out of its segment, but then it is in ``lost+found`` (a
-    fenced owner's unflushed appends; appends after a damaged journal frame).
+    fenced owner's unflushed appends; appends after a damaged journal frame; the
+    damaged record itself, there with its one flipped bit).
 - no record, acknowledged or not, is ever in its segment twice; one sent and never
   acknowledged may be there once or not at all.
 """
@@ -60,6 +61,25 @@ def parse_lines(data: bytes) -> Iterable[bytes]:
             return
         yield data[start:end + 1]
         start = end + 1
+
+
+def _kept_in(line: bytes, lost_found: bytes) -> bool:
+    """``line`` is in ``lost_found`` as it was, or with one bit flipped: the damaged
+    record of a journal bit flip is kept as it was found."""
+    if line in lost_found:
+        return True
+    half = len(line) // 2
+    for piece, start_in_line in ((line[:half], 0), (line[half:], half)):
+        at = lost_found.find(piece)
+        while at >= 0:
+            begin = at - start_in_line
+            candidate = lost_found[begin:begin + len(line)] if begin >= 0 else b""
+            if len(candidate) == len(line):
+                differing = [a ^ b for a, b in zip(candidate, line, strict=True) if a != b]
+                if len(differing) == 1 and differing[0].bit_count() == 1:
+                    return True
+            at = lost_found.find(piece, at + 1)
+    return False
 
 
 class Ledger:
@@ -116,7 +136,7 @@ class Ledger:
         for record in sorted(self.acknowledged(), key=lambda r: (r.writer, r.seq)):
             where = positions.get(record.line)
             if where is None:
-                if record.forgiven == GONE or (record.forgiven == MOVED and record.line in lost_found):
+                if record.forgiven == GONE or (record.forgiven == MOVED and _kept_in(record.line, lost_found)):
                     self.missing.add(record.line)
                     continue
                 state = f" (forgiven as {record.forgiven}: {record.why}, yet not in lost+found)" if record.forgiven else ""

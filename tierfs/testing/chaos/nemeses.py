@@ -22,6 +22,7 @@ from tierfs.testing.chaos.ledger import GONE, MOVED, Ledger, Record
 from tierfs.testing.chaos.world import Host, S3Tier2
 from tierfs.testing.harness import Daemon
 
+MAX_RECORD_BYTES = 512  # a ledger record and its frame header, with room to spare
 VD_ALLOWANCE_S = 2.0  # a VD append's sync interval plus an fsync on a loaded machine
 
 
@@ -74,6 +75,30 @@ def power_loss(chaos: Chaos) -> None:
     layer.power_cut()
     chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a power loss", _young_vd(chaos))
     chaos.host.start()
+
+
+def disk_full(chaos: Chaos) -> None:
+    """The data dir's disk fills up while writers append (and, half the time, the daemon
+    is killed and restarted on the full disk): appends are refused, never acknowledged
+    and then lost; once space is back every writer goes on. Nothing is forgiven."""
+    layer = chaos.host.lazy
+    if layer is None:
+        chaos.log("disk_full needs the power-loss layer (FUSE): a kill -9 instead")
+        return kill9(chaos)
+    chaos.write_for()
+    layer.set_full(True)
+    try:
+        chaos.write_for()
+        if chaos.rng.random() < 0.5:
+            chaos.host.kill9()
+            chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a kill -9", _young_vd(chaos))
+            started = chaos.host.cli("ls", "/")  # an open on a full disk: refused or served, never damaged
+            chaos.log(f"an open on the full disk exited {started.returncode}")
+    finally:
+        layer.set_full(False)
+    if not chaos.host.running:
+        chaos.host.start()
+    chaos.write_for()
 
 
 def copy_beside(chaos: Chaos) -> None:
@@ -130,8 +155,9 @@ def host_loss(chaos: Chaos) -> None:
     """Path 7: the host and its disk are lost after a flush returned; restore from
     tier-2: every byte whose flush returned, every tier2 append, reads back."""
     chaos.write_for()
+    # a flush holds what was acknowledged before it was asked for, not before it returned
+    flush_asked_at = time.monotonic()
     flushed = chaos.host.cli("flush")
-    flushed_at = time.monotonic()
     if flushed.returncode != 0:
         chaos.fail(f"flush failed: {flushed.stderr.decode(errors='replace')[-300:]}")
         return
@@ -139,7 +165,7 @@ def host_loss(chaos: Chaos) -> None:
     chaos.host.kill9()
     chaos.pause_writers()  # a writer's own `tierfs append` would start an empty store there
     chaos.ledger.forgive(GONE, "PD/VD acknowledged after the last flush, on a lost disk",
-                         lambda r: r.durability != "tier2" and r.acked_s is not None and r.acked_s > flushed_at)
+                         lambda r: r.durability != "tier2" and r.acked_s is not None and r.acked_s > flush_asked_at)
     chaos.host.remove_data_dir()
     if chaos.host.lazy is not None:
         shutil.rmtree(chaos.host.lazy.backing / "data", ignore_errors=True)
@@ -155,8 +181,8 @@ def journal_bit_flip(chaos: Chaos) -> None:
     chaos.write_for()
     chaos.host.kill9()
     chaos.pause_writers()  # a writer's own `tierfs append` would hold the stopped data dir
-    files = sorted((chaos.host.data_dir / "journal").glob("*.jnl"))
-    files = [f for f in files if f.stat().st_size > 4096]
+    every_file = sorted((chaos.host.data_dir / "journal").glob("*.jnl"))
+    files = [f for f in every_file if f.stat().st_size > 4096]
     if not files:
         chaos.host.start()
         chaos.resume_writers()
@@ -166,6 +192,8 @@ def journal_bit_flip(chaos: Chaos) -> None:
     # well before the end: the frames of later sync rounds prove the damaged one was
     # synced (in the last round nothing can tell a bit flip from a torn write)
     position = chaos.rng.randrange(size // 8, size // 2)
+    after_flip = target.read_bytes()[max(0, position - MAX_RECORD_BYTES):] + b"".join(
+        f.read_bytes() for f in every_file if f.name > target.name)
     with open(target, "r+b") as f:
         f.seek(position)
         byte = f.read(1)
@@ -173,10 +201,19 @@ def journal_bit_flip(chaos: Chaos) -> None:
         f.write(bytes([byte[0] ^ (1 << chaos.rng.randrange(8))]))
         f.flush()
         os.fsync(f.fileno())
-    chaos.ledger.forgive(MOVED, "in or after a damaged journal frame", lambda r: r.durability != "tier2")
     opened = chaos.host.cli("ls")
     chaos.log(f"  bit {position} of {target.name}: the store " + (
         "refused to open" if opened.returncode == 3 else f"opened (exit {opened.returncode}): a torn tail"))
+    # the records in or after the damaged frame: in lost+found once repaired, or, where
+    # no later frame proves the damaged one was synced (the last sync round), cut as a
+    # torn tail; tier2 records are in tier-2 either way
+    at_risk = after_flip
+    if opened.returncode == 3:
+        chaos.ledger.forgive(MOVED, "in or after a damaged journal frame",
+                             lambda r: r.durability != "tier2" and r.line in at_risk)
+    else:
+        chaos.ledger.forgive(GONE, "after a bit flip in the last sync round (a torn write, as far as anything can tell)",
+                             lambda r: r.durability != "tier2" and r.line in at_risk)
     if opened.returncode == 3:
         repaired = chaos.host.cli("fsck", "--repair")
         if repaired.returncode not in (0, 3):
@@ -323,7 +360,7 @@ def _wait_serving(daemon: Daemon, data_dir: Path, timeout_s: float = 60.0) -> No
 
 
 NEMESES: dict[str, Callable[[Chaos], None]] = {
-    "kill9": kill9, "power_loss": power_loss, "copy_beside": copy_beside,
+    "kill9": kill9, "power_loss": power_loss, "disk_full": disk_full, "copy_beside": copy_beside,
     "takeover_from_copy": takeover_from_copy, "gc_and_defrag": gc_and_defrag, "host_loss": host_loss,
     "journal_bit_flip": journal_bit_flip, "metadata_damage": metadata_damage, "s3_faults": s3_faults,
     "lost_answers": lost_answers, "kill_while_opening": kill_while_opening,

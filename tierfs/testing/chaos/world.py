@@ -40,6 +40,7 @@ class LazyLayer:
         self.start()
 
     def start(self) -> None:
+        self.full = False
         self.proc = subprocess.Popen([sys.executable, "-m", "tierfs.testing.lazyfs", str(self.backing),
                                       str(self.mountpoint)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.proc.stdout is not None
@@ -52,6 +53,18 @@ class LazyLayer:
         """Every unsynced write is dropped; the layer comes back with what was synced."""
         self._end(signal.SIGUSR1)
         self.start()
+
+    def set_full(self, full: bool) -> None:
+        """The disk under the layer is full (or has space again) once this returns."""
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None
+        if full == self.full:
+            return
+        proc.send_signal(signal.SIGUSR2)
+        line = proc.stdout.readline().strip()
+        if line != (b"full" if full else b"space"):
+            raise HarnessError(f"lazyfs answered {line!r} to a disk-full toggle")
+        self.full = full
 
     def close(self) -> None:
         self._end(signal.SIGTERM)
@@ -127,6 +140,7 @@ class Host:
         self.config = root / "tierfs.toml"
         self.config.write_text("\n".join(lines) + "\n")
         self.daemon: Daemon | None = None
+        self.starts = 0  # each daemon's stderr goes to root/daemon.N.log, for whoever reads a failure
 
     @property
     def socket(self) -> Path:
@@ -138,12 +152,18 @@ class Host:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
-                self.daemon = start_daemon(self.data_dir, *args, config_file=self.config, timeout_s=START_TIMEOUT_S)
+                self.starts += 1
+                self.daemon = start_daemon(self.data_dir, *args, config_file=self.config, timeout_s=START_TIMEOUT_S,
+                                           log_path=self.root / f"daemon.{self.starts}.log")
                 return self.daemon
             except HarnessError as e:
                 if "(in_use)" not in str(e) and "is in use by" not in str(e) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    @property
+    def running(self) -> bool:
+        return self.daemon is not None and self.daemon.proc.poll() is None
 
     def kill9(self) -> None:
         if self.daemon is not None and self.daemon.proc.poll() is None:
