@@ -13,7 +13,8 @@ import pytest
 
 from tierfs import open_store
 from tierfs.contracts.errors import MetadataDamagedError
-from tierfs.engine.backup_objects import BackupObjects, LogObject, log_chain
+from tierfs.engine import metadata_backup
+from tierfs.engine.backup_objects import BackupObjects, Lineage, LineageLink, LogObject, log_chain
 from tierfs.engine.metadata_log import CHANGE_LOG, ChangeBatch, decode, encode
 from tierfs.store.restore import restore_store
 from tierfs.testing.harness import small_config
@@ -149,3 +150,67 @@ async def test_a_local_tier2_is_owner_only_backups_included(tmp_path: Path) -> N
     for path in [tier2, *tier2.rglob("*")]:
         mode = path.stat().st_mode & 0o777
         assert mode == (0o700 if path.is_dir() else 0o600), f"{path} is {mode:o}"
+
+
+def test_a_restore_follows_one_lineage_back_through_its_parents() -> None:
+    # 1 -> 2 -> 4 (the original, taken back), 1 -> 2 -> 3 (a copy that took over at 2's change 40)
+    links = [LineageLink(1, 0, 0), LineageLink(2, 1, 10), LineageLink(3, 2, 40), LineageLink(4, 2, 55)]
+    lineage = Lineage.of(links)
+    assert lineage.head == 4
+    assert lineage.holds(4, 10**9) and lineage.holds(2, 55) and lineage.holds(1, 10)
+    assert not lineage.holds(3, 41)  # the sibling
+    assert not lineage.holds(2, 56) and not lineage.holds(1, 11)  # a parent after its child took over
+    assert Lineage.of([]).holds(7, 10**9)  # a store older than links: every backup, as before
+    older = Lineage.of([LineageLink(5, 3, 30)])  # epochs 1-3 wrote no links
+    assert older.holds(2, 30) and not older.holds(2, 31) and not older.holds(4, 1)
+
+
+async def test_a_restore_takes_nothing_from_a_copy_that_held_tier2_in_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tier2, data = tmp_path / "t2", tmp_path / "d"
+    async with open_store(small_config(data, tier2_url=str(tier2), **RARE_SNAPSHOTS)) as store:
+        await store.create("both")
+        await store.flush()
+    shutil.copytree(data, tmp_path / "copy")
+    async with open_store(small_config(tmp_path / "copy", tier2_url=str(tier2), takeover=True,
+                                       **RARE_SNAPSHOTS)) as copy:
+        for name in ("copy-only", "copy-only-too", "copy-only-as-well"):
+            await copy.create(name)
+        await copy.flush()
+        with monkeypatch.context() as patch:  # the copy's newest snapshot holds its names
+            patch.setattr(metadata_backup, "SNAPSHOT_AFTER_CHANGES", 1)
+            assert copy.metadata_backup is not None and await copy.metadata_backup.cycle()
+    async with open_store(small_config(data, tier2_url=str(tier2), takeover=True, **RARE_SNAPSHOTS)) as store:
+        await store.create("original-only")
+        await store.append("original-only", b"kept")
+        await store.flush()
+        epoch = store.epoch
+        _host_lost(tier2, tmp_path / "t2-then")
+    # the original's snapshots after it took tier-2 back, if any, are damaged: restore
+    # goes back to an older one of its own lineage, never to the copy's
+    for snapshot in (tmp_path / "t2-then" / "_metadata").glob(f"e{epoch:012d}-b*.sqlite"):
+        snapshot.write_bytes(b"damaged")
+    report = await restore_store(small_config(tmp_path / "new", tier2_url=str(tmp_path / "t2-then")))
+    assert report.changes_missing is None and report.fsck.problems == []
+    async with open_store(small_config(tmp_path / "new", tier2_url=str(tmp_path / "t2-then"))) as store:
+        assert {info.name for info in await store.list("")} == {"both", "original-only"}
+        assert await store.read("original-only") == b"kept"
+
+
+async def test_a_restore_never_references_an_object_garbage_collection_deleted(tmp_path: Path) -> None:
+    tier2 = tmp_path / "t2"
+    config = small_config(tmp_path / "d", tier2_url=str(tier2), offload_deletion_lag_s=0, **RARE_SNAPSHOTS)
+    async with open_store(config) as store:
+        for name in ("deleted", "kept"):
+            await store.create(name)
+            await store.append(name, name.encode() * 1000)
+        await store.flush()
+        await store.delete("deleted")  # its chunk is queued as garbage
+        await store.garbage.collect()  # and deleted, long before the next shipment's interval
+        _host_lost(tier2, tmp_path / "t2-then")
+    report = await restore_store(small_config(tmp_path / "new", tier2_url=str(tmp_path / "t2-then")))
+    assert report.fsck.problems == []
+    async with open_store(small_config(tmp_path / "new", tier2_url=str(tmp_path / "t2-then"))) as store:
+        assert {info.name for info in await store.list("")} == {"kept"}
+        assert await store.read("kept") == b"kept" * 1000

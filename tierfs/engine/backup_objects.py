@@ -6,7 +6,9 @@ written only after the snapshot is complete, ``_metadata/e<epoch>-b<seq>.json`` 
 manifest: format, version, size and CRC32C of the snapshot, the store's epoch, when it
 was taken, the last change-log sequence number it holds). Zero-padded numbers make the
 newest backup the last name in order. Between snapshots, the changes since are shipped
-as ``_metadata/e<epoch>-l<first seq>-<last seq>.log`` (``metadata_log``).
+as ``_metadata/e<epoch>-l<first seq>-<last seq>.log`` (``metadata_log``). Before its
+first backup object, each owner epoch writes ``_metadata/e<epoch>.lineage``: the epoch
+whose metadata it continues and the last change that metadata held when it took over.
 
 Invariants:
 - Every object gets a new name and is never overwritten, so a crash or a failed upload
@@ -16,6 +18,10 @@ Invariants:
   (``_owner/``): nothing here is ever taken for a chunk, and no chunk name is ever here.
 - Snapshots are streamed between a local file and tier-2 (``put_file``/``get_file``):
   memory does not grow with the size of the metadata.
+- Backups of two data dirs can share tier-2 (a copy took over, then the original took
+  it back): a restore follows one lineage, from the newest epoch back through its
+  parents, each parent only up to where its child took over (``Lineage``), so no
+  sibling's snapshot or changes (which name objects that lineage may delete) are mixed in.
 - Methods block; the caller runs them in a worker thread.
 """
 
@@ -39,7 +45,8 @@ MANIFEST_VERSION = 1
 # backups kept on tier-2: the newest plus two older ones in case the newest is damaged
 KEEP_BACKUPS = 3
 FILE_PIECE_BYTES = 1 << 20  # snapshots are checksummed in pieces of this size
-_BACKUP_NAME = re.compile(r"^e(\d{12})-(?:b(\d{12})\.(?:sqlite|json)|l(\d{12})-(\d{12})\.log)$")
+_BACKUP_NAME = re.compile(r"^e(\d{12})(?:-(?:b(\d{12})\.(?:sqlite|json)|l(\d{12})-(\d{12})\.log)|\.lineage)$")
+UNBOUNDED_SEQ = 1 << 62
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -87,6 +94,66 @@ class LogObject:
     @property
     def name(self) -> str:
         return f"e{self.epoch:012d}-l{self.first:012d}-{self.last:012d}.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class LineageLink:
+    """Owner ``epoch`` continued the metadata of epoch ``parent`` (0: a new store) as it
+    was after change ``fork_seq``."""
+
+    epoch: int
+    parent: int
+    fork_seq: int
+
+    @property
+    def name(self) -> str:
+        return f"e{self.epoch:012d}.lineage"
+
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> LineageLink:
+        body = json.loads(data)
+        return cls(int(body["epoch"]), int(body["parent"]), int(body["fork_seq"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Lineage:
+    """The backups that describe the newest owner's metadata: of each epoch in
+    ``limits``, the changes up to its limit; of every epoch below ``unlinked_below`` (a
+    store older than lineage links), those up to ``unlinked_limit``."""
+
+    limits: dict[int, int]
+    unlinked_below: int = 0
+    unlinked_limit: int = 0
+
+    @classmethod
+    def of(cls, links: list[LineageLink]) -> Lineage:
+        """From the newest linked epoch back through its parents; without any link (a
+        store older than links), every epoch's backups."""
+        by_epoch = {link.epoch: link for link in links}
+        if not by_epoch:
+            return cls({}, unlinked_below=UNBOUNDED_SEQ, unlinked_limit=UNBOUNDED_SEQ)
+        epoch = max(by_epoch)
+        limits = {epoch: UNBOUNDED_SEQ}
+        while (link := by_epoch.get(epoch)) is not None and 0 < link.parent < epoch:
+            limits[link.parent] = min(limits.get(link.parent, UNBOUNDED_SEQ), link.fork_seq)
+            epoch = link.parent
+        if epoch in by_epoch:  # a new store's first epoch: nothing before it
+            return cls(limits)
+        return cls(limits, unlinked_below=epoch, unlinked_limit=limits[epoch])
+
+    @property
+    def head(self) -> int:
+        """The newest epoch of the lineage (0: none linked)."""
+        return max(self.limits, default=0)
+
+    def holds(self, epoch: int, last_seq: int) -> bool:
+        """Whether a backup of ``epoch`` holding changes up to ``last_seq`` is this lineage's."""
+        if epoch in self.limits:
+            return last_seq <= self.limits[epoch]
+        return epoch < self.unlinked_below and last_seq <= self.unlinked_limit
 
 
 def log_chain(logs: list[LogObject], after_seq: int, from_epoch: int) -> list[LogObject]:
@@ -158,6 +225,22 @@ class BackupObjects:
         self._call("upload", self.fs.pipe_file, self._path(log.name), data)
         self._private(self._path(log.name))
 
+    def upload_lineage(self, link: LineageLink) -> None:
+        self._folder()
+        self._call("upload", self.fs.pipe_file, self._path(link.name), link.to_json())
+        self._private(self._path(link.name))
+
+    def lineage(self) -> Lineage:
+        """The lineage of the newest epoch that wrote a link (unreadable links are skipped)."""
+        links = []
+        for name in self.names():
+            if name.endswith(".lineage"):
+                try:
+                    links.append(LineageLink.from_json(self._call("read", self.fs.cat_file, self._path(name))))
+                except (ValueError, KeyError, TypeError, FileNotFoundError):
+                    continue
+        return Lineage.of(links)
+
     def logs(self) -> list[LogObject]:
         return [LogObject(int(m.group(1)), int(m.group(3)), int(m.group(4)))
                 for name in self.names() if (m := _BACKUP_NAME.match(name)) and m.group(3)]
@@ -199,17 +282,22 @@ class BackupObjects:
         return False
 
     def prune(self, keep: int = KEEP_BACKUPS) -> list[str]:
-        """Delete all but the newest ``keep`` backups (manifest first, then snapshot),
-        and snapshots older than those whose manifest never arrived. Returns the names."""
+        """Delete all but the newest ``keep`` backups of the newest owner's lineage
+        (manifest first, then snapshot), every backup older than those (a sibling's
+        included), snapshots older than those whose manifest never arrived, and the logs
+        the oldest kept snapshot holds already. Returns the names."""
         names = self.names()
-        snapshots = [n for n in names if not n.endswith(".log")]
-        stems = sorted({name.rsplit(".", 1)[0] for name in snapshots if name.endswith(".json")})
-        if len(stems) <= keep:
-            oldest_kept = stems[0] if stems else ""
+        snapshots = [n for n in names if n.endswith((".sqlite", ".json"))]  # links are kept
+        lineage = self.lineage()
+        ours = [m for m in self.manifests() if lineage.holds(m.epoch, m.log_seq)]  # newest first
+        if len(ours) > keep:
+            oldest: BackupManifest | None = ours[keep - 1]
+            oldest_kept = ours[keep - 1].stem
         else:
-            oldest_kept = stems[-keep]
+            oldest = ours[-1] if ours else None
+            stems = sorted(name.rsplit(".", 1)[0] for name in snapshots if name.endswith(".json"))
+            oldest_kept = stems[0] if stems else ""
         doomed = [n for n in snapshots if n.rsplit(".", 1)[0] < oldest_kept]
-        oldest = next((m for m in reversed(self.manifests()) if m.stem == oldest_kept), None)
         if oldest is not None and oldest.log_seq:  # logs the oldest kept snapshot holds already
             doomed += [log.name for log in self.logs() if log.last <= oldest.log_seq and log.epoch <= oldest.epoch]
         doomed.sort(key=lambda n: (n.rsplit(".", 1)[0], not n.endswith(".json")))

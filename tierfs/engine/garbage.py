@@ -6,7 +6,9 @@ objects in the background and then forgets the names.
 
 Invariants:
 - An object is deleted only after the metadata that referenced it was committed away,
-  so a crash at any point leaves at worst an object that will be deleted again.
+  so a crash at any point leaves at worst an object that will be deleted again, and
+  after that commit is in the metadata's backups on tier-2 (``before_delete``: the
+  change log shipped), so a restore never brings back a reference to a deleted object.
 - A failed delete is kept and retried on the next collection; long-term names wait
   until a long-term store is configured again.
 - A pack (many segments' small chunks in one object) is never deleted here: its
@@ -20,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
@@ -54,6 +57,8 @@ class GarbageCollector:
         self._limiter = tier2_limiter
         self._long_term = long_term
         self._nursery: trio.Nursery | None = None
+        # returns once every change committed before the call is in the metadata backups
+        self.before_delete: Callable[[], Awaitable[None]] = _nothing
 
     def bind(self, nursery: trio.Nursery | None) -> None:
         """Collections run in ``nursery`` from now on (None: not any more)."""
@@ -73,6 +78,9 @@ class GarbageCollector:
         """Delete the queued objects; forget the names of those that are gone."""
         metadata = self._catalogue.metadata
         pending = await self._catalogue.call(metadata.garbage)
+        if not pending:
+            return
+        await self.before_delete()
         objects = [_object_of(name) for name in pending if not is_pack_name(name)]
         with self._removals.removing(objects):
             done = []
@@ -90,6 +98,10 @@ class GarbageCollector:
                     log.warning("garbage collection of chunk %s failed, will retry: %s", name, e)
             if done:
                 await self._catalogue.call(metadata.forget_garbage, done)
+
+
+async def _nothing() -> None:
+    pass
 
 
 def _object_of(queued: str) -> str:

@@ -108,11 +108,24 @@ class MetadataStore(WholeStoreScans, CreationReplay):
         collect (``foreign_below_epoch``)."""
         with self._db.transaction():
             old = self.load_store_record()
+            self._db.execute("DELETE FROM store WHERE key='restored_from'")
             record = dataclasses.replace(old, epoch=max(old.epoch + 1, at_least))
             if foreign_before:
                 record = dataclasses.replace(record, foreign_below_epoch=record.epoch)
             self._write_store_record(record)
         return record
+
+    def parent_epoch(self) -> int:
+        """The epoch whose metadata the next epoch continues: the last one, or after a
+        restore the lineage restored (the record's epoch was raised above every epoch
+        tier-2 shows, siblings' included)."""
+        row = self._db.execute("SELECT value FROM store WHERE key='restored_from'").fetchone()
+        return int(bytes(row[0]).decode()) if row is not None else self.load_store_record().epoch
+
+    def mark_restored_from(self, epoch: int) -> None:
+        with self._db.transaction():
+            self._db.execute("INSERT INTO store (key, value) VALUES ('restored_from', ?) "
+                             "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(epoch).encode(),))
 
     def bind_tier2(self, tier2_url: str, *, rebind: bool = False) -> str:
         """Record ``tier2_url`` as the one tier-2 this metadata describes, if none is
@@ -443,6 +456,11 @@ class MetadataStore(WholeStoreScans, CreationReplay):
     def forget_garbage(self, names: list[str]) -> None:
         with self._db.transaction():
             self._db.executemany("DELETE FROM garbage WHERE name=?", [(n,) for n in names])
+
+    def last_change_seq(self) -> int:
+        """The change log's last sequence number, pruned or not (SQLite metadata only)."""
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'change_log'").fetchone()
+        return int(row[0]) if row is not None else 0
 
     def prune_change_log(self, up_to_seq: int) -> None:
         """Forget the changes up to ``up_to_seq``: they are on tier-2 (``metadata_log``)."""

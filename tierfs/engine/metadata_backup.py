@@ -18,9 +18,10 @@ A *shipment* (``ship_changes``) uploads every change logged since the last one
 prune the log. One runs every ``interval_s`` (the flush interval) when anything
 changed, so a restore brings back every change older than a flush interval; and one is
 awaited before a ``tier2`` append is acknowledged, before ``flush`` returns and before
-the journal deletes a file (``Appender``, ``SegmentStore.flush``,
-``StorageWriter.before_journal_delete``), so a restore brings back every byte whose
-flush returned, and finds in the journal every byte that a shipment does not hold.
+the journal deletes a file or garbage is deleted (``Appender``, ``SegmentStore.flush``,
+``StorageWriter.before_journal_delete``, ``GarbageCollector.before_delete``), so a
+restore brings back every byte whose flush returned, finds in the journal every byte
+that a shipment does not hold, and never references an object that was deleted.
 When the store cancels the task, after its last flush, it ships and runs one more cycle
 (bounded in time).
 
@@ -48,6 +49,7 @@ import dataclasses
 import logging
 import math
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -57,7 +59,13 @@ import trio
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
 from tierfs.engine import backup_seal
-from tierfs.engine.backup_objects import BackupManifest, BackupObjects, LogObject, file_crc32c
+from tierfs.engine.backup_objects import (
+    BackupManifest,
+    BackupObjects,
+    LineageLink,
+    LogObject,
+    file_crc32c,
+)
 from tierfs.engine.clock import monotonic_s
 from tierfs.engine.metadata import now_ns
 from tierfs.engine.metadata_log import CHANGE_LOG, encode, last_logged_seq, read_changes
@@ -91,8 +99,12 @@ class MetadataBackup:
     def __init__(self, database: Path, objects: BackupObjects, epoch: int, interval_s: float,
                  still_owner: Callable[[], bool] = lambda: True, relaxed_interval_s: float | None = None,
                  adopted: AdoptedBackup | None = None, known_fenced: Callable[[], bool] = lambda: False,
-                 prune_log: Callable[[int], Awaitable[None]] | None = None) -> None:
+                 prune_log: Callable[[int], Awaitable[None]] | None = None,
+                 lineage_link: LineageLink | None = None) -> None:
         self.database = database
+        # where this epoch's metadata came from, on tier-2 before any other object of it
+        self._lineage_link = lineage_link
+        self._link_lock = threading.Lock()
         self._still_owner = still_owner  # a fenced store backs up (and prunes) nothing more
         self._known_fenced = known_fenced  # the same, without a look at tier-2 (shipments)
         self._prune_log = prune_log  # the store forgets shipped changes (its connection writes)
@@ -126,14 +138,15 @@ class MetadataBackup:
     @classmethod
     def for_store(cls, config: StoreConfig, epoch: int, still_owner: Callable[[], bool] = lambda: True,
                   adopted: AdoptedBackup | None = None, known_fenced: Callable[[], bool] = lambda: False,
-                  prune_log: Callable[[int], Awaitable[None]] | None = None) -> MetadataBackup:
+                  prune_log: Callable[[int], Awaitable[None]] | None = None,
+                  lineage_link: LineageLink | None = None) -> MetadataBackup:
         """The backup of ``config``'s store into its tier-2, as owner ``epoch`` while
         ``still_owner()``; ``adopted``: what the open found already backed up."""
         objects = BackupObjects(config.chunk_store_url, config.chunk_store_options)
         interval_s = max(config.flush_interval_s, MIN_INTERVAL_S)
         return cls(config.data_dir / "metadata.sqlite", objects, epoch, interval_s, still_owner,
                    relaxed_interval_s=RELAXED_INTERVAL_FLUSHES * interval_s, adopted=adopted,
-                   known_fenced=known_fenced, prune_log=prune_log)
+                   known_fenced=known_fenced, prune_log=prune_log, lineage_link=lineage_link)
 
     def seal(self) -> None:
         """After the store closed its own connections (every shutdown): when tier-2 holds
@@ -251,6 +264,7 @@ class MetadataBackup:
             self._shipper = sqlite3.connect(self.database, check_same_thread=False)
         shipped = 0
         while not self._known_fenced():
+            self._link_lineage()
             batch = read_changes(self._shipper, self.shipped_seq, SHIP_MAX_ROWS)
             if batch is None:
                 break
@@ -259,6 +273,13 @@ class MetadataBackup:
             self.shipments += 1
         return shipped
 
+    def _link_lineage(self) -> None:
+        """Before this epoch's first snapshot or shipment (both threads wait for it)."""
+        with self._link_lock:
+            if self._lineage_link is not None:
+                self.objects.upload_lineage(self._lineage_link)
+                self._lineage_link = None
+
     def _cycle_blocking(self) -> bool:
         if self._source is None:
             self._source = sqlite3.connect(self.database, check_same_thread=False)
@@ -266,8 +287,10 @@ class MetadataBackup:
         version = int(source.execute("PRAGMA data_version").fetchone()[0])
         if version == self._backed_up_version or not self._still_owner():
             return False
+        self._link_lineage()
         if self._adopted and self._snapshot_log_seq is None:
-            newest = self.objects.manifests()
+            lineage = self.objects.lineage()  # this epoch's link is on tier-2 by now
+            newest = [m for m in self.objects.manifests() if lineage.holds(m.epoch, m.log_seq)]
             if newest:  # the seal said the newest snapshot is this lineage's, and current
                 self._snapshot_log_seq = newest[0].log_seq
                 self._snapshot_at_s = time.monotonic() - max(0.0, (now_ns() - newest[0].created_ns) / 1e9)

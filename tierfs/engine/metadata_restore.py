@@ -2,10 +2,11 @@
 
 Steps: refuse a data dir whose metadata still names segments; set a damaged
 ``metadata.sqlite`` aside (renamed, never deleted); take the newest manifest on tier-2
-whose snapshot downloads with the right size and CRC32C and passes SQLite's integrity
-check (older ones are tried in turn); apply the change batches shipped after it
-(``metadata_log``, ``backup_objects.log_chain``), in order, up to the first one that is
-missing or damaged; raise the store record's epoch to the highest epoch that tier-2
+of the newest owner's lineage (``backup_objects.Lineage``: a sibling's backups, a copy
+that took over and was taken over from, are never mixed in) whose snapshot downloads
+with the right size and CRC32C and passes SQLite's integrity check (older ones are
+tried in turn); apply that lineage's change batches shipped after it (``metadata_log``,
+``backup_objects.log_chain``), in order, up to the first one that is missing or damaged; raise the store record's epoch to the highest epoch that tier-2
 shows any owner used (the snapshot's, the backups' names, the chunk names), so that the
 next open's new epoch is above all of them; install the file as ``metadata.sqlite``.
 
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tierfs.contracts.errors import NoMetadataBackupError, StoreNotEmptyError
-from tierfs.engine.backup_objects import BackupManifest, BackupObjects, log_chain
+from tierfs.engine.backup_objects import BackupManifest, BackupObjects, Lineage, log_chain
 from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.metadata import MetadataStore, now_ns
 from tierfs.engine.metadata_log import ChangeBatch, apply_changes, decode, last_logged_seq
@@ -69,14 +70,16 @@ def restore_metadata(
         _refuse_live_metadata(data_dir / METADATA_FILE)
         objects = BackupObjects(tier2_url, storage_options)
         staging = data_dir / f"{METADATA_FILE}.restoring"
-        manifest = _fetch_newest_usable(objects, staging)
-        applied, missing = _apply_logs(objects, staging, manifest)
+        lineage = objects.lineage()
+        manifest = _fetch_newest_usable(objects, staging, lineage)
+        applied, missing = _apply_logs(objects, staging, manifest, lineage)
         epoch = max(
             _snapshot_epoch(staging), objects.highest_epoch(),
             max((int(m.group(1) or m.group(2)) for n in objects.chunk_names() if (m := _CHUNK_EPOCH.match(n))),
                 default=0),
         )
-        segments = _prepare(staging, epoch, tier2_url if tier2_identity is None else tier2_identity)
+        segments = _prepare(staging, epoch, tier2_url if tier2_identity is None else tier2_identity,
+                            lineage.head or manifest.epoch)
         set_aside = _set_aside(data_dir)
         os.replace(staging, data_dir / METADATA_FILE)
         fsync_directory(data_dir)
@@ -87,7 +90,8 @@ def restore_metadata(
     return RestoredMetadata(manifest, segments, epoch, set_aside, applied, missing)
 
 
-def _apply_logs(objects: BackupObjects, staging: Path, manifest: BackupManifest) -> tuple[int, str | None]:
+def _apply_logs(objects: BackupObjects, staging: Path, manifest: BackupManifest,
+                lineage: Lineage) -> tuple[int, str | None]:
     """Apply the change batches after the snapshot in ``staging``; (how many, why the
     rest were not: the first missing or damaged one, or None)."""
     db = sqlite3.connect(staging, isolation_level=None)
@@ -96,7 +100,8 @@ def _apply_logs(objects: BackupObjects, staging: Path, manifest: BackupManifest)
         batches: list[ChangeBatch] = []
         missing = None
         expected = after + 1
-        for log_object in log_chain(objects.logs(), after, manifest.epoch):
+        ours = [log_object for log_object in objects.logs() if lineage.holds(log_object.epoch, log_object.last)]
+        for log_object in log_chain(ours, after, manifest.epoch):
             if log_object.first > expected:
                 missing = f"changes {expected}..{log_object.first - 1} are on no batch of {objects.url}"
                 break
@@ -133,9 +138,11 @@ def _refuse_live_metadata(path: Path) -> None:
         )
 
 
-def _fetch_newest_usable(objects: BackupObjects, staging: Path) -> BackupManifest:
+def _fetch_newest_usable(objects: BackupObjects, staging: Path, lineage: Lineage) -> BackupManifest:
     manifests = objects.manifests()
     for manifest in manifests:
+        if not lineage.holds(manifest.epoch, manifest.log_seq):
+            continue  # another lineage's, or its parent's after the fork
         staging.unlink(missing_ok=True)
         if objects.download(manifest, staging) and _intact(staging):
             return manifest
@@ -168,14 +175,15 @@ def _snapshot_epoch(path: Path) -> int:
         metadata.close()
 
 
-def _prepare(path: Path, epoch: int, tier2_identity: str) -> int:
+def _prepare(path: Path, epoch: int, tier2_identity: str, lineage_head: int) -> int:
     """Set the highest epoch seen, a journal checkpoint of 0 (recovery reads whatever
-    journal the data dir has from its start) and the tier-2 restored from; the number
-    of segments."""
+    journal the data dir has from its start), the tier-2 restored from and the lineage
+    the next epoch continues; the number of segments."""
     metadata = MetadataStore.sqlite(path)
     try:
         record = metadata.load_store_record()
         metadata.save_store_record(dataclasses.replace(record, epoch=epoch, journal_checkpoint_lsn=0))
+        metadata.mark_restored_from(lineage_head)
         metadata.bind_tier2(tier2_identity, rebind=True)
         return len(metadata.load_segments())
     finally:

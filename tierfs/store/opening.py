@@ -46,6 +46,7 @@ from tierfs.contracts.errors import (
     WrongTier2Error,
 )
 from tierfs.engine import backup_seal
+from tierfs.engine.backup_objects import LineageLink
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.epoch_guard import guard_epoch
 from tierfs.engine.journal import Journal
@@ -82,6 +83,7 @@ class OpenedDataDir:
     segment_rows: SegmentRowReader
     adopted_backup: AdoptedBackup | None  # the newest metadata backup is current (``backup_seal``)
     foreign_below_epoch: int  # objects of earlier epochs may be another data dir's (orphan sweep)
+    lineage_link: LineageLink | None  # whose metadata this epoch continues (None: a shared database)
 
 
 def open_data_dir(
@@ -145,6 +147,8 @@ def open_data_dir(
     # A shared database saw every commit of every owner (a fenced one commits nothing):
     # only a data dir's own metadata can miss another lineage's commits.
     foreign_before = local_metadata and not ownership.continued
+    parent_epoch = metadata.parent_epoch()
+    fork_seq = metadata.last_change_seq() if local_metadata else 0
     try:
         store_record = metadata.begin_epoch(at_least=claim.epoch, foreign_before=foreign_before)
     except NoSpaceError:  # the space reserve was released for this retry
@@ -152,6 +156,7 @@ def open_data_dir(
     # before any other commit: the newest backup holds all but the epoch just committed
     adopted_backup = AdoptedBackup.open(database) if sealed else None
     epoch = store_record.epoch
+    lineage_link = LineageLink(epoch, parent_epoch, fork_seq) if local_metadata else None
     guard_epoch(metadata, epoch)  # from now on a newer owner's epoch refuses our commits
     table.load_directories(metadata.load_directories())
     root = metadata.load_root_directory()
@@ -200,7 +205,7 @@ def open_data_dir(
         log.error("journal repair: %d damaged stretches and %d intact frames that could not follow them "
                   "moved to %s", report.damaged_stretches_moved, report.frames_moved, data_dir / "lost+found")
     return OpenedDataDir(metadata, epoch, chunk_storage, journal, report, claim, replayed, rows, adopted_backup,
-                         store_record.foreign_below_epoch)
+                         store_record.foreign_below_epoch, lineage_link)
 
 
 def _refuse_lost_metadata(config: StoreConfig, database: Path) -> None:

@@ -134,11 +134,13 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
                        else MetadataBackup.for_store(config, epoch, still_owner=fence.still_owner,
                                                      adopted=opened.adopted_backup,
                                                      known_fenced=lambda: fence.fenced,
-                                                     prune_log=catalogue.prune_change_log))
+                                                     prune_log=catalogue.prune_change_log,
+                                                     lineage_link=opened.lineage_link))
     if metadata_backup is not None:
         # what a restore needs is on tier-2 before a tier2 append is acknowledged and
-        # before the journal lets go of a file (engine/metadata_backup.py)
+        # before the journal lets go of a file or garbage is deleted (engine/metadata_backup.py)
         shared.appender.ship_metadata = writer.before_journal_delete = metadata_backup.ship_changes
+        garbage.before_delete = metadata_backup.ship_changes
     return Parts(
         fence=fence, catalogue=catalogue, garbage=garbage, writer=writer, blocks=blocks,
         long_term_reads=long_term_reads, reader=Reader(catalogue, blocks, tail), offloader=offloader,
