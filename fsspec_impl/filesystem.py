@@ -38,6 +38,9 @@ Semantics (append-only):
   with ``If-Match`` on the opened segment's id). ``cat_file`` resolves the name on
   every call. On the mount, by contrast, an open descriptor keeps reading the segment
   it opened (the kernel holds its inode).
+- A write whose answer was lost (the daemon restarting, a broken connection) is sent
+  again with the same writer identity, so it lands once, for up to ``retry_budget_s``
+  (default 15 s: a daemon's restart after a crash); then ``flush``/``close`` raise.
 - Instances pickle by their constructor arguments (fsspec rebuilds them), so Spark
   workers get a working client in their own process.
 """
@@ -66,7 +69,7 @@ from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.remote.append_pipeline import AppendPipeline
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
-from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
+from tierfs.remote.exactly_once import RETRY_BUDGET_S, BytesPayload, append_exactly_once
 
 READ_BLOCK_BYTES = 1 << 20  # one block-cache block = one daemon block = one ranged GET
 # Blocks an open file keeps. Few: a block fetched again costs a pread and a CRC check,
@@ -90,6 +93,7 @@ class TierFileSystem(AbstractFileSystem):
         direct_reads: bool = True,
         chunk_storage_options: dict[str, Any] | None = None,
         durability: str | None = None,
+        retry_budget_s: float = RETRY_BUDGET_S,
         **storage_options: Any,
     ) -> None:
         if durability is not None and durability not in DURABILITY_LEVELS:
@@ -99,8 +103,10 @@ class TierFileSystem(AbstractFileSystem):
         storage_options.setdefault("use_listings_cache", False)
         super().__init__(
             url=url, data_dir=data_dir, token=token, direct_reads=direct_reads,
-            chunk_storage_options=chunk_storage_options, durability=durability, **storage_options,
+            chunk_storage_options=chunk_storage_options, durability=durability, retry_budget_s=retry_budget_s,
+            **storage_options,
         )
+        self.retry_budget_s = retry_budget_s
         self.durability = durability  # of the segments this instance creates (None: the daemon's)
         self.client = TierClient(url or discover_url(data_dir), token)
         self.direct = DirectChunkReader(chunk_storage_options) if direct_reads else None
@@ -222,7 +228,7 @@ class TierFileSystem(AbstractFileSystem):
         name = self._strip_protocol(path)
         self._create_for_write(name, exclusive=False)
         data = memoryview(bytes(value))
-        appends = AppendPipeline(self.client, name, end=0, conditional=True)
+        appends = AppendPipeline(self.client, name, end=0, conditional=True, budget_s=self.retry_budget_s)
         try:
             for offset in range(0, len(data), WRITE_BUFFER_BYTES):
                 appends.submit(data[offset : offset + WRITE_BUFFER_BYTES])
@@ -233,7 +239,8 @@ class TierFileSystem(AbstractFileSystem):
     def append(self, path: str, data: bytes, expected_offset: int | None = None) -> int:
         """One atomic append; returns its offset (create the segment first)."""
         return append_exactly_once(self.client, self._strip_protocol(path), BytesPayload(bytes(data)),
-                                   expected_offset, conditional=expected_offset is not None)
+                                   expected_offset, conditional=expected_offset is not None,
+                                   budget_s=self.retry_budget_s)
 
     def follow(self, path: str, offset: int = 0, poll_timeout_s: float = 30.0) -> Iterator[bytes]:
         """Yield new durable bytes as the segment grows (like ``tail -f``), forever."""
@@ -327,7 +334,7 @@ class TierFileSystem(AbstractFileSystem):
             self.makedirs(target, exist_ok=True)
             return
         self._create_for_write(target, exclusive=False)
-        appends = AppendPipeline(self.client, target, end=0, conditional=True)
+        appends = AppendPipeline(self.client, target, end=0, conditional=True, budget_s=self.retry_budget_s)
         try:
             offset = 0
             while data := self.cat_file(source, offset, offset + WRITE_BUFFER_BYTES):
@@ -409,7 +416,7 @@ class TierFile(AbstractBufferedFile):
         if not size:
             return
         if self._appends is None:
-            self._appends = AppendPipeline(self.fs.client, self.path)
+            self._appends = AppendPipeline(self.fs.client, self.path, budget_s=self.fs.retry_budget_s)
         self._appends.submit(self.buffer.getbuffer())  # held, not copied, until its answer
         self.offset = (self.offset or 0) + size
         self.buffer = io.BytesIO()

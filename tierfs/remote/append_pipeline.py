@@ -41,7 +41,7 @@ from tierfs.contracts.info import SegmentInfo
 from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.append_connection import AnswerLost, AppendConnection
 from tierfs.remote.client import TierClient
-from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
+from tierfs.remote.exactly_once import RETRY_BUDGET_S, BytesPayload, append_exactly_once
 
 # Appends sent and not yet answered: one being made durable while the next one's body
 # is received. A deeper pipeline would only hold more buffers: the daemon executes a
@@ -65,7 +65,7 @@ class AppendPipeline:
     docstring); ``end``: where the next one goes (None until known)."""
 
     def __init__(self, client: TierClient, name: str, *, end: int | None = None, conditional: bool = False,
-                 depth: int = PIPELINE_DEPTH) -> None:
+                 depth: int = PIPELINE_DEPTH, budget_s: float = RETRY_BUDGET_S) -> None:
         if conditional and end is None:
             raise ValueError("a conditional pipeline starts at a known offset")
         self._client = client
@@ -73,6 +73,7 @@ class AppendPipeline:
         self._target = f"/v1/segments/{TierClient._path(name)}"
         self._conditional = conditional
         self._depth = depth
+        self._budget_s = budget_s  # how long an append whose answer was lost is retried
         self.end = end
         self._queued: deque[_Append] = deque()  # to send, in order (after a failure: again)
         self._in_flight: deque[_Append] = deque()  # sent on the connection, answers unread
@@ -193,6 +194,7 @@ class AppendPipeline:
             offset = append_exactly_once(
                 self._client, self._name, BytesPayload(bytes(item.data)), expected,
                 conditional=self._conditional, writer=item.writer, maybe_landed=item.maybe_landed,
+                budget_s=self._budget_s,
             )
         except ResponseLostError as lost:  # retried for its whole budget: maybe landed there
             item.offset, item.maybe_landed = lost.offset, True

@@ -109,6 +109,16 @@ class Ledger:
                     count += 1
         return count
 
+    def lost_found_lost(self, why: str) -> int:
+        """The data dir holding lost+found is gone: what was moved there is gone too."""
+        count = 0
+        with self._lock:
+            for record in self.records.values():
+                if record.forgiven == MOVED:
+                    record.forgiven, record.why = GONE, f"{record.why}, then {why}"
+                    count += 1
+        return count
+
     def segments(self) -> dict[str, str]:
         """Every segment written to, with its durability (a copy: writers go on)."""
         with self._lock:

@@ -166,6 +166,7 @@ def host_loss(chaos: Chaos) -> None:
     chaos.pause_writers()  # a writer's own `tierfs append` would start an empty store there
     chaos.ledger.forgive(GONE, "PD/VD acknowledged after the last flush, on a lost disk",
                          lambda r: r.durability != "tier2" and r.acked_s is not None and r.acked_s > flush_asked_at)
+    chaos.ledger.lost_found_lost("its data dir was lost")
     chaos.host.remove_data_dir()
     if chaos.host.lazy is not None:
         shutil.rmtree(chaos.host.lazy.backing / "data", ignore_errors=True)

@@ -31,6 +31,8 @@ from tierfs.testing.chaos.ledger import Ledger, Record
 
 RETRY_PAUSE_S = 0.05
 CLI_TIMEOUT_S = 60.0
+# a killed daemon's writes are given up soon (a pause waits for them), then sent anew
+FSSPEC_RETRY_BUDGET_S = 1.0
 IDLE_TIMEOUT_S = 120.0  # a pause waits this long at most for appends in flight
 
 
@@ -187,7 +189,8 @@ class FsspecWriter(ChaosWriter):
 
         try:
             if self._file is None:
-                fs = TierFileSystem(url=f"unix://{self.socket}", direct_reads=False, skip_instance_cache=True)
+                fs = TierFileSystem(url=f"unix://{self.socket}", direct_reads=False, skip_instance_cache=True,
+                                    retry_budget_s=FSSPEC_RETRY_BUDGET_S)
                 self._file = fs.open(self.segment, "ab")
             self._file.write(record.line)  # type: ignore[attr-defined]
             self._file.flush()  # type: ignore[attr-defined]
