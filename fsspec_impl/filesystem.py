@@ -130,7 +130,11 @@ class TierFileSystem(AbstractFileSystem):
         if path.startswith("tierfs://"):
             path = path[len("tierfs://"):]
         # The name goes to the engine as given, as from every other front end: it
-        # accepts one leading and one trailing '/' and refuses '//a', 'a//', '..'.
+        # accepts one leading and one trailing '/' and refuses '//a', 'a//', '..'. The one
+        # trailing '/' is dropped here, as fsspec's own filesystems do, because writers
+        # (dask, pyarrow) join their file names to the stripped directory with a '/'.
+        if path.endswith("/") and not path.endswith("//"):
+            path = path[:-1]
         return path
 
     def unstrip_protocol(self, name: str) -> str:

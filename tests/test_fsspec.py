@@ -223,3 +223,19 @@ def test_a_file_dropped_without_close_sends_nothing_from_its_finalizer(tfs: Tier
     assert time.monotonic() - started < 1.0
     assert any(issubclass(w.category, ResourceWarning) and "not appended" in str(w.message) for w in caught)
     assert tfs.cat("dropped") == b"kept;"
+
+
+def test_a_directory_url_with_a_trailing_slash_takes_writers_files(tfs: TierFileSystem) -> None:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = pd.DataFrame({"n": [1, 2, 3], "v": ["a", "b", "c"]})
+    frame.to_parquet("tierfs://trailing-pandas/", partition_cols=["n"])  # pandas' dataset writer
+    pq.write_to_dataset(pa.table({"n": [4, 5]}), "trailing-arrow/", filesystem=tfs)
+    assert sorted(pd.read_parquet("tierfs://trailing-pandas/")["v"]) == ["a", "b", "c"]
+    assert sorted(pq.read_table("trailing-arrow/", filesystem=tfs)["n"].to_pylist()) == [4, 5]
+    assert tfs._strip_protocol("tierfs://a/") == "a"
+    with pytest.raises(Exception, match="invalid"):  # still refused, as by every front end
+        tfs.info("a//")
+
