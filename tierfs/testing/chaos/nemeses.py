@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,7 +110,7 @@ def copy_beside(chaos: Chaos) -> None:
     refused = chaos.host.cli("ls", data_dir=copy)
     if refused.returncode != 5 or b"copy of the one that claimed it" not in refused.stderr:
         chaos.fail(f"a copy of the running data dir opened as an owner (exit {refused.returncode}: "
-                   f"{refused.stderr.decode(errors='replace').strip()[-300:]})")
+                   f"{_said(refused)})")
     shutil.rmtree(copy, ignore_errors=True)
 
 
@@ -128,7 +129,7 @@ def takeover_from_copy(chaos: Chaos) -> None:
         chaos.write_for(0.3, 0.6)  # the old owner is fenced meanwhile: appends refused
         gc = chaos.host.cli("gc", data_dir=copy, stdin=None)
         if gc.returncode not in (0, 1):
-            chaos.fail(f"gc on the new owner failed: {gc.stderr.decode(errors='replace')[-300:]}")
+            chaos.fail(f"gc on the new owner failed: {_said(gc)}")
     finally:
         chaos.pause_writers()
         new_owner.stop()
@@ -148,7 +149,7 @@ def gc_and_defrag(chaos: Chaos) -> None:
             chaos.host.cli("defrag", segment)
         done = chaos.host.cli("gc")
         if done.returncode not in (0, 1):
-            chaos.fail(f"gc failed: {done.stderr.decode(errors='replace')[-300:]}")
+            chaos.fail(f"gc failed: {_said(done)}")
 
 
 def host_loss(chaos: Chaos) -> None:
@@ -159,7 +160,7 @@ def host_loss(chaos: Chaos) -> None:
     flush_asked_at = time.monotonic()
     flushed = chaos.host.cli("flush")
     if flushed.returncode != 0:
-        chaos.fail(f"flush failed: {flushed.stderr.decode(errors='replace')[-300:]}")
+        chaos.fail(f"flush failed: {_said(flushed)}")
         return
     chaos.write_for()
     chaos.host.kill9()
@@ -171,8 +172,7 @@ def host_loss(chaos: Chaos) -> None:
     if chaos.host.lazy is not None:
         shutil.rmtree(chaos.host.lazy.backing / "data", ignore_errors=True)
     _restored(chaos, chaos.host.cli("restore", timeout_s=300), "after the host's loss")
-    chaos.host.start()
-    chaos.resume_writers()
+    _restart(chaos)
 
 
 def journal_bit_flip(chaos: Chaos) -> None:
@@ -218,12 +218,11 @@ def journal_bit_flip(chaos: Chaos) -> None:
     if opened.returncode == 3:
         repaired = chaos.host.cli("fsck", "--repair")
         if repaired.returncode not in (0, 3):
-            chaos.fail(f"fsck --repair exited {repaired.returncode}: {repaired.stderr.decode(errors='replace')[-300:]}")
+            chaos.fail(f"fsck --repair exited {repaired.returncode}: {_said(repaired)}")
     elif opened.returncode != 0:
         chaos.fail(f"after a bit flip the store neither opened nor refused clearly: "
-                   f"{opened.stderr.decode(errors='replace')[-300:]}")
-    chaos.host.start()
-    chaos.resume_writers()
+                   f"{_said(opened)}")
+    _restart(chaos)
 
 
 def metadata_damage(chaos: Chaos) -> None:
@@ -240,10 +239,9 @@ def metadata_damage(chaos: Chaos) -> None:
     refused = chaos.host.cli("ls")
     if refused.returncode != 3 or b"tierfs restore" not in refused.stderr:
         chaos.fail(f"a damaged metadata.sqlite was not refused by name (exit {refused.returncode}): "
-                   f"{refused.stderr.decode(errors='replace')[-300:]}")
+                   f"{_said(refused)}")
     _restored(chaos, chaos.host.cli("restore", timeout_s=300), "over damaged metadata")
-    chaos.host.start()
-    chaos.resume_writers()
+    _restart(chaos)
 
 
 def s3_faults(chaos: Chaos) -> None:
@@ -265,7 +263,6 @@ def s3_faults(chaos: Chaos) -> None:
 def kill_while_opening(chaos: Chaos) -> None:
     """Path 9: commands that open the data dir themselves (no daemon) are killed at
     random points of their open, claim and recovery; the next open must not be refused."""
-    import subprocess
     import sys
 
     chaos.write_for()
@@ -282,9 +279,8 @@ def kill_while_opening(chaos: Chaos) -> None:
     opened = chaos.host.cli("ls")
     if opened.returncode != 0:
         chaos.fail(f"after kills during opens, the data dir refused its next open (exit {opened.returncode}): "
-                   f"{opened.stderr.decode(errors='replace').strip()[-300:]}")
-    chaos.host.start()
-    chaos.resume_writers()
+                   f"{_said(opened)}")
+    _restart(chaos)
 
 
 def lost_answers(chaos: Chaos) -> None:
@@ -302,7 +298,7 @@ def lost_answers(chaos: Chaos) -> None:
     chaos.copies += 1
     created = chaos.host.cli("create", "--parents", segment)
     if created.returncode != 0:
-        chaos.fail(f"cannot create {segment}: {created.stderr.decode(errors='replace')[-300:]}")
+        chaos.fail(f"cannot create {segment}: {_said(created)}")
         return
     record, rounds = b"the same record from either writer\n", 20
     acked = [0, 0]
@@ -333,7 +329,6 @@ def lost_answers(chaos: Chaos) -> None:
 
 def _restored(chaos: Chaos, done: object, what: str) -> None:
     """A restore's exit is 0, or 3 when all fsck lists is lost+found (kept, not damage)."""
-    import subprocess
 
     assert isinstance(done, subprocess.CompletedProcess)
     output = (done.stdout + done.stderr).decode(errors="replace")
@@ -359,6 +354,16 @@ def _wait_serving(daemon: Daemon, data_dir: Path, timeout_s: float = 60.0) -> No
             raise RuntimeError(f"the daemon on {data_dir} did not start: {daemon.stderr_tail()}")
         time.sleep(0.05)
 
+
+
+def _said(done: subprocess.CompletedProcess[bytes]) -> str:
+    """The end of what a command printed on stderr."""
+    return done.stderr.decode(errors="replace").strip()[-300:]
+
+
+def _restart(chaos: Chaos) -> None:
+    chaos.host.start()
+    chaos.resume_writers()
 
 NEMESES: dict[str, Callable[[Chaos], None]] = {
     "kill9": kill9, "power_loss": power_loss, "disk_full": disk_full, "copy_beside": copy_beside,
