@@ -7,7 +7,8 @@ default, ``background_mount``) the process forks first: the parent returns once 
 mount serves, or raises ``MountError`` with the child's one-line reason and exit code;
 the child logs to ``<data_dir>/tierfs.log``. ``check_mountpoint`` refuses, before
 anything starts, a mount point that is missing, not an empty directory, or already
-mounted, and a machine without ``/dev/fuse``.
+mounted, and a machine without ``/dev/fuse``; ``detach_dead_mount`` first detaches a
+tierfs mount left there by a daemon that died (saying so).
 
 Invariants:
 - The mount uses ``auto_unmount``: libfuse's fusermount3 helper unmounts when the
@@ -21,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -90,6 +92,26 @@ def mounted_data_dir(mountpoint: Path) -> Path | None:
     if source is None or not source.startswith(FSNAME_PREFIX):
         return None
     return Path(source[len(FSNAME_PREFIX):])
+
+
+def detach_dead_mount(mountpoint: Path) -> bool:
+    """Detach a tierfs mount at ``mountpoint`` whose daemon is gone (every access fails
+    with ENOTCONN: a daemon killed while another process held its FUSE socket); True if
+    one was detached. Anything else mounted there is left alone."""
+    if mounted_data_dir(mountpoint) is None:
+        return False
+    try:
+        os.stat(mountpoint)
+        return False  # alive: check_mountpoint refuses it
+    except OSError as e:
+        if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
+            return False
+    helper = ["fusermount3", "-u", "-z"] if shutil.which("fusermount3") else ["umount", "-l"]
+    done = subprocess.run([*helper, str(mountpoint)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise MountError(f"{mountpoint} is a dead tierfs mount (its daemon is gone) and detaching it failed: "
+                         f"{done.stderr.strip()} (as root: umount -l {mountpoint})")
+    return True
 
 
 def check_mountpoint(mountpoint: Path) -> None:

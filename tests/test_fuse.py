@@ -12,6 +12,7 @@ import hashlib
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -472,3 +473,44 @@ def test_mount_refuses_a_missing_mount_point(tmp_path: Path) -> None:
     result = run(sys.executable, "-m", "tierfs.cli", "--data-dir", str(tmp_path / "d"), "mount",
                  str(tmp_path / "nope"), check=False)
     assert result.returncode == 1 and "does not exist" in result.stderr and "mkdir -p" in result.stderr
+
+
+def test_mount_detaches_a_dead_tierfs_mount_at_its_mount_point_and_says_so(tmp_path: Path) -> None:
+    data_dir, mountpoint = tmp_path / "data", tmp_path / "mnt"
+    mountpoint.mkdir()
+    cli = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir)]
+    started = run(*cli, "mount", str(mountpoint), check=False)
+    assert started.returncode == 0, started.stderr
+    (mountpoint / "kept").write_bytes(b"fsynced")
+    pid = int(started.stderr.split("(pid ", 1)[1].split(",", 1)[0].rstrip(")"))
+    # the auto-unmount helper dies first, then the daemon: nothing unmounts
+    helpers = [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and b"fusermount3" in
+               _read_or_empty(Path(f"/proc/{entry}/cmdline")) and os.fsencode(mountpoint) in
+               _read_or_empty(Path(f"/proc/{entry}/cmdline"))]
+    assert helpers, "no auto-unmount helper"
+    for helper in helpers:
+        os.kill(helper, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + WAIT_S
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, "the killed daemon did not exit"
+        time.sleep(0.05)
+    with pytest.raises(OSError) as dead:
+        os.stat(mountpoint)
+    assert dead.value.errno == errno.ENOTCONN
+    again = run(*cli, "mount", str(mountpoint), check=False)
+    try:
+        assert again.returncode == 0, again.stderr
+        assert f"detached a dead tierfs mount at {mountpoint}" in again.stderr
+        assert (mountpoint / "kept").read_bytes() == b"fsynced"
+    finally:
+        run(*cli, "umount", str(mountpoint), check=False)
+        if is_mount_point(mountpoint):  # the dead one, where detaching failed
+            run("fusermount3", "-u", "-z", str(mountpoint), check=False)
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""

@@ -84,9 +84,16 @@ def _exit_code_and_line(error: BaseException) -> tuple[int, str]:
 
 def mount_command(args: argparse.Namespace, config: StoreConfig) -> int:
     """``mount`` (imported here, so the rest of the CLI works without FUSE)."""
-    from tierfs.fuse.mount import background_mount, check_mountpoint, mount_service
+    from tierfs.fuse.mount import (
+        background_mount,
+        check_mountpoint,
+        detach_dead_mount,
+        mount_service,
+    )
 
     mountpoint = Path(args.mountpoint).expanduser().absolute()
+    if detach_dead_mount(mountpoint):
+        _say(f"detached a dead tierfs mount at {mountpoint} (its daemon had died)")
     check_mountpoint(mountpoint)
     refuse_if_in_use(config.data_dir)
     service = mount_service(mountpoint, direct_io=not args.page_cache, attr_timeout_s=args.attr_timeout,
