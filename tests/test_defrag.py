@@ -27,6 +27,7 @@ from tierfs.contracts.errors import (
     ChunkMissingError,
     ConcurrentModificationError,
     DaemonUnavailableError,
+    MetadataUnavailableError,
 )
 from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
 from tierfs.engine.defrag_plan import merge_runs
@@ -478,3 +479,25 @@ async def test_an_orphan_sweep_at_grace_zero_never_deletes_a_merge_before_its_sw
         await store.garbage.collect()
         assert await store.read("logs/slow") == expected
         assert (await store.fsck()).problems == []
+
+
+async def test_a_metadata_outage_during_a_background_pass_stops_the_pass_not_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_store(small_config(tmp_path / "d", defrag_interval_s=0.05)) as store:
+        passes: list[int] = []
+        walk = store.defragmenter._walk
+
+        def walk_through_an_outage():  # type: ignore[no-untyped-def]
+            passes.append(1)
+            if len(passes) <= 2:
+                raise MetadataUnavailableError("postgresql://x", "stopped")
+            return walk()
+
+        monkeypatch.setattr(store.defragmenter, "_walk", walk_through_an_outage)
+        with trio.fail_after(30):
+            while len(passes) < 3:  # the pass after the outage ran
+                await trio.sleep(0.01)
+        await store.create("alive")
+        await store.append("alive", b"yes")
+        assert await store.read("alive") == b"yes"

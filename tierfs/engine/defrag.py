@@ -201,7 +201,10 @@ class Defragmenter:
                 if self._wakeup.is_set() or trio.current_time() >= next_scan_s:
                     self._wakeup = trio.Event()
                     next_scan_s = trio.current_time() + interval_s
-                    await self.scan()
+                    try:
+                        await self.scan()
+                    except TierFSError as e:  # the metadata database away: the next pass
+                        log.warning("defrag pass stopped, retried in %.0f s: %s", interval_s, e)
 
     async def scan(self) -> None:
         """One background pass over every segment; only those whose records count more

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import trio
 
-from tierfs.contracts.errors import Tier2Error
+from tierfs.contracts.errors import Tier2Error, TierFSError
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.object_keys import LONG_TERM_GARBAGE_PREFIX, is_pack_name
@@ -72,7 +72,13 @@ class GarbageCollector:
 
     def collect_soon(self) -> None:
         if self._nursery is not None:
-            self._nursery.start_soon(self.collect)
+            self._nursery.start_soon(self._collect_in_background)
+
+    async def _collect_in_background(self) -> None:
+        try:
+            await self.collect()
+        except TierFSError as e:  # the metadata database away: the next collection
+            log.warning("garbage collection failed, will retry: %s", e)
 
     async def collect(self) -> None:
         """Delete the queued objects; forget the names of those that are gone."""

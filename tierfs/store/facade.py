@@ -439,7 +439,7 @@ async def open_store(config: StoreConfig | None = None, *, lease: Lease | None =
                     await nursery.start(task)
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
-                nursery.start_soon(store.garbage.collect)
+                store.garbage.collect_soon()
                 await store._delete_unlinked_leftovers()
                 try:
                     yield store
