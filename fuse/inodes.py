@@ -2,6 +2,10 @@
 
 Invariants:
 - The root directory (name ``""``) is ``pyfuse3.ROOT_INODE`` and is never forgotten.
+- A file's inode number is its identity (``file_inode``: its segment id in its id
+  space), the same across renames, forgotten lookups, restarts and hosts; a lookup that
+  finds another file under a known name moves the name to that file's inode. Directory
+  inodes are numbered below ``FILE_INODE_UNIT`` as they are first looked up.
 - A name maps to at most one inode and an inode to at most one name; a rename moves
   the names of the entry and of everything below it, keeping their inodes.
 - An inode stays known while the kernel holds a lookup on it or a file handle uses
@@ -20,6 +24,13 @@ import pyfuse3
 from tierfs.contracts.errors import SegmentNotFoundError
 
 ROOT_INODE = int(pyfuse3.ROOT_INODE)
+FILE_INODE_UNIT = 1 << 40  # segment ids stay below it; directory inodes too
+
+
+def file_inode(id_space: int, segment_id: int) -> int:
+    """The inode number of a segment: ``id_space`` (0 on one host, the container in a
+    cluster) above ``FILE_INODE_UNIT``, its id below."""
+    return (id_space + 1) * FILE_INODE_UNIT + segment_id
 
 
 class InodeTable:
@@ -47,10 +58,20 @@ class InodeTable:
     def known_inode(self, name: str) -> int | None:
         return self._inode_by_name.get(name)
 
-    def looked_up(self, name: str) -> int:
-        """The inode for ``name`` (allocated if new), its lookup count raised by one."""
+    def looked_up(self, name: str, file: int | None = None) -> int:
+        """The inode for ``name`` (a file's ``file_inode``; a directory's allocated if
+        new), its lookup count raised by one."""
         inode = self._inode_by_name.get(name)
-        if inode is None:
+        if file is not None and inode != file:
+            if inode is not None:  # the name now means another file (replaced elsewhere)
+                self._unname(name, inode)
+            elsewhere = self._name_by_inode.get(file)
+            if elsewhere is not None and self._inode_by_name.get(elsewhere) == file:
+                del self._inode_by_name[elsewhere]  # the file was renamed elsewhere
+            inode = file
+            self._inode_by_name[name] = inode
+            self._name_by_inode[inode] = name
+        elif inode is None:
             inode = self._next_inode
             self._next_inode += 1
             self._inode_by_name[name] = inode
@@ -94,10 +115,14 @@ class InodeTable:
 
     def removed(self, name: str) -> None:
         """``name`` no longer exists: its inode (if any) loses the name."""
-        inode = self._inode_by_name.pop(name, None)
+        inode = self._inode_by_name.get(name)
         if inode is not None:
-            self._name_by_inode[inode] = None
-            self._drop_if_unused(inode)
+            self._unname(name, inode)
+
+    def _unname(self, name: str, inode: int) -> None:
+        del self._inode_by_name[name]
+        self._name_by_inode[inode] = None
+        self._drop_if_unused(inode)
 
     def renamed(self, old: str, new: str) -> None:
         """``old`` (and everything below it) is now called ``new``."""

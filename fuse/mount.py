@@ -11,8 +11,9 @@ mounted, and a machine without ``/dev/fuse``; ``detach_dead_mount`` first detach
 tierfs mount left there by a daemon that died (saying so).
 
 Invariants:
-- The mount uses ``auto_unmount``: libfuse's fusermount3 helper unmounts when the
-  daemon dies, even by kill -9, so no dead mount is left behind.
+- No dead mount is left behind when the daemon dies, even by kill -9: libfuse's
+  fusermount3 helper (``auto_unmount``) unmounts, and where it misjudges the moment
+  our own guard (``unmount_guard``) detaches the mount once the daemon is gone.
 - Unmounting (``tierfs umount``, ``fusermount3 -u``) stops the daemon cleanly (flush,
   close); SIGTERM/SIGINT unmount and stop it.
 - The mount is for its owner unless ``--allow-other`` (opt-in, for shared hosts; a
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import pyfuse3
 import trio
+from tierfs.fuse import unmount_guard
 from tierfs.fuse.operations import ATTR_TIMEOUT_S, ENTRY_TIMEOUT_S, SHORT_TIMEOUT_S, TierOperations
 
 from tierfs.contracts.config import StoreConfig
@@ -166,6 +168,7 @@ async def run_mount(
         stopping.set()
         raise MountError(f"cannot mount {mountpoint}: {e} (see the lines fusermount3 wrote above; "
                          "/etc/fuse.conf needs user_allow_other for --allow-other)") from None
+    guard = unmount_guard.start(mountpoint)  # detaches the mount if this process dies
     store.growth_listeners.append(notifier.segment_grew)
     if store.name_listeners is not None:
         store.name_listeners.append(notifier.name_changed)
@@ -182,6 +185,8 @@ async def run_mount(
         if store.name_listeners is not None:
             store.name_listeners.remove(notifier.name_changed)
         pyfuse3.close(unmount=True)
+        if guard is not None and guard.stdin is not None:
+            guard.stdin.close()  # unmounted: the guard finds nothing to do and exits
         log.info("unmounted %s", mountpoint)
         stopping.set()
 

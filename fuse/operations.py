@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import pyfuse3
 import trio
 from tierfs.fuse.errors import fuse_errors
-from tierfs.fuse.inodes import ROOT_INODE, InodeTable
+from tierfs.fuse.inodes import ROOT_INODE, InodeTable, file_inode
 from tierfs.fuse.invalidation import KernelNotifier
 from tierfs.fuse.rewrites import already_written
 from tierfs.fuse.whole_file_rewrites import WholeFileRewrites
@@ -139,7 +139,14 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     async def _entry(self, name: str) -> pyfuse3.EntryAttributes:
         """Attributes of ``name`` for a reply that gives the kernel a lookup."""
         info = await self.store.stat(name)
-        return self.attributes(self.inodes.looked_up(name), info)
+        return self.attributes(self.inodes.looked_up(name, self._file_inode(info)), info)
+
+    def _file_inode(self, info: Info) -> int | None:
+        """A file's inode number: its identity (``inodes.file_inode``); None for a directory."""
+        if isinstance(info, SegmentInfo):
+            inode: int = file_inode(self.store.id_space(info.name), info.segment_id)
+            return inode
+        return None
 
     async def _stat_if_exists(self, name: str) -> Info | None:
         try:
@@ -297,7 +304,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
                 if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attributes(inode, info), index + 1):
                     return
                 continue
-            inode = self.inodes.looked_up(name)
+            inode = self.inodes.looked_up(name, self._file_inode(info))
             component = os.fsencode(name.rpartition("/")[2])
             if not pyfuse3.readdir_reply(token, component, self.attributes(inode, info), index + 1):
                 self.inodes.forget(inode, 1)  # not delivered: no lookup for the kernel
@@ -354,7 +361,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
                 info = None
         if info is None:
             info = await self.store.stat(path)
-        attr = self.attributes(self.inodes.looked_up(path), info)
+        attr = self.attributes(self.inodes.looked_up(path, self._file_inode(info)), info)
         file_info = self._open_handle(attr.st_ino, flags)
         self._files[file_info.fh].mode_on_close = mode_on_close
         return file_info, attr

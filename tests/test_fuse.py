@@ -483,11 +483,11 @@ def test_mount_detaches_a_dead_tierfs_mount_at_its_mount_point_and_says_so(tmp_p
     assert started.returncode == 0, started.stderr
     (mountpoint / "kept").write_bytes(b"fsynced")
     pid = int(started.stderr.split("(pid ", 1)[1].split(",", 1)[0].rstrip(")"))
-    # the auto-unmount helper dies first, then the daemon: nothing unmounts
-    helpers = [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and b"fusermount3" in
-               _read_or_empty(Path(f"/proc/{entry}/cmdline")) and os.fsencode(mountpoint) in
-               _read_or_empty(Path(f"/proc/{entry}/cmdline"))]
-    assert helpers, "no auto-unmount helper"
+    # libfuse's auto-unmount helper and tierfs's unmount guard die first, then the
+    # daemon: nothing unmounts
+    helpers = [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) != pid
+               and os.fsencode(mountpoint) in _read_or_empty(Path(f"/proc/{entry}/cmdline"))]
+    assert len(helpers) == 2, helpers
     for helper in helpers:
         os.kill(helper, signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
@@ -514,3 +514,35 @@ def _read_or_empty(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def test_a_files_inode_number_is_its_identity_across_renames_and_restarts(tmp_path: Path) -> None:
+    mount = Mount(tmp_path / "data", tmp_path / "mnt")
+    cli = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(mount.data_dir)]
+    try:
+        mount.path("d").mkdir()
+        inodes = set()
+        for attempt in range(20):
+            run("touch", str(mount.path(f"a{attempt}")))
+            before = os.stat(mount.path(f"a{attempt}")).st_ino
+            run("mv", str(mount.path(f"a{attempt}")), str(mount.path(f"d/b{attempt}")))
+            assert os.stat(mount.path(f"d/b{attempt}")).st_ino == before
+            inodes.add(before)
+        assert len(inodes) == 20  # and every file its own
+        kept = os.stat(mount.path("d/b0")).st_ino
+        run(*cli, "mv", "d/b0", "moved-by-the-cli")  # renamed elsewhere: the inode follows it
+        deadline = time.monotonic() + WAIT_S
+        while not mount.path("moved-by-the-cli").exists():  # the kernel's entry cache lets go
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert os.stat(mount.path("moved-by-the-cli")).st_ino == kept
+    finally:
+        code, stderr = mount.unmount()
+        assert code == 0, stderr
+    again = Mount(tmp_path / "data", tmp_path / "mnt")
+    try:
+        assert os.stat(again.path("moved-by-the-cli")).st_ino == kept  # and across a restart
+        assert {os.stat(again.path(f"d/b{i}")).st_ino for i in range(1, 20)} <= inodes
+    finally:
+        code, stderr = again.unmount()
+        assert code == 0, stderr

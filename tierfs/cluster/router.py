@@ -214,6 +214,10 @@ class ClusterStore:
     async def create(self, name: str, *, durability: str | None = None, make_parents: bool = False) -> SegmentInfo:
         return await self._at(name, lambda s: s.create(name, durability=durability, make_parents=make_parents))
 
+    def id_space(self, name: str) -> int:
+        """Each container numbers its own segments (``MountedStore.id_space``)."""
+        return container_of(name, self.host.count)
+
     async def create_file(self, name: str) -> SegmentInfo:
         """The mount's create: a cluster's metadata (PostgreSQL) is durable at commit."""
         return await self.create(name)

@@ -333,6 +333,10 @@ class SegmentStore:
             log.info("deleting %r: unlinked while open before the last stop", name)
             await self._parts.namespace.delete(name)
 
+    def id_space(self, name: str) -> int:
+        """Segment ids are unique in the store (``MountedStore.id_space``)."""
+        return 0
+
     async def set_attributes(
         self,
         name: str,

@@ -51,6 +51,12 @@ class MountedStore(ServedStore, Protocol):
     growth_listeners: list[Callable[[str], None]]
     name_listeners: list[Callable[[str], None]] | None
 
+    def id_space(self, name: str) -> int:
+        """The space ``name``'s segment id is unique in: 0 on one host (ids are never
+        reused), the container in a cluster (each numbers its own); with the id it makes
+        the file's inode number, the same for its whole life."""
+        ...
+
     async def create_file(self, name: str) -> SegmentInfo:
         """Create an empty segment as a file system's create does (the parent must
         exist): answered once committed, durable like a VD append (with the journal's

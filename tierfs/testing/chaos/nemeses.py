@@ -335,7 +335,7 @@ def _restored(chaos: Chaos, done: object, what: str) -> None:
     damaged = [line for line in output.splitlines() if line.startswith(("DAMAGED", "NOT RESTORED"))
                and "lost+found" not in line]
     if done.returncode not in (0, 3) or damaged:
-        chaos.fail(f"restore {what} exited {done.returncode}: {output[-500:]}")
+        chaos.fail(f"restore {what} exited {done.returncode}: " + "\n".join(damaged or [output[-500:]]))
 
 
 def _copy_data_dir(chaos: Chaos) -> Path:

@@ -1,0 +1,87 @@
+"""The mount's own guard against a dead mount: ``python -m tierfs.fuse.unmount_guard
+PID MOUNT_ID MOUNTPOINT``, started by the mount daemon once it is mounted.
+
+libfuse's ``auto_unmount`` helper unmounts when the daemon dies, but it decides by
+opening the mount point the moment the daemon's control socket closes: a kill -9
+closes that socket while the process is still exiting and its FUSE connection still
+answers, so the open succeeds and the helper leaves the mount behind, dead (ENOTCONN),
+in about one kill in four. The guard waits on a pipe from the daemon instead; at its
+end (the daemon stopped or died) it waits until the process is gone, then detaches
+the mount if that same mount is still there.
+
+Invariants:
+- It detaches only the mount it was started for (its id in ``/proc/self/mountinfo``,
+  never reused while mounted): a mount made at the same place since is left alone.
+- It holds none of the daemon's files but the pipe's read end (``close_fds``), so it
+  never keeps the FUSE connection alive itself, and runs in its own session, so a
+  signal to the daemon's process group does not take it along.
+- A clean unmount leaves it nothing to do: it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLL_S = 0.05
+
+
+def mount_id(mountpoint: Path) -> str | None:
+    """The id of what is mounted at ``mountpoint`` (``/proc/self/mountinfo``), or None."""
+    target = os.path.abspath(mountpoint)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            found = None
+            for line in info:
+                fields = line.split()
+                if len(fields) > 4 and _unescape(fields[4]) == target:
+                    found = fields[0]  # the last one listed is the one on top
+            return found
+    except OSError:
+        return None
+
+
+def _unescape(field: str) -> str:
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has let go of every file: not alive)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def start(mountpoint: Path) -> subprocess.Popen[bytes] | None:
+    """Start the guard for the mount at ``mountpoint`` made by this process; the caller
+    keeps the returned process's ``stdin`` open for as long as it serves the mount."""
+    mounted = mount_id(mountpoint)
+    if mounted is None:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-m", "tierfs.fuse.unmount_guard", str(os.getpid()), mounted, str(mountpoint)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        close_fds=True, start_new_session=True,
+    )
+
+
+def guard(daemon_pid: int, mounted: str, mountpoint: Path) -> bool:
+    """Wait for the daemon to end, then detach its mount if still there; True if detached."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    while _alive(daemon_pid):
+        time.sleep(POLL_S)
+    if mount_id(mountpoint) != mounted:
+        return False
+    helper = ["fusermount3", "-u", "-z"] if shutil.which("fusermount3") else ["umount", "-l"]
+    return subprocess.run([*helper, str(mountpoint)], capture_output=True).returncode == 0
+
+
+if __name__ == "__main__":
+    guard(int(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))
