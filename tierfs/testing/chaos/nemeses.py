@@ -63,7 +63,7 @@ def kill9(chaos: Chaos) -> None:
     chaos.write_for()
     chaos.host.kill9()
     chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a kill -9", _young_vd(chaos))
-    chaos.host.start()
+    _restart_paused(chaos)
 
 
 def power_loss(chaos: Chaos) -> None:
@@ -75,7 +75,7 @@ def power_loss(chaos: Chaos) -> None:
     chaos.host.kill9()
     layer.power_cut()
     chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a power loss", _young_vd(chaos))
-    chaos.host.start()
+    _restart_paused(chaos)
 
 
 def disk_full(chaos: Chaos) -> None:
@@ -98,7 +98,7 @@ def disk_full(chaos: Chaos) -> None:
     finally:
         layer.set_full(False)
     if not chaos.host.running:
-        chaos.host.start()
+        _restart_paused(chaos)
     chaos.write_for()
 
 
@@ -359,6 +359,14 @@ def _wait_serving(daemon: Daemon, data_dir: Path, timeout_s: float = 60.0) -> No
 def _said(done: subprocess.CompletedProcess[bytes]) -> str:
     """The end of what a command printed on stderr."""
     return done.stderr.decode(errors="replace").strip()[-300:]
+
+
+def _restart_paused(chaos: Chaos) -> None:
+    """While the daemon is down, ``tierfs append`` writers open the data dir in-process
+    one after another (a feature); the restart waits for them to pause, or it could lose
+    every race for the data dir's lock."""
+    chaos.pause_writers()
+    _restart(chaos)
 
 
 def _restart(chaos: Chaos) -> None:
