@@ -20,9 +20,14 @@ import pytest
 import trio
 
 from tierfs import open_store
-from tierfs.contracts.errors import MetadataFormatError, NoMetadataBackupError, StoreNotEmptyError
+from tierfs.contracts.errors import (
+    MetadataFormatError,
+    NoMetadataBackupError,
+    StoreNotEmptyError,
+    Tier2Error,
+)
 from tierfs.engine import metadata_backup
-from tierfs.engine.backup_objects import KEEP_BACKUPS, BackupObjects
+from tierfs.engine.backup_objects import KEEP_BACKUPS, BackupObjects, LogObject
 from tierfs.engine.metadata_restore import restore_metadata
 from tierfs.engine.metadata_transfer import export_metadata, import_metadata
 from tierfs.store.restore import restore_store
@@ -298,3 +303,20 @@ async def test_short_lived_stores_back_up_without_overlapping_cycles(tmp_path: P
             await store.create(f"s{i}")
         assert store.metadata_backup.failures == 0
     assert restore_metadata(tmp_path / "new", tier2).segments == 8
+
+
+def test_a_change_batch_cut_off_mid_upload_is_never_taken_for_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = BackupObjects(str(tmp_path / "t2"))
+    objects.upload_log(LogObject(1, 1, 5), b"whole batch")
+    real_write = Path.write_bytes
+
+    def killed_mid_write(path: Path, data: bytes) -> int:
+        real_write(path, data[:3])
+        raise OSError("killed")
+
+    monkeypatch.setattr(Path, "write_bytes", killed_mid_write)
+    with pytest.raises(Tier2Error):
+        objects.upload_log(LogObject(1, 6, 9), b"the next batch")
+    monkeypatch.undo()
+    assert objects.logs() == [LogObject(1, 1, 5)]  # the cut-off one is not under its name
+    assert objects.read_log(LogObject(1, 1, 5)) == b"whole batch"

@@ -13,7 +13,10 @@ whose metadata it continues and the last change that metadata held when it took 
 Invariants:
 - Every object gets a new name and is never overwritten, so a crash or a failed upload
   can leave an incomplete newest backup but never damage an older one; a reader takes
-  the newest manifest whose snapshot matches its size and CRC32C.
+  the newest manifest whose snapshot matches its size and CRC32C. On a local tier-2 an
+  object appears under its name only whole (written aside, synced, renamed: a kill
+  mid-upload once left an empty change batch that stopped a restore); an object
+  store's PUT is whole by itself.
 - ``_metadata/`` is outside the chunk namespace (``s<id>/...``) and the owner claims
   (``_owner/``): nothing here is ever taken for a chunk, and no chunk name is ever here.
 - Snapshots are streamed between a local file and tier-2 (``put_file``/``get_file``):
@@ -31,6 +34,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -215,20 +219,39 @@ class BackupObjects:
         """The snapshot, then its manifest: a manifest never names a missing snapshot."""
         self._folder()
         snapshot_path, manifest_path = self._path(f"{manifest.stem}.sqlite"), self._path(f"{manifest.stem}.json")
-        self._call("upload", self.fs.put_file, str(snapshot), snapshot_path)
-        self._private(snapshot_path)
-        self._call("upload", self.fs.pipe_file, manifest_path, manifest.to_json())
-        self._private(manifest_path)
+        if self._local:
+            self._whole(snapshot_path, lambda part: shutil.copyfile(snapshot, part))
+        else:
+            self._call("upload", self.fs.put_file, str(snapshot), snapshot_path)
+        self._put(manifest_path, manifest.to_json())
 
     def upload_log(self, log: LogObject, data: bytes) -> None:
         self._folder()
-        self._call("upload", self.fs.pipe_file, self._path(log.name), data)
-        self._private(self._path(log.name))
+        self._put(self._path(log.name), data)
 
     def upload_lineage(self, link: LineageLink) -> None:
         self._folder()
-        self._call("upload", self.fs.pipe_file, self._path(link.name), link.to_json())
-        self._private(self._path(link.name))
+        self._put(self._path(link.name), link.to_json())
+
+    def _put(self, path: str, data: bytes) -> None:
+        if self._local:
+            self._whole(path, lambda part: Path(part).write_bytes(data))
+        else:  # an object store's PUT shows the whole object or nothing
+            self._call("upload", self.fs.pipe_file, path, data)
+
+    def _whole(self, path: str, write: Any) -> None:
+        """A local object appears whole under its name or not at all (a kill mid-write
+        leaves a ``.part`` file no reader takes for a backup): written aside, synced,
+        renamed."""
+        part = f"{path}.part"
+        try:
+            write(part)
+            self._private(part)
+            with open(part, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(part, path)
+        except OSError as e:
+            raise Tier2Error(f"metadata backup: upload on {self.url} failed: {type(e).__name__}: {e}") from e
 
     def lineage(self) -> Lineage:
         """The lineage of the newest epoch that wrote a link (unreadable links are skipped)."""
