@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from tierfs.contracts.datadir import process_running
+
 POLL_S = 0.05
 
 
@@ -49,15 +51,6 @@ def _unescape(field: str) -> str:
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie has let go of every file: not alive)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def start(mountpoint: Path) -> subprocess.Popen[bytes] | None:
     """Start the guard for the mount at ``mountpoint`` made by this process; the caller
     keeps the returned process's ``stdin`` open for as long as it serves the mount."""
@@ -75,7 +68,7 @@ def guard(daemon_pid: int, mounted: str, mountpoint: Path) -> bool:
     """Wait for the daemon to end, then detach its mount if still there; True if detached."""
     while sys.stdin.buffer.read(4096):
         pass
-    while _alive(daemon_pid):
+    while process_running(daemon_pid):
         time.sleep(POLL_S)
     if mount_id(mountpoint) != mounted:
         return False

@@ -25,6 +25,7 @@ import pytest
 from tierfs.fsspec_impl import TierFileSystem
 from tierfs.fuse.mount import is_mount_point
 
+from tierfs.contracts.datadir import process_running
 from tierfs.testing.harness import Mount
 
 pytestmark = pytest.mark.skipif(
@@ -492,7 +493,7 @@ def test_mount_detaches_a_dead_tierfs_mount_at_its_mount_point_and_says_so(tmp_p
         os.kill(helper, signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + WAIT_S
-    while Path(f"/proc/{pid}").exists():
+    while process_running(pid):
         assert time.monotonic() < deadline, "the killed daemon did not exit"
         time.sleep(0.05)
     with pytest.raises(OSError) as dead:
@@ -546,3 +547,24 @@ def test_a_files_inode_number_is_its_identity_across_renames_and_restarts(tmp_pa
     finally:
         code, stderr = again.unmount()
         assert code == 0, stderr
+
+
+@pytest.mark.slow
+def test_thirty_kill_9s_of_the_mount_daemon_leave_no_mount(tmp_path: Path) -> None:
+    data_dir, mountpoint = tmp_path / "data", tmp_path / "mnt"
+    mountpoint.mkdir()
+    cli = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir)]
+    for attempt in range(30):
+        started = run(*cli, "mount", str(mountpoint), check=False)
+        assert started.returncode == 0, started.stderr
+        assert "detached a dead tierfs mount" not in started.stderr, f"run {attempt} left one"
+        pid = int(started.stderr.split("(pid ", 1)[1].split(",", 1)[0].rstrip(")"))
+        with open(mountpoint / "log", "ab") as f:
+            f.write(b"%d\n" % attempt)
+        run("ls", "-la", str(mountpoint))
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + WAIT_S
+        while is_mount_point(mountpoint) or process_running(pid):
+            assert time.monotonic() < deadline, f"run {attempt}: {_unmount_helpers(mountpoint)}"
+            time.sleep(0.05)
+    assert run(*cli, "cat", "log").stdout == "".join(f"{i}\n" for i in range(30))

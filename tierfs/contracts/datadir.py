@@ -56,13 +56,23 @@ def running_owner_pid(data_dir: Path) -> int | None:
         return None
     if not recorded.isdigit():
         return None
+    return int(recorded) if process_running(int(recorded)) else None
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` names a running process: a zombie (killed, not yet reaped by
+    its parent) has let go of every file and lock, so it does not count."""
     try:
-        os.kill(int(recorded), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return None
+        return False
     except PermissionError:  # someone else's process: running
         pass
-    return int(recorded)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: what kill said
+    return state not in ("Z", "X")
 
 
 def load_or_create_token(data_dir: Path) -> str:
