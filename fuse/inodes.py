@@ -5,7 +5,10 @@ Invariants:
 - A file's inode number is its identity (``file_inode``: its segment id in its id
   space), the same across renames, forgotten lookups, restarts and hosts; a lookup that
   finds another file under a known name moves the name to that file's inode. Directory
-  inodes are numbered below ``FILE_INODE_UNIT`` as they are first looked up.
+  inodes are numbered below ``FILE_INODE_UNIT`` as they are first looked up. A whole-file
+  rewrite (a new segment under the name) keeps the inode the kernel knows for as long
+  as that inode is known (``kept_through_rewrite``); after a restart the file has its
+  new segment's number.
 - A name maps to at most one inode and an inode to at most one name; a rename moves
   the names of the entry and of everything below it, keeping their inodes.
 - An inode stays known while the kernel holds a lookup on it or a file handle uses
@@ -40,6 +43,7 @@ class InodeTable:
         self._lookups: dict[int, int] = {}
         self._open_handles: dict[int, int] = {}
         self._unlinked: set[int] = set()  # inodes whose name was unlinked while open
+        self._rewritten: dict[int, int] = {}  # a rewrite's new file inode -> the inode kept
         self._next_inode = ROOT_INODE + 1
 
     def __len__(self) -> int:
@@ -62,6 +66,8 @@ class InodeTable:
         """The inode for ``name`` (a file's ``file_inode``; a directory's allocated if
         new), its lookup count raised by one."""
         inode = self._inode_by_name.get(name)
+        if file is not None:
+            file = self._rewritten.get(file, file)
         if file is not None and inode != file:
             if inode is not None:  # the name now means another file (replaced elsewhere)
                 self._unname(name, inode)
@@ -97,6 +103,13 @@ class InodeTable:
 
     def is_unlinked(self, inode: int) -> bool:
         return inode in self._unlinked
+
+    def kept_through_rewrite(self, name: str, file: int | None) -> None:
+        """``name``, whose inode is known, is a new segment (``file``) now: it keeps the
+        inode."""
+        inode = self._inode_by_name.get(name)
+        if inode is not None and file is not None and inode != file:
+            self._rewritten[file] = inode
 
     def unlinked(self, name: str, hidden: str) -> None:
         """``name`` was unlinked while open and now lives at ``hidden``."""
@@ -141,5 +154,7 @@ class InodeTable:
             return
         name = self._name_by_inode.pop(inode, None)
         self._unlinked.discard(inode)
+        for file in [f for f, kept in self._rewritten.items() if kept == inode]:
+            del self._rewritten[file]
         if name is not None and self._inode_by_name.get(name) == inode:
             del self._inode_by_name[name]

@@ -148,6 +148,14 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             return inode
         return None
 
+    async def _rewrite(self, info: SegmentInfo, what: str) -> SegmentInfo:
+        """A whole-file rewrite (``WholeFileRewrites``): a new segment under the name,
+        which keeps the inode its descriptors and the kernel know for this mount's life
+        (``InodeTable.kept_through_rewrite``)."""
+        replaced: SegmentInfo = await self.rewrites.replace_with_empty(info, what)
+        self.inodes.kept_through_rewrite(info.name, self._file_inode(replaced))
+        return replaced
+
     async def _stat_if_exists(self, name: str) -> Info | None:
         try:
             return await self.store.stat(name)
@@ -185,7 +193,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         if fields.update_size and (isinstance(info, DirectoryInfo) or attr.st_size != info.appended_length):
             if isinstance(info, DirectoryInfo) or attr.st_size != 0:
                 raise pyfuse3.FUSEError(errno.EPERM)  # append-only: no truncation, no holes
-            info = await self.rewrites.replace_with_empty(info, "truncate to 0")
+            info = await self._rewrite(info, "truncate to 0")
         # metadata only; the kernel checked who may change what (default_permissions)
         change = {
             "mode": stat.S_IMODE(attr.st_mode) if fields.update_mode else None,
@@ -333,7 +341,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             if info.sealed:
                 raise SegmentSealedError(info.name)
             if flags & os.O_TRUNC and info.appended_length > 0:
-                await self.rewrites.replace_with_empty(info, "open with O_TRUNC")
+                await self._rewrite(info, "open with O_TRUNC")
         return self._open_handle(inode, flags)
 
     @fuse_errors
@@ -357,7 +365,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             if not isinstance(info, SegmentInfo):
                 raise IsADirectoryError_(path) from None
             if flags & os.O_TRUNC and info.appended_length > 0:
-                await self.rewrites.replace_with_empty(info, "create with O_TRUNC")
+                await self._rewrite(info, "create with O_TRUNC")
                 info = None
         if info is None:
             info = await self.store.stat(path)
