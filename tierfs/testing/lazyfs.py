@@ -22,6 +22,9 @@ Invariants:
   orderly shutdown): a write the kernel hands over and nobody syncs never reaches it.
 - The layer itself never fails a write for lack of memory checks: it is for tests,
   whose journals and databases sync often.
+- Unsynced writes stay while the file exists, open or not (a page cache's dirty pages
+  outlive close(2)), and go with the file when it is deleted or renamed over, so a
+  backing inode number reused by a new file never shows them.
 - Directory fsyncs sync the backing directory (names are not kept back: that is the
   part LazyFS also passes through by default).
 """
@@ -161,8 +164,7 @@ class LazyOperations(pyfuse3.Operations):
                 continue
             self._lookups.pop(inode, None)
             if inode != ROOT and inode not in self._opens:
-                self._paths.pop(inode, None)
-                self._pending.pop(inode, None)
+                self._let_go(inode)
 
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         return self._attributes(self._path(inode), inode)
@@ -250,8 +252,16 @@ class LazyOperations(pyfuse3.Operations):
             inode = os.lstat(old).st_ino
         except OSError as e:
             raise pyfuse3.FUSEError(e.errno or errno.EIO) from None
+        try:
+            replaced: int | None = os.lstat(new).st_ino
+        except OSError:
+            replaced = None
         self._os(os.replace, old, new)
         self._paths[inode] = new
+        if replaced is not None and replaced != inode and replaced not in self._opens:
+            self._pending.pop(replaced, None)  # renamed over: that file is gone
+            if replaced not in self._lookups:
+                self._paths.pop(replaced, None)
 
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
@@ -349,8 +359,22 @@ class LazyOperations(pyfuse3.Operations):
         os.close(fd)
         del self._fd_of_inode[inode]
         if inode not in self._lookups:
-            self._paths.pop(inode, None)
-            self._pending.pop(inode, None)
+            self._let_go(inode)
+
+    def _let_go(self, inode: int) -> None:
+        """Neither the kernel nor a handle holds ``inode`` now. A file that still exists
+        keeps its unsynced writes, as a page cache does, until a sync or the power cut
+        (dropping them here once made a closed file read back its older bytes); a
+        deleted one's go with it, before the backing file system can reuse its number."""
+        path = self._paths.get(inode)
+        if path is not None and inode in self._pending:
+            try:
+                if os.lstat(path).st_ino == inode:
+                    return
+            except OSError:
+                pass
+        self._paths.pop(inode, None)
+        self._pending.pop(inode, None)
 
     # ---------------------------------------------------------------- power
     def apply_all(self) -> None:
