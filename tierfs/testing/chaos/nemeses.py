@@ -72,7 +72,9 @@ def power_loss(chaos: Chaos) -> None:
     if layer is None:
         return kill9(chaos)
     chaos.write_for()
-    chaos.host.kill9()
+    # every process dies with the power: a `tierfs append` that opened the data dir
+    # in-process must not go on deleting objects after the cut
+    chaos.host.kill_every_user()
     layer.power_cut()
     chaos.ledger.forgive(GONE, "VD, younger than the sync interval at a power loss", _young_vd(chaos))
     _restart_paused(chaos)

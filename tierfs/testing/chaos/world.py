@@ -169,6 +169,26 @@ class Host:
         if self.daemon is not None and self.daemon.proc.poll() is None:
             self.daemon.kill9()
 
+    def kill_every_user(self) -> int:
+        """SIGKILL every process working on the data dir (the daemon, and ``tierfs
+        append`` runs that opened it in-process while the daemon was down), as a power
+        loss stops them all; how many besides the daemon."""
+        self.kill9()
+        mine = os.fsencode(str(self.data_dir))
+        killed = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                command = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"tierfs.cli" in command and mine in command:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry), signal.SIGKILL)
+                    killed += 1
+        return killed
+
     def stop(self) -> None:
         if self.daemon is not None and self.daemon.proc.poll() is None:
             self.daemon.stop()
