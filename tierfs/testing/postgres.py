@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import glob
 import os
 import pwd
@@ -166,7 +167,13 @@ class PostgresServer:
         """SIGKILL the server (the metadata store disappears at once); ``start()`` brings
         it back on the same data."""
         if self._process is not None and self._process.poll() is None:
+            # backends run in process groups of their own (PostgreSQL's setsid): each
+            # would answer until it noticed the postmaster's death
+            children = _children(self._process.pid)
             os.killpg(self._process.pid, signal.SIGKILL)
+            for child in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
             self._process.wait()
         self._process = None
 
@@ -214,3 +221,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (its backends and helpers, for a postmaster)."""
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent == pid:
+                found.append(int(entry))
+    return found
