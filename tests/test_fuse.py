@@ -476,14 +476,20 @@ def test_mount_refuses_a_missing_mount_point(tmp_path: Path) -> None:
     assert result.returncode == 1 and "does not exist" in result.stderr and "mkdir -p" in result.stderr
 
 
-def test_mount_detaches_a_dead_tierfs_mount_at_its_mount_point_and_says_so(tmp_path: Path) -> None:
-    data_dir, mountpoint = tmp_path / "data", tmp_path / "mnt"
-    mountpoint.mkdir()
-    cli = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir)]
+def _mounted_in_background(tmp_path: Path) -> tuple[Path, list[str], int]:
+    """``tierfs mount`` as a user types it: the mount point, the CLI for its data dir
+    and the daemon's pid."""
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir(exist_ok=True)
+    cli = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(tmp_path / "data")]
     started = run(*cli, "mount", str(mountpoint), check=False)
     assert started.returncode == 0, started.stderr
+    return mountpoint, cli, int(started.stderr.split("(pid ", 1)[1].split(",", 1)[0].rstrip(")"))
+
+
+def test_mount_detaches_a_dead_tierfs_mount_at_its_mount_point_and_says_so(tmp_path: Path) -> None:
+    mountpoint, cli, pid = _mounted_in_background(tmp_path)
     (mountpoint / "kept").write_bytes(b"fsynced")
-    pid = int(started.stderr.split("(pid ", 1)[1].split(",", 1)[0].rstrip(")"))
     # libfuse's auto-unmount helper and tierfs's unmount guard die first, then the
     # daemon: nothing unmounts
     helpers = [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) != pid
@@ -551,14 +557,8 @@ def test_a_files_inode_number_is_its_identity_across_renames_and_restarts(tmp_pa
 
 @pytest.mark.slow
 def test_thirty_kill_9s_of_the_mount_daemon_leave_no_mount(tmp_path: Path) -> None:
-    data_dir, mountpoint = tmp_path / "data", tmp_path / "mnt"
-    mountpoint.mkdir()
-    cli = [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir)]
     for attempt in range(30):
-        started = run(*cli, "mount", str(mountpoint), check=False)
-        assert started.returncode == 0, started.stderr
-        assert "detached a dead tierfs mount" not in started.stderr, f"run {attempt} left one"
-        pid = int(started.stderr.split("(pid ", 1)[1].split(",", 1)[0].rstrip(")"))
+        mountpoint, cli, pid = _mounted_in_background(tmp_path)
         with open(mountpoint / "log", "ab") as f:
             f.write(b"%d\n" % attempt)
         run("ls", "-la", str(mountpoint))
