@@ -44,6 +44,7 @@ class InodeTable:
         self._open_handles: dict[int, int] = {}
         self._unlinked: set[int] = set()  # inodes whose name was unlinked while open
         self._rewritten: dict[int, int] = {}  # a rewrite's new file inode -> the inode kept
+        self._rewrite_of: dict[int, int] = {}  # and back (one live rewrite per kept inode)
         self._next_inode = ROOT_INODE + 1
 
     def __len__(self) -> int:
@@ -109,7 +110,8 @@ class InodeTable:
         inode."""
         inode = self._inode_by_name.get(name)
         if inode is not None and file is not None and inode != file:
-            self._rewritten[file] = inode
+            self._rewritten.pop(self._rewrite_of.get(inode, file), None)  # the file it replaced is gone
+            self._rewritten[file], self._rewrite_of[inode] = inode, file
 
     def unlinked(self, name: str, hidden: str) -> None:
         """``name`` was unlinked while open and now lives at ``hidden``."""
@@ -154,7 +156,6 @@ class InodeTable:
             return
         name = self._name_by_inode.pop(inode, None)
         self._unlinked.discard(inode)
-        for file in [f for f, kept in self._rewritten.items() if kept == inode]:
-            del self._rewritten[file]
+        self._rewritten.pop(self._rewrite_of.pop(inode, 0), None)
         if name is not None and self._inode_by_name.get(name) == inode:
             del self._inode_by_name[name]

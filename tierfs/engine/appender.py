@@ -165,8 +165,7 @@ class Appender:
                     await self.ship_metadata()
             tenure.check(seg.name)
             return offset
-        if not journal.write_queued() or journal.written_lsn < end_lsn:
-            await journal.wait_written(end_lsn)  # the disk is full: written once space is back
+        await journal.wait_written(end_lsn)  # at once; on a full disk, once space is back
         if self._tail_budget.over:
             self._tail_budget.evict(journal.written_lsn)
         real_now_s = monotonic()

@@ -193,6 +193,7 @@ class BackupObjects:
         self.folder = f"{root.rstrip('/')}/{BACKUP_PREFIX}"
         protocol = self.fs.protocol
         self._local = "file" in (protocol if isinstance(protocol, (tuple, list)) else (protocol,))
+        self._links: dict[str, LineageLink] = {}  # read once: a link is never rewritten
 
     def _path(self, name: str) -> str:
         return f"{self.folder}/{name}"
@@ -255,14 +256,13 @@ class BackupObjects:
 
     def lineage(self) -> Lineage:
         """The lineage of the newest epoch that wrote a link (unreadable links are skipped)."""
-        links = []
         for name in self.names():
-            if name.endswith(".lineage"):
+            if name.endswith(".lineage") and name not in self._links:
                 try:
-                    links.append(LineageLink.from_json(self._call("read", self.fs.cat_file, self._path(name))))
+                    self._links[name] = LineageLink.from_json(self._call("read", self.fs.cat_file, self._path(name)))
                 except (ValueError, KeyError, TypeError, FileNotFoundError):
                     continue
-        return Lineage.of(links)
+        return Lineage.of(list(self._links.values()))
 
     def logs(self) -> list[LogObject]:
         return [LogObject(int(m.group(1)), int(m.group(3)), int(m.group(4)))

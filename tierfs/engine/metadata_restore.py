@@ -6,8 +6,8 @@ of the newest owner's lineage (``backup_objects.Lineage``: a sibling's backups, 
 that took over and was taken over from, are never mixed in) whose snapshot downloads
 with the right size and CRC32C and passes SQLite's integrity check (older ones are
 tried in turn); apply that lineage's change batches shipped after it (``metadata_log``,
-``backup_objects.log_chain``), in order, up to the first one that is missing or damaged; raise the store record's epoch to the highest epoch that tier-2
-shows any owner used (the snapshot's, the backups' names, the chunk names), so that the
+``backup_objects.log_chain``), in order, up to the first one that is missing or damaged;
+raise the store record's epoch to the highest epoch that tier-2 shows any owner used (the snapshot's, the backups' names, the chunk names), so that the
 next open's new epoch is above all of them; install the file as ``metadata.sqlite``.
 
 The data dir's journal is kept where it is: the next open (``store.restore`` opens the
