@@ -68,11 +68,6 @@ def _mounts_readable() -> bool:
     return os.access("/proc/self/mounts", os.R_OK)
 
 
-def _unescape(field: bytes) -> bytes:
-    # the kernel escapes spaces, tabs and backslashes in mount fields as octal
-    return field.replace(b"\\040", b" ").replace(b"\\011", b"\t").replace(b"\\134", b"\\")
-
-
 def _mount_source(path: Path) -> str | None:
     """The source (fsname) of what is mounted at ``path``, or None."""
     target = os.fsencode(os.path.abspath(path))
@@ -80,8 +75,8 @@ def _mount_source(path: Path) -> str | None:
         with open("/proc/self/mounts", "rb") as mounts:
             for line in mounts:
                 fields = line.split()
-                if len(fields) > 1 and _unescape(fields[1]) == target:
-                    return os.fsdecode(_unescape(fields[0]))
+                if len(fields) > 1 and unmount_guard.unescape(fields[1]) == target:
+                    return os.fsdecode(unmount_guard.unescape(fields[0]))
     except OSError:
         pass
     return None
@@ -108,8 +103,7 @@ def detach_dead_mount(mountpoint: Path) -> bool:
     except OSError as e:
         if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED):
             return False
-    helper = ["fusermount3", "-u", "-z"] if shutil.which("fusermount3") else ["umount", "-l"]
-    done = subprocess.run([*helper, str(mountpoint)], capture_output=True, text=True)
+    done = unmount_guard.detach(mountpoint)
     if done.returncode != 0:
         raise MountError(f"{mountpoint} is a dead tierfs mount (its daemon is gone) and detaching it failed: "
                          f"{done.stderr.strip()} (as root: umount -l {mountpoint})")

@@ -34,21 +34,29 @@ POLL_S = 0.05
 
 def mount_id(mountpoint: Path) -> str | None:
     """The id of what is mounted at ``mountpoint`` (``/proc/self/mountinfo``), or None."""
-    target = os.path.abspath(mountpoint)
+    target = os.fsencode(os.path.abspath(mountpoint))
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+        with open("/proc/self/mountinfo", "rb") as info:
             found = None
             for line in info:
                 fields = line.split()
-                if len(fields) > 4 and _unescape(fields[4]) == target:
-                    found = fields[0]  # the last one listed is the one on top
+                if len(fields) > 4 and unescape(fields[4]) == target:
+                    found = fields[0].decode()  # the last one listed is the one on top
             return found
     except OSError:
         return None
 
 
-def _unescape(field: str) -> str:
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+def unescape(field: bytes) -> bytes:
+    """A path field of ``/proc/self/mounts`` or ``mountinfo`` (the kernel escapes
+    spaces, tabs, newlines and backslashes as octal)."""
+    return field.replace(b"\\040", b" ").replace(b"\\011", b"\t").replace(b"\\012", b"\n").replace(b"\\134", b"\\")
+
+
+def detach(mountpoint: Path) -> subprocess.CompletedProcess[str]:
+    """A lazy unmount of whatever is mounted at ``mountpoint``."""
+    helper = ["fusermount3", "-u", "-z"] if shutil.which("fusermount3") else ["umount", "-l"]
+    return subprocess.run([*helper, str(mountpoint)], capture_output=True, text=True)
 
 
 def start(mountpoint: Path) -> subprocess.Popen[bytes] | None:
@@ -72,8 +80,7 @@ def guard(daemon_pid: int, mounted: str, mountpoint: Path) -> bool:
         time.sleep(POLL_S)
     if mount_id(mountpoint) != mounted:
         return False
-    helper = ["fusermount3", "-u", "-z"] if shutil.which("fusermount3") else ["umount", "-l"]
-    return subprocess.run([*helper, str(mountpoint)], capture_output=True).returncode == 0
+    return detach(mountpoint).returncode == 0
 
 
 if __name__ == "__main__":

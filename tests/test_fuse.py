@@ -26,7 +26,7 @@ from tierfs.fsspec_impl import TierFileSystem
 from tierfs.fuse.mount import is_mount_point
 
 from tierfs.contracts.datadir import process_running
-from tierfs.testing.harness import Mount
+from tierfs.testing.harness import Mount, processes
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
@@ -434,17 +434,16 @@ def _unmount_helpers(mountpoint: Path) -> str:
     auto_unmount helper waits for every copy of the daemon's end of its socket to close)
     and their state."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for pid, _, raw in processes():
+        command = raw.replace(b"\0", b" ").decode(errors="replace")
+        if str(mountpoint) not in command:
             continue
         try:
-            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = next(line for line in Path(f"/proc/{entry}/status").read_text().splitlines()
+            state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                          if line.startswith("State:"))
-        except (OSError, ValueError, StopIteration):
+        except (OSError, StopIteration):
             continue
-        if str(mountpoint) in command:
-            found.append(f"pid {entry} {state.split(None, 1)[1]}: {command.strip()}")
+        found.append(f"pid {pid} {state.split(None, 1)[1]}: {command.strip()}")
     return "processes naming the mount point: " + ("; ".join(found) or "none")
 
 
@@ -492,8 +491,7 @@ def test_mount_detaches_a_dead_tierfs_mount_at_its_mount_point_and_says_so(tmp_p
     (mountpoint / "kept").write_bytes(b"fsynced")
     # libfuse's auto-unmount helper and tierfs's unmount guard die first, then the
     # daemon: nothing unmounts
-    helpers = [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) != pid
-               and os.fsencode(mountpoint) in _read_or_empty(Path(f"/proc/{entry}/cmdline"))]
+    helpers = [other for other, _, command in processes() if other != pid and os.fsencode(mountpoint) in command]
     assert len(helpers) == 2, helpers
     for helper in helpers:
         os.kill(helper, signal.SIGKILL)
@@ -515,12 +513,6 @@ def test_mount_detaches_a_dead_tierfs_mount_at_its_mount_point_and_says_so(tmp_p
         if is_mount_point(mountpoint):  # the dead one, where detaching failed
             run("fusermount3", "-u", "-z", str(mountpoint), check=False)
 
-
-def _read_or_empty(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
 
 
 def test_a_files_inode_number_is_its_identity_across_renames_and_restarts(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -67,6 +67,20 @@ def small_config(data_dir: Path, **overrides: object) -> StoreConfig:
     )
     values.update(overrides)
     return StoreConfig(**values)  # type: ignore[arg-type]
+
+
+def processes() -> Iterator[tuple[int, int, bytes]]:
+    """(pid, parent pid, command line with its NUL separators) of every process but
+    this one (Linux ``/proc``; one that ends meanwhile is skipped)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        yield int(entry), parent, command
 
 
 def free_port() -> int:

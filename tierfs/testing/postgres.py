@@ -36,6 +36,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tierfs.testing.harness import processes
+
 SERVER_USER = "tierfs-pg"
 DATABASE_USER = "tierfs"
 
@@ -169,7 +171,7 @@ class PostgresServer:
         if self._process is not None and self._process.poll() is None:
             # backends run in process groups of their own (PostgreSQL's setsid): each
             # would answer until it noticed the postmaster's death
-            children = _children(self._process.pid)
+            children = [pid for pid, parent, _ in processes() if parent == self._process.pid]
             os.killpg(self._process.pid, signal.SIGKILL)
             for child in children:
                 with contextlib.suppress(ProcessLookupError):
@@ -222,16 +224,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def _children(pid: int) -> list[int]:
-    """The direct children of ``pid`` (its backends and helpers, for a postmaster)."""
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parent = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if parent == pid:
-                found.append(int(entry))
-    return found

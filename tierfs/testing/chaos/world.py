@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tierfs.testing.harness import Daemon, HarnessError, free_port, start_daemon
+from tierfs.testing.harness import Daemon, HarnessError, free_port, processes, start_daemon
 
 START_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 30.0
@@ -176,16 +176,10 @@ class Host:
         self.kill9()
         mine = os.fsencode(str(self.data_dir))
         killed = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            try:
-                command = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
+        for pid, _, command in processes():
             if b"tierfs.cli" in command and mine in command:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                     killed += 1
         return killed
 
