@@ -14,10 +14,8 @@ Invariants:
 - An inode stays known while the kernel holds a lookup on it or a file handle uses
   it; afterwards it is dropped, so the table's size follows the kernel's, not the
   number of names ever seen. Inode numbers are never reused within a mount.
-- A removed name's inode stays valid for open handles but answers ENOENT by name.
-- A name unlinked while open (``unlinked``) moves to its hidden name and its inode keeps
-  serving its open handles; ``closed`` says when the last one went, so the mount can
-  delete the hidden segment.
+- A removed name's inode stays valid for open handles (they hold their file) but
+  answers ENOENT by name.
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ class InodeTable:
         self._inode_by_name: dict[str, int] = {"": ROOT_INODE}
         self._lookups: dict[int, int] = {}
         self._open_handles: dict[int, int] = {}
-        self._unlinked: set[int] = set()  # inodes whose name was unlinked while open
         self._rewritten: dict[int, int] = {}  # a rewrite's new file inode -> the inode kept
         self._rewrite_of: dict[int, int] = {}  # and back (one live rewrite per kept inode)
         self._next_inode = ROOT_INODE + 1
@@ -93,17 +90,17 @@ class InodeTable:
     def opened(self, inode: int) -> None:
         self._open_handles[inode] = self._open_handles.get(inode, 0) + 1
 
-    def closed(self, inode: int) -> bool:
-        """One handle of ``inode`` closed; True if it was the last one."""
-        last = self._open_handles.get(inode, 0) <= 1
+    def closed(self, inode: int) -> None:
+        """One handle of ``inode`` closed."""
         self._release(self._open_handles, inode, 1)
-        return last
 
     def is_open(self, inode: int) -> bool:
         return inode in self._open_handles
 
-    def is_unlinked(self, inode: int) -> bool:
-        return inode in self._unlinked
+    def inode_of_file(self, file: int) -> int:
+        """The inode the kernel knows for the file whose ``file_inode`` is ``file``: the
+        file's own, or the one a rewrite kept."""
+        return self._rewritten.get(file, file)
 
     def kept_through_rewrite(self, name: str, file: int | None) -> None:
         """``name``, whose inode is known, is a new segment (``file``) now: it keeps the
@@ -112,13 +109,6 @@ class InodeTable:
         if inode is not None and file is not None and inode != file:
             self._rewritten.pop(self._rewrite_of.get(inode, file), None)  # the file it replaced is gone
             self._rewritten[file], self._rewrite_of[inode] = inode, file
-
-    def unlinked(self, name: str, hidden: str) -> None:
-        """``name`` was unlinked while open and now lives at ``hidden``."""
-        inode = self._inode_by_name.pop(name)
-        self._inode_by_name[hidden] = inode
-        self._name_by_inode[inode] = hidden
-        self._unlinked.add(inode)
 
     def _release(self, counts: dict[int, int], inode: int, count: int) -> None:
         remaining = counts.get(inode, 0) - count
@@ -155,7 +145,6 @@ class InodeTable:
         if inode == ROOT_INODE or inode in self._lookups or inode in self._open_handles:
             return
         name = self._name_by_inode.pop(inode, None)
-        self._unlinked.discard(inode)
         self._rewritten.pop(self._rewrite_of.pop(inode, 0), None)
         if name is not None and self._inode_by_name.get(name) == inode:
             del self._inode_by_name[name]

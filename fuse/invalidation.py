@@ -79,6 +79,9 @@ class KernelNotifier:
         self._queue_name(name)
 
     def _queue_name(self, name: str) -> None:
+        inode = self._inodes.known_inode(name)
+        if inode is not None:  # a file renamed away or deleted: its st_nlink changed
+            self._pending.add(inode)
         directory, _, component = name.rpartition("/")
         directory_inode = self._inodes.known_inode(directory)
         if directory_inode is not None:

@@ -12,8 +12,13 @@ Directories are namespaces, files are segments. Semantics (append-only):
   permission bits, owner and times (``chmod``, ``chown``, ``touch -d``, ``utimensat``)
   are stored (``store.set_attributes``; the kernel checks who may change them);
 - ``rename`` onto an existing name replaces it atomically, never a sealed segment (EPERM);
-- a file unlinked (or replaced) while open here keeps working through its descriptors
-  under a hidden name and is deleted at the last close (``_keep_for_open_handles``);
+- an open descriptor holds its file (``MountedStore.hold``): it reads, writes and stats
+  the file it opened while the name is renamed, replaced or deleted through any front
+  end; a file deleted or replaced while open lives on, detached (``st_nlink`` 0), until
+  its last descriptor closes. A whole-file rewrite moves every descriptor of the inode
+  to the new file, as truncation does on a local disk;
+- an inode whose file is gone answers ESTALE, so the kernel looks the name up again: an
+  ``open`` racing a rename that replaces the name opens the old file or the new one;
 - readdir lists ``.`` and ``..``; a directory's ``st_nlink`` is 2 + its subdirectories;
 - ``fsync``/``fdatasync`` make every byte written so far durable, also on a VD segment;
 - a created file is durable with the journal's next sync, as on a local file system:
@@ -40,15 +45,15 @@ from collections.abc import Sequence
 import pyfuse3
 import trio
 from tierfs.fuse.errors import fuse_errors
-from tierfs.fuse.inodes import ROOT_INODE, InodeTable, file_inode
+from tierfs.fuse.inodes import FILE_INODE_UNIT, ROOT_INODE, InodeTable, file_inode
 from tierfs.fuse.invalidation import KernelNotifier
+from tierfs.fuse.named_files import NamedFile
 from tierfs.fuse.rewrites import already_written
 from tierfs.fuse.whole_file_rewrites import WholeFileRewrites
 from tierfs.fuse.xattrs import ExtendedAttributes
 
 from tierfs.contracts import names
 from tierfs.contracts.api import SegmentReaderAPI
-from tierfs.contracts.cluster_errors import CrossContainerError
 from tierfs.contracts.errors import (
     BadOffsetError,
     IsADirectoryError_,
@@ -59,7 +64,7 @@ from tierfs.contracts.errors import (
     SegmentSealedError,
 )
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
-from tierfs.store.served import MountedStore
+from tierfs.store.served import HeldFile, MountedStore
 
 # The kernel hears of every growth, attribute and name change the store makes at once
 # (invalidation.py), so it may cache long: `ls -l` of a big directory stats each entry
@@ -76,6 +81,7 @@ DEFAULT_DIRECTORY_MODE = 0o755
 class OpenFile:
     inode: int
     always_append: bool  # opened with O_APPEND: every write goes to the end
+    file: HeldFile  # what the descriptor reads and writes, whatever its name means later
     reader: SegmentReaderAPI | None = None
     # created with no write bit (git objects: 0444): the creator still writes through
     # this handle, the mode (and so the seal) is applied when it closes
@@ -105,6 +111,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         self.notifier = KernelNotifier(self.inodes)  # mount.py wires it to the store's changes
         self.rewrites = WholeFileRewrites(store)
         self._files: dict[int, OpenFile] = {}
+        self._open_by_inode: dict[int, list[OpenFile]] = {}
         self._directories: dict[int, list[tuple[str, Info]]] = {}
         self._next_handle = 1
         self._uid = os.getuid()  # the daemon's: owner of entries nobody chowned
@@ -123,7 +130,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         attr.st_blksize = BLOCK_SIZE_BYTES
         if isinstance(info, SegmentInfo):
             attr.st_mode = stat.S_IFREG | info.mode
-            attr.st_nlink = 0 if self.inodes.is_unlinked(inode) else 1
+            attr.st_nlink = 0 if names.is_detached(info.name) else 1
             attr.st_size = info.length
             attr.st_blocks = (info.length + 511) // 512
         else:
@@ -148,25 +155,55 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             return inode
         return None
 
-    async def _rewrite(self, info: SegmentInfo, what: str) -> SegmentInfo:
+    async def _rewrite(self, inode: int, info: SegmentInfo, what: str) -> SegmentInfo:
         """A whole-file rewrite (``WholeFileRewrites``): a new segment under the name,
         which keeps the inode its descriptors and the kernel know for this mount's life
-        (``InodeTable.kept_through_rewrite``)."""
+        (``InodeTable.kept_through_rewrite``); the inode's descriptors move to it."""
         replaced: SegmentInfo = await self.rewrites.replace_with_empty(info, what)
         self.inodes.kept_through_rewrite(info.name, self._file_inode(replaced))
+        for handle in self._open_by_inode.get(inode, []):
+            old, handle.file, handle.reader = handle.file, await self._hold(inode, replaced.name), None
+            await old.release()
         return replaced
 
-    async def _stat_if_exists(self, name: str) -> Info | None:
+    async def _hold(self, inode: int, name: str) -> HeldFile:
+        """What a new descriptor of ``inode`` holds: the file called ``name`` now. ESTALE
+        if it went meanwhile (a rename replaced it): the kernel looks the name up again."""
         try:
-            return await self.store.stat(name)
+            held = await self.store.hold(name)
         except SegmentNotFoundError:
+            raise pyfuse3.FUSEError(errno.ESTALE) from None
+        return held or NamedFile(self.store, lambda: self.inodes.name_of(inode))
+
+    def _open_file_of(self, inode: int) -> HeldFile | None:
+        """The file an open descriptor of ``inode`` holds (one not detached if any)."""
+        handles = self._open_by_inode.get(inode)
+        if not handles:
             return None
+        return next((h.file for h in handles if not h.file.detached), handles[0].file)
+
+    async def _info_of(self, inode: int) -> Info:
+        """What ``inode`` is now: the file its descriptors hold, else what its name holds;
+        ESTALE if that is no longer this inode's file (the kernel then looks it up again)."""
+        file = self._open_file_of(inode)
+        if file is not None:
+            return await file.info()
+        name = self.inodes.known_name(inode)
+        if name is None:
+            if inode >= FILE_INODE_UNIT:
+                raise pyfuse3.FUSEError(errno.ESTALE)
+            raise SegmentNotFoundError(f"inode {inode}")
+        info = await self.store.stat(name)
+        if inode >= FILE_INODE_UNIT and (
+            not isinstance(info, SegmentInfo) or self.inodes.inode_of_file(self._file_inode(info)) != inode
+        ):
+            raise pyfuse3.FUSEError(errno.ESTALE)
+        return info
 
     async def _segment_info(self, inode: int) -> SegmentInfo:
-        name = self.inodes.name_of(inode)
-        info = await self.store.stat(name)
+        info = await self._info_of(inode)
         if not isinstance(info, SegmentInfo):
-            raise IsADirectoryError_(name)
+            raise IsADirectoryError_(info.name)
         return info
 
     # ---------------------------------------------------------------- lookups
@@ -181,19 +218,21 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
 
     @fuse_errors
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self.attributes(inode, await self.store.stat(self.inodes.name_of(inode)))
+        return self.attributes(inode, await self._info_of(inode))
 
     @fuse_errors
     async def setattr(
         self, inode: int, attr: pyfuse3.EntryAttributes, fields: pyfuse3.SetattrFields,
         fh: int | None, ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
-        name = self.inodes.name_of(inode)
-        info = await self.store.stat(name)
+        info = await self._info_of(inode)
+        if names.is_detached(info.name):
+            raise SegmentNotFoundError(f"inode {inode}")  # deleted while open: nothing to change by name
         if fields.update_size and (isinstance(info, DirectoryInfo) or attr.st_size != info.appended_length):
             if isinstance(info, DirectoryInfo) or attr.st_size != 0:
                 raise pyfuse3.FUSEError(errno.EPERM)  # append-only: no truncation, no holes
-            info = await self._rewrite(info, "truncate to 0")
+            info = await self._rewrite(inode, info, "truncate to 0")
+        name = info.name
         # metadata only; the kernel checked who may change what (default_permissions)
         change = {
             "mode": stat.S_IMODE(attr.st_mode) if fields.update_mode else None,
@@ -239,26 +278,8 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         info = await self.store.stat(path)
         if isinstance(info, DirectoryInfo):
             raise IsADirectoryError_(path)
-        if not await self._keep_for_open_handles(path, info):
-            await self.store.delete(path)
-            self.inodes.removed(path)
-
-    async def _keep_for_open_handles(self, path: str, info: SegmentInfo) -> bool:
-        """A name being unlinked or replaced whose file is open here moves to a hidden
-        name in its directory, so its descriptors keep working (POSIX); the segment is
-        deleted when the last one closes. False: nothing holds it open (or, in cluster
-        mode, the hidden name would be another container's: deleted at once)."""
-        inode = self.inodes.known_inode(path)
-        if inode is None or not self.inodes.is_open(inode):
-            return False
-        parent = path.rpartition("/")[0]
-        hidden = join(parent, os.fsencode(f"{names.UNLINKED_PREFIX}{info.segment_id}"))
-        try:
-            await self.store.rename(path, hidden)
-        except CrossContainerError:
-            return False
-        self.inodes.unlinked(path, hidden)
-        return True
+        await self.store.delete(path)  # a file open here lives on, detached, for its descriptors
+        self.inodes.removed(path)
 
     @fuse_errors
     async def rename(
@@ -269,11 +290,6 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EINVAL)  # would need two renames at once
         old = join(self.inodes.name_of(parent_inode_old), name_old)
         new = join(self.inodes.name_of(parent_inode_new), name_new)
-        target = await self._stat_if_exists(new)
-        if isinstance(target, SegmentInfo) and not target.sealed and old != new:
-            # a replaced file open here keeps serving its descriptors (not atomic then:
-            # the name is missing between the two renames)
-            await self._keep_for_open_handles(new, target)
         await self.store.rename(old, new)  # replaces an existing target (POSIX); never a sealed one
         self.inodes.renamed(old, new)
 
@@ -328,9 +344,12 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         self._next_handle += 1
         return handle
 
-    def _open_handle(self, inode: int, flags: int) -> pyfuse3.FileInfo:
+    async def _open_handle(self, inode: int, flags: int, name: str) -> pyfuse3.FileInfo:
+        file = await self._hold(inode, name)
         handle = self._new_handle()
-        self._files[handle] = OpenFile(inode, always_append=bool(flags & os.O_APPEND))
+        opened = OpenFile(inode, always_append=bool(flags & os.O_APPEND), file=file)
+        self._files[handle] = opened
+        self._open_by_inode.setdefault(inode, []).append(opened)
         self.inodes.opened(inode)
         return pyfuse3.FileInfo(fh=handle, direct_io=self.direct_io, keep_cache=False)
 
@@ -341,8 +360,8 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             if info.sealed:
                 raise SegmentSealedError(info.name)
             if flags & os.O_TRUNC and info.appended_length > 0:
-                await self._rewrite(info, "open with O_TRUNC")
-        return self._open_handle(inode, flags)
+                info = await self._rewrite(inode, info, "open with O_TRUNC")
+        return await self._open_handle(inode, flags, info.name)
 
     @fuse_errors
     async def create(
@@ -365,21 +384,21 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             if not isinstance(info, SegmentInfo):
                 raise IsADirectoryError_(path) from None
             if flags & os.O_TRUNC and info.appended_length > 0:
-                await self._rewrite(info, "create with O_TRUNC")
+                known = self.inodes.known_inode(path)
+                await self._rewrite(known if known is not None else 0, info, "create with O_TRUNC")
                 info = None
         if info is None:
             info = await self.store.stat(path)
         attr = self.attributes(self.inodes.looked_up(path, self._file_inode(info)), info)
-        file_info = self._open_handle(attr.st_ino, flags)
+        file_info = await self._open_handle(attr.st_ino, flags, path)
         self._files[file_info.fh].mode_on_close = mode_on_close
         return file_info, attr
 
     @fuse_errors
     async def read(self, fh: int, off: int, size: int) -> bytes:
         handle = self._file(fh)
-        name = self.inodes.name_of(handle.inode)
-        if handle.reader is None or handle.reader.name != name:
-            handle.reader = self.store.open_reader(name)
+        if handle.reader is None or handle.reader.name != handle.file.name:
+            handle.reader = handle.file.open_reader()
         try:
             return await handle.reader.read(off, size)
         except OffsetOutOfRangeError:
@@ -388,12 +407,11 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     @fuse_errors
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         handle = self._file(fh)
-        name = self.inodes.name_of(handle.inode)
         expected = None if handle.always_append else off
         try:
-            await self.store.append(name, buf, expected_offset=expected)
+            await handle.file.append(buf, expected_offset=expected)
         except BadOffsetError as refused:
-            if not await already_written(self.store, name, refused, buf):
+            if not await already_written(handle.file, refused, buf):
                 raise
         return len(buf)
 
@@ -409,17 +427,21 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
         handle = self._files.pop(fh, None)
         if handle is None:
             return
-        name = self.inodes.known_name(handle.inode)
-        unlinked = self.inodes.is_unlinked(handle.inode)
-        last = self.inodes.closed(handle.inode)
-        if name is not None and unlinked and last:
-            await self.store.delete(name)  # unlinked while open: its last descriptor closed
-        elif name is not None and handle.mode_on_close is not None:
-            await self.store.set_attributes(name, mode=handle.mode_on_close)
+        same_inode = self._open_by_inode[handle.inode]
+        same_inode.remove(handle)
+        if not same_inode:
+            del self._open_by_inode[handle.inode]
+        self.inodes.closed(handle.inode)
+        file = handle.file
+        await file.release()  # the last descriptor of a file deleted while open: it goes now
+        if handle.mode_on_close is not None and not file.detached:
+            name = self.inodes.known_name(handle.inode)
+            if name is not None:
+                await self.store.set_attributes(name, mode=handle.mode_on_close)
 
     @fuse_errors
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self.store.sync(self.inodes.name_of(self._file(fh).inode))
+        await self._file(fh).file.sync()
 
     @fuse_errors
     async def fsyncdir(self, fh: int, datasync: bool) -> None:

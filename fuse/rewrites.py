@@ -13,13 +13,13 @@ Invariants:
 
 from __future__ import annotations
 
-from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.errors import BadOffsetError
+from tierfs.store.served import HeldFile
 
 
-async def already_written(store: SegmentStoreAPI, name: str, refused: BadOffsetError, data: bytes) -> bool:
+async def already_written(file: HeldFile, refused: BadOffsetError, data: bytes) -> bool:
     """True when the refused write at ``refused.expected`` carries bytes already stored there."""
     offset = refused.expected
     if offset + len(data) > refused.actual:
         return False
-    return await store.read(name, offset, len(data), unconfirmed=True) == data
+    return await file.read(offset, len(data), unconfirmed=True) == data

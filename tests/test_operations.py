@@ -32,6 +32,7 @@ SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "mkdir": (("a/b",), {"parents": True, "exist_ok": True}),
     "rmdir": (("a",), {}),
     "mv": (("a/x", "b/y"), {}),
+    "rewrite": (("s",), {}),
     "seal": (("s",), {}),
     "unseal": (("s",), {}),
     "sync": (("s",), {}),

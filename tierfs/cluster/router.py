@@ -58,6 +58,7 @@ from tierfs.remote.client import TierClient
 from tierfs.remote.direct_read import DirectChunkReader, read_directly
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 from tierfs.remote.remote_store import RemoteStore
+from tierfs.store.served import HeldFile
 from tierfs.store.statistics import StoreStatistics
 
 T = TypeVar("T")
@@ -284,6 +285,14 @@ class ClusterStore:
 
     async def seal(self, name: str) -> SegmentInfo:
         return await self._at(name, lambda s: s.seal(name))
+
+    async def rewrite(self, name: str) -> SegmentInfo:
+        return await self._at(name, lambda s: s.rewrite(name))
+
+    async def hold(self, name: str) -> HeldFile | None:
+        """A hold where this daemon owns the name's container (``MountedStore.hold``)."""
+        local = self.host.stores.get(container_of(names.canonical(name), self.host.count))
+        return await local.hold(name) if local is not None else None
 
     async def unseal(self, name: str) -> SegmentInfo:
         return await self._at(name, lambda s: s.unseal(name))

@@ -74,6 +74,11 @@ class SegmentStoreAPI(Protocol):
 
     async def rename(self, old: str, new: str) -> None: ...
 
+    async def rewrite(self, name: str) -> SegmentInfo:
+        """Replace a segment by a new empty one (same durability, mode and owner) in one
+        step, where its directory's policy has ``rewrite_replaces=1``; never a sealed one."""
+        ...
+
     async def sync(self, name: str | None = None) -> int:
         """Make every appended byte durable; the segment's durable length."""
         ...

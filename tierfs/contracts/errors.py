@@ -149,6 +149,19 @@ class SegmentSealedError(TierFSError, PermissionError):
         self.name = name
 
 
+class RewriteRefusedError(TierFSError, PermissionError):
+    """A whole-file rewrite (a new empty segment under a name) was refused: append-only
+    unless the directory's policy has ``rewrite_replaces=1``."""
+
+    code = "append_only"
+
+    def __init__(self, name: str) -> None:
+        directory = name.rpartition("/")[0] or "/"
+        super().__init__(f"{name!r} is append-only: to let rewrites replace files in {directory}, "
+                         f"run: tierfs policy set {directory} rewrite_replaces=1")
+        self.name = name
+
+
 class OffsetOutOfRangeError(TierFSError, ValueError):
     """A read started past the readable end of the segment."""
 

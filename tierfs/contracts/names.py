@@ -10,9 +10,11 @@ Invariants:
   (ENAMETOOLONG on the mount, 400 ``name_too_long`` on the API), a subclass of
   ``InvalidNameError``.
 - Validation happens before any state change, so a bad name changes nothing.
-- Names whose last component starts with ``UNLINKED_PREFIX`` are the mount's: a file
-  unlinked while open, or a rewrite's new segment before its rename. Listings leave them
-  out and the store deletes them when it opens (nothing can hold them open then).
+- Every canonical name is the user's. A segment deleted or replaced while a descriptor
+  holds it lives on under a *detached* name (``detached_name``) until the last hold
+  goes: those start with a control character, so no user name is ever one, listings
+  never show them (they are in no directory) and the store deletes them when it opens
+  (nothing can hold them then).
 """
 
 from __future__ import annotations
@@ -75,9 +77,15 @@ def is_within(name: str, directory: str) -> bool:
     return name.startswith(directory + "/")
 
 
-UNLINKED_PREFIX = ".tierfs-unlinked."
+# The top component of every detached name: it holds a control character, so
+# ``canonical`` refuses it, and it is no directory, so nothing lists what is under it.
+DETACHED_DIRECTORY = "\x01detached"
 
 
-def is_unlinked_leftover(name: str) -> bool:
-    """Whether ``name`` is one the mount keeps for open descriptors (see above)."""
-    return name.rpartition("/")[2].startswith(UNLINKED_PREFIX)
+def detached_name(segment_id: int) -> str:
+    """Where a segment deleted or replaced while held lives until its last hold goes."""
+    return f"{DETACHED_DIRECTORY}/{segment_id}"
+
+
+def is_detached(name: str) -> bool:
+    return name.startswith(DETACHED_DIRECTORY + "/")

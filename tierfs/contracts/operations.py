@@ -218,6 +218,10 @@ MV = Operation(
     "mv", "rename", (Param("source", NAME, ""), Param("target", NAME, "")), NOTHING,
     "rename a segment or directory (metadata only)",
 )
+REWRITE = Operation(
+    "rewrite", "rewrite", (_PATH,), SEGMENT_INFO,
+    "replace a segment by a new empty one where the directory's policy has rewrite_replaces=1",
+)
 SEAL = Operation("seal", "seal", (_PATH,), SEGMENT_INFO, "make a segment read-only")
 UNSEAL = Operation("unseal", "unseal", (_PATH,), SEGMENT_INFO, "make a sealed segment appendable")
 SYNC = Operation(
@@ -274,7 +278,7 @@ DEFRAG = Operation(
 OPERATIONS: dict[str, Operation[Any]] = {
     op.name: op
     for op in (
-        MKDIR, RMDIR, MV, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, SET_ATTRIBUTES, FSCK, GC,
+        MKDIR, RMDIR, MV, REWRITE, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, SET_ATTRIBUTES, FSCK, GC,
         OFFLOAD, OFFLOAD_STATUS, POLICY_SET, POLICY_GET, CONCAT, DEFRAG,
     )
 }

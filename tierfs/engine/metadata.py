@@ -40,6 +40,7 @@ from tierfs.contracts.errors import (
     SegmentExistsError,
     SegmentNotFoundError,
 )
+from tierfs.contracts.names import detached_name
 from tierfs.engine import records
 from tierfs.engine.metadata_replay import CreationReplay
 from tierfs.engine.metadata_scans import WholeStoreScans
@@ -238,18 +239,53 @@ class MetadataStore(WholeStoreScans, CreationReplay):
         the creation in the journal until it is (``CreationReplay``)."""
         with self._db.transaction(namespace=True, synced=synced):
             self._require_parent(parent)
-            if self._name_taken(name):
-                raise SegmentExistsError(name)
-            segment_id = int(self._db.execute(
-                "INSERT INTO segments (name, rev, value) VALUES (?, 1, ?) RETURNING id",
-                (name, records.dump(record)),
-            ).fetchone()[0])
-            record = dataclasses.replace(record, segment_id=segment_id)
-            self._db.execute(
-                "UPDATE segments SET value=? WHERE id=?", (records.dump(record), segment_id)
-            )
+            row = self._insert_segment(name, record)
             self._write_directories(touched)
+        return row
+
+    def _insert_segment(self, name: str, record: SegmentMeta) -> SegmentRow:
+        if self._name_taken(name):
+            raise SegmentExistsError(name)
+        segment_id = int(self._db.execute(
+            "INSERT INTO segments (name, rev, value) VALUES (?, 1, ?) RETURNING id",
+            (name, records.dump(record)),
+        ).fetchone()[0])
+        record = dataclasses.replace(record, segment_id=segment_id)
+        self._db.execute(
+            "UPDATE segments SET value=? WHERE id=?", (records.dump(record), segment_id)
+        )
         return SegmentRow(segment_id, name, 1, record)
+
+    def replace_segment(
+        self, replaced: SegmentRow, detach: bool, record: SegmentMeta, touched: dict[str, DirectoryMeta]
+    ) -> tuple[SegmentRow, list[str]]:
+        """A new segment (``record``) under ``replaced``'s name, in one transaction:
+        ``replaced`` is detached (``detach``: still held) or deleted, its chunks queued
+        for collection (returned)."""
+        with self._db.transaction(namespace=True):
+            garbage = self._remove_replaced(replaced, detach)
+            row = self._insert_segment(replaced.name, record)
+            self._write_directories(touched)
+        return row, garbage
+
+    def detach_segment(self, row: SegmentRow, touched: dict[str, DirectoryMeta] | None = None) -> str:
+        """Move a held segment that is being deleted to its detached name (returned)."""
+        with self._db.transaction(namespace=True):
+            self._remove_replaced(row, detach=True)
+            self._write_directories(touched)
+        return detached_name(row.segment_id)
+
+    def _remove_replaced(self, row: SegmentRow, detach: bool) -> list[str]:
+        """Delete ``row`` (its garbage returned) or, with ``detach``, move it to its
+        detached name (``names.detached_name``: nothing)."""
+        if not detach:
+            return self._delete_segment(row)
+        cursor = self._db.execute(
+            "UPDATE segments SET name=? WHERE id=? AND rev=?", (detached_name(row.segment_id), row.segment_id, row.rev)
+        )
+        if cursor.rowcount != 1:
+            raise ConcurrentModificationError(f"segment {row.name!r} changed meanwhile")
+        return []
 
     def update_segment(self, row: SegmentRow, record: SegmentMeta) -> int:
         """Conditionally replace a segment's record; returns the new revision."""
@@ -277,18 +313,19 @@ class MetadataStore(WholeStoreScans, CreationReplay):
         replaced: SegmentRow | None = None,
         replaces_directory: bool = False,
         touched: dict[str, DirectoryMeta] | None = None,
+        detach_replaced: bool = False,
     ) -> list[str]:
         """Rename a segment, or a directory with everything below it, in one transaction.
 
         ``new`` must be free, or hold exactly what the caller saw: the segment
         ``replaced`` (at its revision; deleted in the same transaction, its chunks
-        queued for collection: returned) or, with ``replaces_directory``, an empty
-        directory (removed)."""
+        queued for collection: returned; with ``detach_replaced`` moved to its detached
+        name instead) or, with ``replaces_directory``, an empty directory (removed)."""
         garbage: list[str] = []
         with self._db.transaction(namespace=True):
             self._require_parent(new_parent)
             if replaced is not None:
-                garbage = self._delete_segment(replaced)
+                garbage = self._remove_replaced(replaced, detach_replaced)
             elif replaces_directory:
                 self._remove_empty_directory(new)
             if self._name_taken(new):

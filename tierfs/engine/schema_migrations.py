@@ -33,10 +33,11 @@ class Migration:
 # The directory part of a canonical name ('' at the top): strip the last component (the
 # trailing characters that are not '/'), then the '/' before it. Same result on both.
 _PARENT_OF_NAME = "rtrim(rtrim(name, replace(name, '/', '')), '/')"
+_LAST_COMPONENT = "CASE WHEN parent = '' THEN name ELSE substr(name, length(parent) + 2) END"
 
-# Segments a mount keeps for descriptors open after an unlink (``names.UNLINKED_PREFIX``):
-# a partial index finds the few of them at open without reading every name. Queries
-# must spell the condition exactly so (``segment_rows``).
+# Releases before migration 4 kept a segment unlinked while open under a name in its
+# directory whose last component started with this prefix, indexed by migration 2;
+# migration 4 moves those to detached names (``names.detached_name``) and drops it.
 UNLINKED_CONDITION = {
     SQLITE: "instr(name, '.tierfs-unlinked.') > 0",
     POSTGRESQL: "strpos(name, '.tierfs-unlinked.') > 0",
@@ -89,6 +90,20 @@ MIGRATIONS: tuple[Migration, ...] = (
     # The change log (``metadata_log``): every row change of SQLite metadata, shipped to
     # tier-2 between snapshots. PostgreSQL is shared and backed up by its own tools.
     Migration(3, "change_log and its triggers (SQLite)", {SQLITE: change_log_ddl(), POSTGRESQL: ()}),
+    # Every legal name is the user's: what was held for open descriptors moves out of
+    # the namespace, to the detached names (a control character first).
+    Migration(4, "segments unlinked while open move to detached names", {
+        SQLITE: (
+            f"UPDATE segments SET name = char(1) || 'detached/' || id WHERE {UNLINKED_CONDITION[SQLITE]} "
+            f"AND substr({_LAST_COMPONENT}, 1, 17) = '.tierfs-unlinked.'",
+            "DROP INDEX IF EXISTS segments_unlinked",
+        ),
+        POSTGRESQL: (
+            f"UPDATE segments SET name = chr(1) || 'detached/' || id::text WHERE {UNLINKED_CONDITION[POSTGRESQL]} "
+            f"AND substr({_LAST_COMPONENT}, 1, 17) = '.tierfs-unlinked.'",
+            "DROP INDEX IF EXISTS segments_unlinked",
+        ),
+    }),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -18,7 +18,6 @@ from tierfs.contracts import names
 from tierfs.engine import records
 from tierfs.engine.metadata_sql import SegmentRow
 from tierfs.engine.record_types import Chunk, SegmentMeta
-from tierfs.engine.schema_migrations import UNLINKED_CONDITION
 from tierfs.engine.sql_database import Database
 
 _COLUMNS = "id, name, rev, value"
@@ -79,10 +78,13 @@ class SegmentRowReader:
             "ORDER BY start_offset", (segment_id, end, segment_id, start))
         return [records.load(Chunk, bytes(value)) for (value,) in found]
 
-    def unlinked_leftovers(self) -> list[str]:
-        """Names the mount kept for open descriptors after an unlink (partial index)."""
-        found = self._db.execute(f"SELECT name FROM segments WHERE {UNLINKED_CONDITION[self._db.dialect]}")
-        return [name for (name,) in found if names.is_unlinked_leftover(name)]
+    def detached(self) -> list[int]:
+        """Ids of the segments detached while held (``names.detached_name``): one range
+        of the name index."""
+        low = names.DETACHED_DIRECTORY + "/"
+        found = self._db.execute("SELECT id FROM segments WHERE name >= ? AND name < ?",
+                                 (low, names.DETACHED_DIRECTORY + "0"))
+        return [segment_id for (segment_id,) in found]
 
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM segments").fetchone()[0])

@@ -31,6 +31,7 @@ class SegmentState:
     chunk_starts: list[int] = dataclasses.field(default_factory=list)
     meta_lock: trio.Lock = dataclasses.field(default_factory=trio.Lock)
     deleted: bool = False
+    holds: int = 0  # descriptors holding the segment (``store.holds``): deleting it detaches it
     sealing: bool = False
     # set while a concat into this segment commits: appends wait for it (see store.concat)
     merge_done: trio.Event | None = None

@@ -103,6 +103,9 @@ class RemoteStore:
     async def rename(self, old: str, new: str) -> None:
         await self.op(ops.MV, old, new)
 
+    async def rewrite(self, name: str) -> SegmentInfo:
+        return await self.op(ops.REWRITE, name)
+
     async def seal(self, name: str) -> SegmentInfo:
         return await self.op(ops.SEAL, name)
 

@@ -30,6 +30,7 @@ STATUS_BY_CODE = {
     "is_a_directory": 400,
     "unauthorized": 401,
     "sealed": 403,
+    "append_only": 403,
     "not_found": 404,
     "exists": 409,
     "not_empty": 409,

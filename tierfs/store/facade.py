@@ -37,6 +37,8 @@ from tierfs.contracts.config import DURABILITY_LEVELS, StoreConfig
 from tierfs.contracts.errors import (
     InvalidArgumentError,
     NoSpaceError,
+    RewriteRefusedError,
+    SegmentNotFoundError,
     Tier2Error,
     single_error,
 )
@@ -68,6 +70,7 @@ from tierfs.store.attributes import (
     set_segment_attributes,
 )
 from tierfs.store.fsck import fsck
+from tierfs.store.holds import SegmentHold
 from tierfs.store.opening import OpenedDataDir, open_data_dir
 from tierfs.store.statistics import StoreStatistics, collect_statistics
 from tierfs.store.wiring import Shared, build_parts
@@ -257,9 +260,39 @@ class SegmentStore:
 
     def open_reader(self, name: str) -> SegmentReader:
         """A reader object for one consumer: sequential reads get adaptive read-ahead."""
-        seg = self.table.segment(name)
+        return self.reader_of(self.table.segment(name).name)
+
+    def reader_of(self, name: str, lookup: Callable[[str], SegmentState] | None = None) -> SegmentReader:
+        """``open_reader``: finding the segment by name at every read, or with ``lookup``."""
         window = min(self.config.readahead_max_bytes, self.config.block_cache_bytes // 4)
-        return SegmentReader(self.table.segment, self.reader, seg.name, window)
+        return SegmentReader(lookup or self.table.segment, self.reader, name, window)
+
+    async def append_to(self, seg: SegmentState, data: bytes, expected_offset: int | None) -> int:
+        """``append`` to a segment already found (a ``SegmentHold``'s)."""
+        return await self._appender.append(seg, data, expected_offset, None)
+
+    async def hold(self, name: str) -> SegmentHold:
+        """Hold the segment called ``name`` for an open descriptor (``store.holds``).
+        Taken under the segment's ``meta_lock``: a deletion or replacement committing
+        now either saw the hold (and detaches) or finished first (then: not found)."""
+        seg = self.table.segment(name)
+        async with seg.meta_lock:
+            if seg.deleted:
+                raise SegmentNotFoundError(seg.name)
+            return SegmentHold(self, seg)
+
+    async def rewrite(self, name: str) -> SegmentInfo:
+        """Replace the segment ``name`` by a new empty one (same durability, mode and
+        owner) in one step, where its directory's policy has ``rewrite_replaces=1``
+        (``RewriteRefusedError`` otherwise); a sealed one never (``SegmentSealedError``).
+        An open descriptor keeps reading the old one."""
+        seg = self.table.segment(name)
+        if not self.effective_policy(names.parent_of(seg.name)).rewrite_replaces:
+            raise RewriteRefusedError(seg.name)
+        return await self._parts.namespace.replace_with_empty(seg.name)
+
+    async def delete_detached(self, seg: SegmentState) -> None:
+        await self._parts.namespace.delete_detached(seg)
 
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> int:
         """Wait until the durable length exceeds ``offset`` or the timeout passes;
@@ -325,13 +358,14 @@ class SegmentStore:
         self.growth.notify(seg)
         return listing.segment_info(seg)
 
-    async def _delete_unlinked_leftovers(self) -> None:
-        """Segments a mount kept for open descriptors after their unlink: nothing holds
-        them once the store opens again (after a crash of the mount's daemon)."""
-        leftovers = await trio.to_thread.run_sync(self._segment_rows.unlinked_leftovers)
-        for name in leftovers:
-            log.info("deleting %r: unlinked while open before the last stop", name)
-            await self._parts.namespace.delete(name)
+    async def _delete_detached_leftovers(self) -> None:
+        """Segments detached while held (``store.holds``): nothing holds them once the
+        store opens again (after a crash of the daemon with descriptors open)."""
+        for segment_id in await trio.to_thread.run_sync(self._segment_rows.detached):
+            seg = self.table.segment_by_id(segment_id)
+            if seg is not None and not seg.deleted:
+                log.info("deleting segment %d: deleted while open before the last stop", segment_id)
+                await self._parts.namespace.delete_detached(seg)
 
     def id_space(self, name: str) -> int:
         """Segment ids are unique in the store (``MountedStore.id_space``)."""
@@ -444,7 +478,7 @@ async def open_store(config: StoreConfig | None = None, *, lease: Lease | None =
                 store.reader.bind(nursery)
                 store.garbage.bind(nursery)
                 store.garbage.collect_soon()
-                await store._delete_unlinked_leftovers()
+                await store._delete_detached_leftovers()
                 try:
                     yield store
                 finally:

@@ -44,16 +44,16 @@ async def list_directory(table: SegmentTable, name: str) -> list[Info]:
     await trio.lowlevel.checkpoint()
     entries: list[Info] = [directory_info(d, table.directories[d], table.subdirectories_of(d))
                            for d in table.subdirectory_names(directory)]
-    entries += [segment_info(found) for found in table.segments_in(directory)
-                if not names.is_unlinked_leftover(found.name)]  # kept only for open descriptors
+    entries += [segment_info(found) for found in table.segments_in(directory)]
     entries.sort(key=lambda info: info.name)
     return entries
 
 
 async def walk_segments(table: SegmentTable) -> list[SegmentInfo]:
-    """Every segment, by name (a walk of the whole store: O(segments))."""
+    """Every segment, by name (a walk of the whole store: O(segments)); detached ones
+    (held by descriptors after their deletion) are nobody's name."""
     await trio.lowlevel.checkpoint()
-    return [segment_info(found) for found in table.walk()]
+    return [segment_info(found) for found in table.walk() if not names.is_detached(found.name)]
 
 
 def chunk_layout(

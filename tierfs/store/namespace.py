@@ -13,6 +13,11 @@ Invariants:
   the same transaction (``attributes.touched``).
 - A deleted segment's unflushed bytes leave the backlog and its tail's memory at once;
   its objects are garbage-collected in the background.
+- A segment deleted or replaced (by rename or by a rewrite) while a descriptor holds it
+  (``SegmentState.holds``) is detached in the same transaction instead: its row moves
+  to ``names.detached_name``, in no directory, and it keeps its state, backlog and
+  bytes until its last hold goes (``delete_detached``). So a name is replaced
+  atomically for everyone, and an open descriptor keeps the file it opened.
 """
 
 from __future__ import annotations
@@ -174,19 +179,69 @@ class Namespace:
         self._names_changed(canonical)
 
     async def delete(self, name: str) -> None:
-        """Delete a segment; its chunks are garbage-collected in the background."""
+        """Delete a segment; its chunks are garbage-collected in the background. A held
+        segment (``SegmentState.holds``) is detached instead: it leaves the namespace
+        now and goes when its last hold does (``delete_detached``)."""
+        await self._remove(self._table.segment(name))
+
+    async def delete_detached(self, seg: SegmentState) -> None:
+        """Delete a detached segment (its last hold went, or the store just opened)."""
+        await self._remove(seg)
+
+    async def _remove(self, seg: SegmentState) -> None:
         table = self._table
+        async with table.lock, seg.meta_lock:
+            if seg.deleted:
+                raise SegmentNotFoundError(seg.name)
+            name, metadata = seg.name, self._catalogue.metadata
+            detached = names.is_detached(name)
+            parents = {} if detached else self._touched([names.parent_of(name)], now_ns())
+            chunk_names: list[str] = []
+            if seg.holds and not detached:
+                table.move(name, await self._catalogue.call(metadata.detach_segment, seg.row, parents))
+            else:
+                chunk_names = await self._catalogue.call(metadata.delete_segment, seg.row, parents)
+                self._forget(seg)
+            self._install(parents)
+        if not detached:
+            self._names_changed(name)
+        if chunk_names:
+            self._garbage.collect_soon()
+
+    async def replace_with_empty(self, name: str) -> SegmentInfo:
+        """A whole-file rewrite: a new empty segment under ``name`` (same durability,
+        mode and owner) replaces the segment there in one transaction; the old one is
+        deleted, or detached while held. A sealed segment is never replaced."""
+        table = self._table
+        table.check_open()
         seg = table.segment(name)
         async with table.lock, seg.meta_lock:
             if seg.deleted:
                 raise SegmentNotFoundError(seg.name)
-            parents = self._touched([names.parent_of(seg.name)], now_ns())
-            chunk_names = await self._catalogue.call(self._catalogue.metadata.delete_segment, seg.row, parents)
-            self._forget(seg)
+            if seg.sealed:
+                raise SegmentSealedError(seg.name)
+            name, old, stamp = seg.name, seg.record, now_ns()
+            record = SegmentMeta(
+                durability=old.durability, created_ns=stamp, modified_ns=stamp, changed_ns=stamp,
+                next_chunk_seq=1, mode=old.mode, owner_set=old.owner_set, uid=old.uid, gid=old.gid,
+            )
+            parents = self._touched([names.parent_of(name)], stamp)
+            detach = seg.holds > 0
+            row, garbage = await self._catalogue.call(
+                self._catalogue.metadata.replace_segment, seg.row, detach, record, parents
+            )
+            if detach:
+                table.move(name, names.detached_name(seg.segment_id))
+            else:
+                self._forget(seg)
+            new = SegmentState(row, appended_length=0, durable_length=0)
+            new.set_chunks([])
+            new = table.add(new)
             self._install(parents)
-        self._names_changed(seg.name)
-        if chunk_names:
+        self._names_changed(name)
+        if garbage:
             self._garbage.collect_soon()
+        return segment_info(new)
 
     def _forget(self, seg: SegmentState) -> None:
         """A deleted (or replaced) segment leaves memory, the backlog and its readers."""
@@ -237,10 +292,15 @@ class Namespace:
                 async with replaced.meta_lock:
                     if replaced.deleted or replaced.sealed:
                         raise SegmentSealedError(target) if replaced.sealed else SegmentNotFoundError(target)
+                    detach = replaced.holds > 0  # held: it lives on, detached, in this transaction
                     garbage = await self._catalogue.call(
-                        metadata.rename, source, target, parent, is_directory, replaced.row, False, parents
+                        metadata.rename, source, target, parent, is_directory, replaced.row, False, parents,
+                        detach,
                     )
-                    self._forget(replaced)
+                    if detach:
+                        table.move(target, names.detached_name(replaced.segment_id))
+                    else:
+                        self._forget(replaced)
             table.move(source, target)
             self._install(parents)
         self._names_changed(source, target)

@@ -10,7 +10,7 @@ import builtins
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tierfs.contracts.api import SegmentStoreAPI
+from tierfs.contracts.api import SegmentReaderAPI, SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.info import SegmentInfo
 from tierfs.store.statistics import StoreStatistics
@@ -41,6 +41,30 @@ class ServedStore(SegmentStoreAPI, Protocol):
         ...
 
 
+class HeldFile(Protocol):
+    """An open descriptor's file (``store.holds.SegmentHold``): reads, writes and stats
+    the segment it opened, whatever its name means later; ``name`` is its name now
+    (a detached one, ``names.is_detached``, once its name was deleted or replaced)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def detached(self) -> bool: ...
+
+    async def info(self) -> SegmentInfo: ...
+
+    def open_reader(self) -> SegmentReaderAPI: ...
+
+    async def read(self, offset: int, length: int | None = None, *, unconfirmed: bool = False) -> bytes: ...
+
+    async def append(self, data: bytes, *, expected_offset: int | None = None) -> int: ...
+
+    async def sync(self) -> int: ...
+
+    async def release(self) -> None: ...
+
+
 class MountedStore(ServedStore, Protocol):
     """What the FUSE mount needs on top: growth listeners (called with a segment's or
     directory's name when its length or attributes change; they tell the kernel) and
@@ -55,6 +79,12 @@ class MountedStore(ServedStore, Protocol):
         """The space ``name``'s segment id is unique in: 0 on one host (ids are never
         reused), the container in a cluster (each numbers its own); with the id it makes
         the file's inode number, the same for its whole life."""
+        ...
+
+    async def hold(self, name: str) -> HeldFile | None:
+        """Hold the segment called ``name`` for an open descriptor; None where this
+        process cannot (a cluster container another daemon owns): the descriptor then
+        follows the name."""
         ...
 
     async def create_file(self, name: str) -> SegmentInfo:
