@@ -11,7 +11,8 @@ Directories are namespaces, files are segments. Semantics (append-only):
 - ``chmod a-w`` seals, ``chmod u+w`` unseals; writes to a sealed segment fail with EPERM;
   permission bits, owner and times (``chmod``, ``chown``, ``touch -d``, ``utimensat``)
   are stored (``store.set_attributes``; the kernel checks who may change them);
-- ``rename`` onto an existing name replaces it atomically, never a sealed segment (EPERM);
+- ``rename`` onto an existing name replaces it atomically; a sealed segment only where
+  the policy ``rewrite_replaces=1`` is set (EPERM elsewhere);
 - an open descriptor holds its file (``MountedStore.hold``): it reads, writes and stats
   the file it opened while the name is renamed, replaced or deleted through any front
   end; a file deleted or replaced while open lives on, detached (``st_nlink`` 0), until
@@ -249,6 +250,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     @fuse_errors
     async def mkdir(self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         path = join(self.inodes.name_of(parent_inode), name)
+        await self.rewrites.check_job_start(path)
         with self.notifier.made_here(path):
             await self.store.mkdir(path)
         await self._keep_creator(path, mode, DEFAULT_DIRECTORY_MODE, ctx)
@@ -290,7 +292,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EINVAL)  # would need two renames at once
         old = join(self.inodes.name_of(parent_inode_old), name_old)
         new = join(self.inodes.name_of(parent_inode_new), name_new)
-        await self.store.rename(old, new)  # replaces an existing target (POSIX); never a sealed one
+        await self.store.rename(old, new)  # replaces an existing target (POSIX)
         self.inodes.renamed(old, new)
 
     @fuse_errors

@@ -15,22 +15,57 @@ Invariants:
   up after a crash. No byte of the old segment changes; it is deleted like any
   replaced name, or lives on for the descriptors that hold it open.
 - A sealed segment is never rewritten (its open for writing fails earlier: EPERM).
+- A Hadoop job (Spark's built-in writers) that would be refused at its commit is
+  refused at its start instead (``check_job_start``): nothing it would have committed
+  before the refusal is ever written.
 """
 
 from __future__ import annotations
 
 import logging
 
-from tierfs.contracts.errors import RewriteRefusedError
+from tierfs.contracts import names
+from tierfs.contracts.errors import RewriteRefusedError, SegmentNotFoundError
 from tierfs.contracts.info import SegmentInfo
 from tierfs.store.served import MountedStore
 
 log = logging.getLogger("tierfs.fuse")
 
+POLICY_KEY = "rewrite_replaces"
+# Hadoop's FileOutputCommitter starts a job by making OUTPUT/_temporary and ends it,
+# after moving the job's files into OUTPUT, by rewriting OUTPUT/_SUCCESS and, on a local
+# file system, its checksum file ._SUCCESS.crc (a few bytes: a rewrite, not a create).
+HADOOP_JOB_START = "_temporary"
+HADOOP_SUCCESS_CHECKSUM = "._SUCCESS.crc"
+
 
 class WholeFileRewrites:
     def __init__(self, store: MountedStore) -> None:
         self._store = store
+
+    async def allowed(self, directory: str) -> bool:
+        policy = await self._store.get_policy(directory)
+        entry = policy["effective"].get(POLICY_KEY)
+        return entry is not None and entry["value"] == 1
+
+    async def check_job_start(self, made: str) -> None:
+        """Before the directory ``made`` is created: if it is a Hadoop job's start in an
+        output directory whose end the policy would refuse (an earlier job's
+        ``._SUCCESS.crc`` to rewrite), refuse it now (EPERM, logged)."""
+        output = names.parent_of(made)
+        if names.basename(made) != HADOOP_JOB_START:
+            return
+        checksum = f"{output}/{HADOOP_SUCCESS_CHECKSUM}" if output else HADOOP_SUCCESS_CHECKSUM
+        try:
+            info = await self._store.stat(checksum)
+        except SegmentNotFoundError:
+            return
+        if not isinstance(info, SegmentInfo) or info.appended_length == 0 or await self.allowed(output):
+            return
+        refused = RewriteRefusedError(checksum)
+        log.warning("refused the start of a Hadoop/Spark job writing into %r (its commit would "
+                    "rewrite %r after moving its files in): %s", output or "/", checksum, refused)
+        raise refused
 
     async def replace_with_empty(self, info: SegmentInfo, what: str) -> SegmentInfo:
         """Replace ``info``'s name by a new empty segment, or raise EPERM (logged)."""

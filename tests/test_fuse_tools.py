@@ -227,6 +227,34 @@ def test_git_init_add_commit_log(mount: Mount) -> None:
     assert run("git", "-C", str(repo), "status", "--porcelain", env=env).stdout == ""
 
 
+def test_git_gc_repack_stash_and_pull_in_a_rewritable_directory(mount: Mount) -> None:
+    """git writes packs read-only (sealed) and renames new ones over them: allowed where
+    rewrite_replaces=1, each sealed pack itself unchanged."""
+    need("git")
+    base = rewritable(mount, "gitwork")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com", "HOME": str(base)}
+    upstream, clone = base / "upstream", base / "clone"
+    run("git", "init", "-q", str(upstream), env=env)
+    for i in range(3):
+        (upstream / f"f{i}").write_text(f"{i}\n")
+        run("git", "-C", str(upstream), "add", ".", env=env)
+        run("git", "-C", str(upstream), "commit", "-q", "-m", f"c{i}", env=env)
+    for command in (["gc", "-q"], ["repack", "-adq"], ["gc", "-q", "--aggressive"], ["repack", "-adq"]):
+        result = run("git", "-C", str(upstream), *command, env=env, check=False)
+        assert result.returncode == 0, (command, result.stderr)
+    run("git", "clone", "-q", str(upstream), str(clone), env=env)
+    (upstream / "f0").write_text("changed upstream\n")
+    run("git", "-C", str(upstream), "commit", "-qam", "c3", env=env)
+    (clone / "f1").write_text("local change\n")
+    run("git", "-C", str(clone), "stash", "-q", env=env)
+    run("git", "-C", str(clone), "pull", "-q", "--no-rebase", env=env)
+    run("git", "-C", str(clone), "stash", "pop", "-q", env=env)
+    assert (clone / "f0").read_text() == "changed upstream\n" and (clone / "f1").read_text() == "local change\n"
+    for repo in (upstream, clone):
+        assert run("git", "-C", str(repo), "fsck", "--strict", env=env).returncode == 0
+
+
 def test_tar_p_keeps_modes_and_times(mount: Mount, tmp_path: Path) -> None:
     source = tmp_path / "src"
     source.mkdir()
@@ -245,7 +273,8 @@ def test_tar_p_keeps_modes_and_times(mount: Mount, tmp_path: Path) -> None:
 
 def test_spark_builtin_writers_on_the_mount(mount: Mount, spark: Any) -> None:
     """df.write.json/parquet/csv to a directory on the mount, twice and overwrite, with
-    the policy; without it the second write is refused at Hadoop's _SUCCESS rewrite."""
+    the policy; without it the second write is refused at its start, before it changed
+    anything (its commit would rewrite Hadoop's ._SUCCESS.crc)."""
     directory = rewritable(mount, "spark-out")
     df = spark.createDataFrame([(i, f"n{i}") for i in range(10)], ["id", "name"])
     for fmt in ("json", "parquet", "csv"):
@@ -258,9 +287,14 @@ def test_spark_builtin_writers_on_the_mount(mount: Mount, spark: Any) -> None:
     plain = mount.path("spark-plain")
     plain.mkdir()
     df.write.mode("append").json(str(plain / "json"))
-    with pytest.raises(Exception, match="_SUCCESS.crc"):
+    before = sorted(os.listdir(plain / "json"))
+    with pytest.raises(Exception, match="_temporary"):  # refused at the job's start
         df.write.mode("append").json(str(plain / "json"))
     assert "tierfs policy set spark-plain/json rewrite_replaces=1" in mount.stderr_text()
+    assert sorted(os.listdir(plain / "json")) == before  # nothing changed: no duplicate rows
+    assert spark.read.json(str(plain / "json")).count() == 10
+    df.limit(4).write.mode("overwrite").json(str(plain / "json"))  # after a refused job: replaces all
+    assert spark.read.json(str(plain / "json")).count() == 4
     # Hadoop leaves the refused job's _SUCCESS stream open until the JVM collects it:
     # collect it, or the mount could not be unmounted
     deadline = time.monotonic() + 30

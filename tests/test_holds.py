@@ -129,3 +129,22 @@ async def test_a_data_dir_of_an_earlier_release_loses_its_hidden_leftovers_and_n
     async with open_store(config) as store:
         assert [i.name for i in await store.list("dir")] == ["dir/kept", "dir/x.tierfs-unlinked.1"]
         assert await _segments(store) == 2
+
+
+async def test_a_sealed_name_is_replaced_by_rename_only_under_the_rewrite_policy(tmp_path: Path) -> None:
+    async with open_store(small_config(tmp_path / "d")) as store:
+        for directory in ("plain", "git"):
+            await store.mkdir(directory)
+            for name in ("pack", "pack.tmp"):
+                await store.create(f"{directory}/{name}")
+                await store.append(f"{directory}/{name}", name.encode())
+            await store.seal(f"{directory}/pack")
+        await store.set_policy("git", {"rewrite_replaces": 1})
+        with pytest.raises(SegmentSealedError):
+            await store.rename("plain/pack.tmp", "plain/pack")
+        assert await store.read("plain/pack") == b"pack"
+        held = await store.hold("git/pack")
+        await store.rename("git/pack.tmp", "git/pack")
+        assert await store.read("git/pack") == b"pack.tmp"
+        assert await held.read(0) == b"pack" and (await held.info()).sealed  # itself unchanged
+        await held.release()

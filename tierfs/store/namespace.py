@@ -7,8 +7,10 @@ Invariants:
 - Rename moves names only: no byte of any segment is copied, and chunk object names
   never derive from segment names. Renaming onto an existing name replaces it in the
   same transaction (POSIX rename): an unsealed segment by a segment, an empty
-  directory by a directory; a sealed segment is never replaced (``sealed``), a
-  directory never by a segment or the reverse.
+  directory by a directory; a sealed segment only where its directory's policy has
+  ``rewrite_replaces=1`` (git renames read-only packs over read-only packs; the sealed
+  segment itself never changes), else ``sealed``; a directory never by a segment or
+  the reverse.
 - Every change moves the mtime/ctime of the directories whose entries it changes, in
   the same transaction (``attributes.touched``).
 - A deleted segment's unflushed bytes leave the backlog and its tail's memory at once;
@@ -64,6 +66,7 @@ class Namespace:
         garbage: GarbageCollector,
         names_changed: Callable[..., None],
         creations: CreationLog,
+        rewrites_allowed: Callable[[str], bool] = lambda directory: False,
     ) -> None:
         self._config = config
         self._table = table
@@ -73,6 +76,9 @@ class Namespace:
         self._garbage = garbage
         self._names_changed = names_changed  # names created, removed or moved, after commit
         self._creations = creations  # the journal: creation frames
+        # directory -> whether its policy has rewrite_replaces=1: there a rename may
+        # replace a sealed segment's name (git's read-only packs), the segment unchanged
+        self._rewrites_allowed = rewrites_allowed
 
     async def create(
         self, name: str, *, durability: str | None = None, make_parents: bool = False, synced: bool = True
@@ -290,8 +296,10 @@ class Namespace:
                 garbage: list[str] = []
             else:
                 async with replaced.meta_lock:
-                    if replaced.deleted or replaced.sealed:
-                        raise SegmentSealedError(target) if replaced.sealed else SegmentNotFoundError(target)
+                    if replaced.deleted:
+                        raise SegmentNotFoundError(target)
+                    if replaced.sealed and not self._rewrites_allowed(parent):  # sealed meanwhile
+                        raise SegmentSealedError(target)
                     detach = replaced.holds > 0  # held: it lives on, detached, in this transaction
                     garbage = await self._catalogue.call(
                         metadata.rename, source, target, parent, is_directory, replaced.row, False, parents,
@@ -323,6 +331,6 @@ class Namespace:
             return None
         if is_directory:
             raise NotADirectoryError_(target)
-        if seg.sealed:
-            raise SegmentSealedError(target)  # a sealed segment's name is never replaced
+        if seg.sealed and not self._rewrites_allowed(names.parent_of(target)):
+            raise SegmentSealedError(target)  # a sealed segment's name is replaced only under the policy
         return seg
