@@ -2,10 +2,11 @@
 
 Invariants:
 - The root directory (name ``""``) is ``pyfuse3.ROOT_INODE`` and is never forgotten.
-- A file's inode number is its identity (``file_inode``: its segment id in its id
-  space), the same across renames, forgotten lookups, restarts and hosts; a lookup that
-  finds another file under a known name moves the name to that file's inode. Directory
-  inodes are numbered below ``FILE_INODE_UNIT`` as they are first looked up. A whole-file
+- An entry's inode number is its identity (``file_inode``: a segment's id, or a
+  directory's, in its id space; both come from one sequence), the same across renames,
+  forgotten lookups, restarts and hosts; a lookup that finds another entry under a known
+  name moves the name to that entry's inode. Only a directory without an id (served by
+  an older daemon) is numbered below ``FILE_INODE_UNIT`` as it is first looked up. A whole-file
   rewrite (a new segment under the name) keeps the inode the kernel knows for as long
   as that inode is known (``kept_through_rewrite``); after a restart the file has its
   new segment's number.
@@ -40,6 +41,7 @@ class InodeTable:
         self._inode_by_name: dict[str, int] = {"": ROOT_INODE}
         self._lookups: dict[int, int] = {}
         self._open_handles: dict[int, int] = {}
+        self._former_names: dict[int, str] = {}  # an inode whose name was taken: that name
         self._rewritten: dict[int, int] = {}  # a rewrite's new file inode -> the inode kept
         self._rewrite_of: dict[int, int] = {}  # and back (one live rewrite per kept inode)
         self._next_inode = ROOT_INODE + 1
@@ -56,6 +58,10 @@ class InodeTable:
 
     def known_name(self, inode: int) -> str | None:
         return self._name_by_inode.get(inode)
+
+    def former_name(self, inode: int) -> str | None:
+        """The inode's name, or the last one it had while the kernel still knows it."""
+        return self._name_by_inode.get(inode) or self._former_names.get(inode)
 
     def known_inode(self, name: str) -> int | None:
         return self._inode_by_name.get(name)
@@ -127,6 +133,7 @@ class InodeTable:
     def _unname(self, name: str, inode: int) -> None:
         del self._inode_by_name[name]
         self._name_by_inode[inode] = None
+        self._former_names[inode] = name
         self._drop_if_unused(inode)
 
     def renamed(self, old: str, new: str) -> None:
@@ -145,6 +152,7 @@ class InodeTable:
         if inode == ROOT_INODE or inode in self._lookups or inode in self._open_handles:
             return
         name = self._name_by_inode.pop(inode, None)
+        self._former_names.pop(inode, None)
         self._rewritten.pop(self._rewrite_of.pop(inode, 0), None)
         if name is not None and self._inode_by_name.get(name) == inode:
             del self._inode_by_name[name]

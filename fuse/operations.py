@@ -72,6 +72,7 @@ from tierfs.store.served import HeldFile, MountedStore
 # after reading them all, and with short timeouts every stat was a round trip.
 ATTR_TIMEOUT_S = 60.0
 ENTRY_TIMEOUT_S = 60.0
+OPEN_ATTEMPTS = 3  # an open whose name is replaced between its stat and its hold retries
 SHORT_TIMEOUT_S = 1.0  # a cluster's names change on other hosts too: nobody tells
 BLOCK_SIZE_BYTES = 1 << 20  # st_blksize: tools size their I/O by it
 DEFAULT_FILE_MODE = 0o644  # what the store reports when nothing was set
@@ -147,21 +148,23 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
     async def _entry(self, name: str) -> pyfuse3.EntryAttributes:
         """Attributes of ``name`` for a reply that gives the kernel a lookup."""
         info = await self.store.stat(name)
-        return self.attributes(self.inodes.looked_up(name, self._file_inode(info)), info)
+        return self.attributes(self.inodes.looked_up(name, self._entry_inode(info)), info)
 
-    def _file_inode(self, info: Info) -> int | None:
-        """A file's inode number: its identity (``inodes.file_inode``); None for a directory."""
-        if isinstance(info, SegmentInfo):
-            inode: int = file_inode(self.store.id_space(info.name), info.segment_id)
-            return inode
-        return None
+    def _entry_inode(self, info: Info) -> int | None:
+        """An entry's inode number: its identity (``inodes.file_inode``: a segment's id,
+        a directory's); None for the root and for a directory without one."""
+        entry_id = info.segment_id if isinstance(info, SegmentInfo) else info.directory_id
+        if not entry_id:
+            return None
+        inode: int = file_inode(self.store.id_space(info.name), entry_id)
+        return inode
 
     async def _rewrite(self, inode: int, info: SegmentInfo, what: str) -> SegmentInfo:
         """A whole-file rewrite (``WholeFileRewrites``): a new segment under the name,
         which keeps the inode its descriptors and the kernel know for this mount's life
         (``InodeTable.kept_through_rewrite``); the inode's descriptors move to it."""
         replaced: SegmentInfo = await self.rewrites.replace_with_empty(info, what)
-        self.inodes.kept_through_rewrite(info.name, self._file_inode(replaced))
+        self.inodes.kept_through_rewrite(info.name, self._entry_inode(replaced))
         for handle in self._open_by_inode.get(inode, []):
             old, handle.file, handle.reader = handle.file, await self._hold(inode, replaced.name), None
             await old.release()
@@ -195,9 +198,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.ESTALE)
             raise SegmentNotFoundError(f"inode {inode}")
         info = await self.store.stat(name)
-        if inode >= FILE_INODE_UNIT and (
-            not isinstance(info, SegmentInfo) or self.inodes.inode_of_file(self._file_inode(info)) != inode
-        ):
+        if inode >= FILE_INODE_UNIT and self.inodes.inode_of_file(self._entry_inode(info) or 0) != inode:
             raise pyfuse3.FUSEError(errno.ESTALE)
         return info
 
@@ -219,7 +220,16 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
 
     @fuse_errors
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self.attributes(inode, await self._info_of(inode))
+        attr = self.attributes(inode, await self._info_of(inode))
+        self._report_mode_on_close(inode, attr)
+        return attr
+
+    def _report_mode_on_close(self, inode: int, attr: pyfuse3.EntryAttributes) -> None:
+        """A file created without write bits reports them from the start (its creating
+        descriptor still writes: the kernel checked at the open)."""
+        for handle in self._open_by_inode.get(inode, []):
+            if handle.mode_on_close is not None:
+                attr.st_mode = stat.S_IFREG | handle.mode_on_close
 
     @fuse_errors
     async def setattr(
@@ -330,7 +340,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
                 if not pyfuse3.readdir_reply(token, os.fsencode(name), self.attributes(inode, info), index + 1):
                     return
                 continue
-            inode = self.inodes.looked_up(name, self._file_inode(info))
+            inode = self.inodes.looked_up(name, self._entry_inode(info))
             component = os.fsencode(name.rpartition("/")[2])
             if not pyfuse3.readdir_reply(token, component, self.attributes(inode, info), index + 1):
                 self.inodes.forget(inode, 1)  # not delivered: no lookup for the kernel
@@ -357,13 +367,37 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
 
     @fuse_errors
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        info = await self._segment_info(inode)
-        if flags & os.O_ACCMODE != os.O_RDONLY:
-            if info.sealed:
-                raise SegmentSealedError(info.name)
-            if flags & os.O_TRUNC and info.appended_length > 0:
-                info = await self._rewrite(inode, info, "open with O_TRUNC")
-        return await self._open_handle(inode, flags, info.name)
+        for attempt in range(OPEN_ATTEMPTS):
+            info = await self._file_to_open(inode)
+            if flags & os.O_ACCMODE != os.O_RDONLY:
+                if info.sealed:
+                    raise SegmentSealedError(info.name)
+                if flags & os.O_TRUNC and info.appended_length > 0:
+                    info = await self._rewrite(inode, info, "open with O_TRUNC")
+            try:
+                return await self._open_handle(inode, flags, info.name)
+            except pyfuse3.FUSEError as e:  # the name was replaced meanwhile: open what it holds now
+                if e.errno != errno.ESTALE or attempt == OPEN_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _file_to_open(self, inode: int) -> SegmentInfo:
+        """The file an ``open`` of ``inode`` opens: the inode's own, or, once a rename or
+        deletion took that away, whatever the name the kernel resolved holds now. The
+        kernel resolved the name to this inode an instant ago (a path walk holds no
+        reference we could keep the file by), so the open is of the name, at an instant
+        during the call: the old file or the new one, never ENOENT for a name that was
+        never missing."""
+        try:
+            return await self._segment_info(inode)
+        except pyfuse3.FUSEError as e:
+            name = self.inodes.former_name(inode)
+            if e.errno != errno.ESTALE or name is None:
+                raise
+        info = await self.store.stat(name)
+        if not isinstance(info, SegmentInfo):
+            raise IsADirectoryError_(name)
+        return info
 
     @fuse_errors
     async def create(
@@ -391,9 +425,10 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
                 info = None
         if info is None:
             info = await self.store.stat(path)
-        attr = self.attributes(self.inodes.looked_up(path, self._file_inode(info)), info)
+        attr = self.attributes(self.inodes.looked_up(path, self._entry_inode(info)), info)
         file_info = await self._open_handle(attr.st_ino, flags, path)
         self._files[file_info.fh].mode_on_close = mode_on_close
+        self._report_mode_on_close(attr.st_ino, attr)
         return file_info, attr
 
     @fuse_errors

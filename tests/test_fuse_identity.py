@@ -104,18 +104,25 @@ def test_inode_numbers_follow_the_file_across_rename_and_replacement(mount: Moun
     """, mount)
     first, renamed, other, replaced = result.stdout.split()
     assert first == renamed == replaced != other
+    result = sh("""
+        mkdir -p ino-d1/inner; stat -c %i ino-d1 ino-d1/inner; mv ino-d1 ino-d2; stat -c %i ino-d2 ino-d2/inner
+    """, mount)
+    directory, inner, moved, moved_inner = result.stdout.split()
+    assert (directory, inner) == (moved, moved_inner) and directory != inner
 
 
-def test_names_starting_with_tierfs_are_the_users(tmp_path: Path) -> None:
+def test_names_starting_with_tierfs_are_the_users_and_inodes_survive_a_restart(tmp_path: Path) -> None:
     mounted = Mount(tmp_path / "data", tmp_path / "mnt")
     try:
         mounted.path(".tierfs-unlinked.3").write_bytes(b"mine")
         mounted.path(".tierfs").mkdir()
+        inodes = [mounted.path(name).stat().st_ino for name in (".tierfs", ".tierfs-unlinked.3")]
     finally:
         assert mounted.unmount()[0] == 0
     mounted = Mount(tmp_path / "data", tmp_path / "mnt")
     try:
         assert sorted(os.listdir(mounted.mountpoint)) == [".tierfs", ".tierfs-unlinked.3"]
+        assert [mounted.path(name).stat().st_ino for name in (".tierfs", ".tierfs-unlinked.3")] == inodes
         assert mounted.path(".tierfs-unlinked.3").read_bytes() == b"mine"
     finally:
         assert mounted.unmount()[0] == 0

@@ -112,10 +112,17 @@ def test_chown_and_chmod_are_kept(mount: Mount) -> None:
     with pytest.raises(PermissionError):
         with open(path, "ab") as f:
             f.write(b"y")
+    os.chmod(path, 0)
+    assert path.stat().st_mode & 0o7777 == 0  # not the default: mode 0 is a mode
     os.chmod(path, 0o640)
     with open(path, "ab") as f:
         f.write(b"y")
     assert path.read_bytes() == b"xy"
+    fd = os.open(mount.path("read-only-from-birth"), os.O_CREAT | os.O_WRONLY, 0o444)
+    assert os.fstat(fd).st_mode & 0o7777 == 0o444
+    os.write(fd, b"git object")
+    os.close(fd)
+    assert mount.path("read-only-from-birth").stat().st_mode & 0o7777 == 0o444
 
 
 def test_os_replace_replaces_atomically_and_open_handles_keep_reading(mount: Mount) -> None:
@@ -324,7 +331,7 @@ def test_the_readme_table_names_these_tests() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| ") and "| Test |" not in line]
     named = {name.strip("` ") for line in rows
              for name in line.rstrip(" |").rsplit("|", 1)[1].split("(")[0].split(",")}
-    sources = (repo / "tests" / "test_fuse_tools.py").read_text() + (repo / "tests" / "test_fuse.py").read_text()
+    sources = "".join((repo / "tests" / f"test_{name}.py").read_text() for name in ("fuse_tools", "fuse", "fuse_identity"))
     defined = {name for name in named if f"def {name}(" in sources}
     assert named == defined, f"README names tests that do not exist: {named - defined}"
     here = {line.split("(")[0][4:] for line in Path(__file__).read_text().splitlines()

@@ -148,3 +148,30 @@ async def test_a_sealed_name_is_replaced_by_rename_only_under_the_rewrite_policy
         assert await store.read("git/pack") == b"pack.tmp"
         assert await held.read(0) == b"pack" and (await held.info()).sealed  # itself unchanged
         await held.release()
+
+
+async def test_directories_have_ids_from_the_segments_sequence_kept_across_rename_and_reopen(
+    tmp_path: Path,
+) -> None:
+    config = small_config(tmp_path / "d")
+    async with open_store(config) as store:
+        await store.mkdir("a/b", parents=True)
+        seg = await store.create("a/b/s")
+        a, b = await store.stat("a"), await store.stat("a/b")
+        ids = {a.directory_id, b.directory_id, seg.segment_id}  # type: ignore[union-attr]
+        assert len(ids) == 3 and 0 not in ids
+        await store.rename("a", "c")
+        assert (await store.stat("c")).directory_id == a.directory_id  # type: ignore[union-attr]
+        await store.mkdir("c/later")
+        later = (await store.stat("c/later")).directory_id  # type: ignore[union-attr]
+        assert later > max(ids)
+    with sqlite3.connect(config.data_dir / "metadata.sqlite") as db:
+        # a restore's change log brings back rows, not the sequence a mkdir moved
+        db.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'segments'", (seg.segment_id,))
+        # and a directory of a release before ids has none
+        db.execute("INSERT INTO directories (name, value) VALUES ('old', x'')")
+    async with open_store(config) as store:
+        assert (await store.stat("c/b")).directory_id == b.directory_id  # type: ignore[union-attr]
+        old = (await store.stat("old")).directory_id  # type: ignore[union-attr]
+        new = (await store.create("new")).segment_id
+        assert len({*ids, later, old, new}) == 6 and min(old, new) > later

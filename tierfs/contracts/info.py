@@ -54,6 +54,7 @@ class DirectoryInfo:
     gid: int = 0
     subdirectories: int = 0  # directories directly inside it (st_nlink = 2 + this)
     type: str = "directory"
+    directory_id: int = 0  # its identity for its whole life (0: the root)
 
 
 Info = SegmentInfo | DirectoryInfo

@@ -51,7 +51,7 @@ from tierfs.engine.object_keys import (
 from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta, StoreMeta
 from tierfs.engine.schema_migrations import migrate
 from tierfs.engine.space_reserve import SpaceReserve
-from tierfs.engine.sql_database import Database, open_database
+from tierfs.engine.sql_database import POSTGRESQL, Database, open_database
 
 
 class MetadataStore(WholeStoreScans, CreationReplay):
@@ -168,10 +168,43 @@ class MetadataStore(WholeStoreScans, CreationReplay):
                 raise SegmentNotFoundError(name)
 
     def load_directories(self) -> dict[str, DirectoryMeta]:
-        return {
+        """Every directory's record; one made before directories had ids gets one now
+        (and the id sequence is kept above every directory's: a restore may have
+        brought it back below)."""
+        loaded = {
             name: records.load(DirectoryMeta, value)
             for name, value in self._db.execute("SELECT name, value FROM directories")
         }
+        unnumbered = sorted(name for name, record in loaded.items() if not record.directory_id)
+        highest = max((record.directory_id for record in loaded.values()), default=0)
+        if not unnumbered and highest <= self._current_id():
+            return loaded
+        with self._db.transaction(namespace=True):
+            while self._current_id() < highest:
+                self._next_id()
+            for name in unnumbered:
+                loaded[name] = dataclasses.replace(loaded[name], directory_id=self._next_id())
+            self._write_directories({name: loaded[name] for name in unnumbered})
+        return loaded
+
+    def _next_id(self) -> int:
+        """A new id from the segments' id sequence (caller holds a transaction):
+        directories number themselves from it too, so an id names one entry ever."""
+        if self._db.dialect == POSTGRESQL:
+            return int(self._db.execute("SELECT nextval(pg_get_serial_sequence('segments', 'id'))").fetchone()[0])
+        self._db.execute("INSERT INTO sqlite_sequence (name, seq) SELECT 'segments', 0 "
+                         "WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'segments')")
+        return int(self._db.execute(
+            "UPDATE sqlite_sequence SET seq = seq + 1 WHERE name = 'segments' RETURNING seq").fetchone()[0])
+
+    def _current_id(self) -> int:
+        """The last id the sequence gave (0: none yet)."""
+        if self._db.dialect == POSTGRESQL:
+            sequence = self._db.execute("SELECT pg_get_serial_sequence('segments', 'id')").fetchone()[0]
+            last, called = self._db.execute(f"SELECT last_value, is_called FROM {sequence}").fetchone()
+            return int(last) if called else 0
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'segments'").fetchone()
+        return int(row[0]) if row is not None else 0
 
     def load_segments(self) -> list[SegmentRow]:
         return [
@@ -202,11 +235,11 @@ class MetadataStore(WholeStoreScans, CreationReplay):
 
     def mkdir(self, name: str, parent: str, touched: dict[str, DirectoryMeta] | None = None) -> DirectoryMeta:
         stamp = now_ns()
-        record = DirectoryMeta(created_ns=stamp, modified_ns=stamp, changed_ns=stamp)
         with self._db.transaction(namespace=True):
             self._require_parent(parent)
             if self._name_taken(name):
                 raise SegmentExistsError(name)
+            record = DirectoryMeta(created_ns=stamp, modified_ns=stamp, changed_ns=stamp, directory_id=self._next_id())
             self._db.execute(
                 "INSERT INTO directories (name, value) VALUES (?, ?)",
                 (name, records.dump(record)),

@@ -57,6 +57,7 @@ class DirectoryMeta:
     uid: int = 0
     gid: int = 0
     rewrite_replaces: int = 0
+    directory_id: int = 0  # from the segments' id sequence: one id names one entry ever
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

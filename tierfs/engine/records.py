@@ -71,11 +71,13 @@ _SCHEMA: dict[str, list[tuple[str, str, bool]]] = {
         ("modified_ns", "uint64", False),  # last change of the entries, or the last set
         ("changed_ns", "uint64", False),
         ("accessed_ns", "uint64", False),
-        ("mode", "uint32", False),  # permission bits; 0: the default (0755)
+        ("mode", "uint32", False),  # permission bits (attributes.MODE_SET); 0: the default (0755)
         ("owner_set", "bool", False),  # uid/gid below were set (else: the daemon's)
         ("uid", "uint32", False),
         ("gid", "uint32", False),
         ("rewrite_replaces", "uint32", False),  # policy key (policy_set bit 4)
+        # from the segments' id sequence, never reused: the mount's inode number
+        ("directory_id", "uint64", False),
     ],
     "SegmentRecord": [
         ("version", "uint32", False),

@@ -43,6 +43,9 @@ SEGMENT_DEFAULT_MODE = 0o644
 DIRECTORY_DEFAULT_MODE = 0o755
 WRITE_BITS = 0o222
 PERMISSION_BITS = 0o7777
+# Stored with a mode that was set, so that mode 0 (``chmod 0``) is not "never set" (the
+# default); records from before it have none and a nonzero mode means what it says.
+MODE_SET = 0o100000
 MAX_ID = (1 << 32) - 2  # uid/gid: 32 bits, (uid_t)-1 means "unchanged" to chown(2)
 MAX_TIME_NS = (1 << 64) - 1
 # the daemon's own ids: the owner of everything whose owner was never set
@@ -52,10 +55,17 @@ PROCESS_UID, PROCESS_GID = os.getuid(), os.getgid()
 def segment_mode(stored: int, sealed: bool) -> int:
     """The permission bits a segment reports: a sealed one has no write bit, an
     appendable one at least the owner's."""
-    mode = stored or SEGMENT_DEFAULT_MODE
+    mode = stored_mode(stored, SEGMENT_DEFAULT_MODE)
     if sealed:
         return mode & ~WRITE_BITS
     return mode if mode & WRITE_BITS else mode | stat_bits.S_IWUSR
+
+
+def stored_mode(stored: int, default: int) -> int:
+    """The permission bits a record holds (``MODE_SET``), or ``default`` if never set."""
+    if stored & MODE_SET:
+        return stored & PERMISSION_BITS
+    return stored or default
 
 
 def segment_info(seg: SegmentState | SegmentRow) -> SegmentInfo:
@@ -101,10 +111,11 @@ def directory_info(name: str, record: DirectoryMeta, subdirectories: int = 0) ->
         mtime_ns=mtime_ns,
         atime_ns=record.accessed_ns or mtime_ns,
         ctime_ns=record.changed_ns or mtime_ns,
-        mode=record.mode or DIRECTORY_DEFAULT_MODE,
+        mode=stored_mode(record.mode, DIRECTORY_DEFAULT_MODE),
         uid=record.uid if record.owner_set else PROCESS_UID,
         gid=record.gid if record.owner_set else PROCESS_GID,
         subdirectories=subdirectories,
+        directory_id=record.directory_id,
     )
 
 
@@ -137,7 +148,7 @@ class AttributeChange:
         """The record fields to replace (times, mode, owner), with a new ctime."""
         fields: dict[str, Any] = {"changed_ns": now_ns()}
         if self.mode is not None:
-            fields["mode"] = self.mode
+            fields["mode"] = self.mode | MODE_SET
         if self.uid is not None or self.gid is not None:
             fields["owner_set"] = True
             fields["uid"] = self.uid if self.uid is not None else (current_uid if owner_set else PROCESS_UID)
