@@ -60,6 +60,7 @@ setup(
             "pandas>=2.2,<3",  # PySpark 4 warns (FutureWarning) on pandas 3
             "pyarrow>=15,<30",
             "pyspark>=4.0,<5",
+            "dask[dataframe]>=2024.12,<2027",  # its writers through tierfs:// (tests/test_fsspec.py)
         ],
         # python -m benchmarks (source tree only): boto3 creates the S3 server's
         # buckets, pyspark runs the spark benchmark; Node.js/npm install s3rver.

@@ -235,6 +235,12 @@ def test_a_directory_url_with_a_trailing_slash_takes_writers_files(tfs: TierFile
     pq.write_to_dataset(pa.table({"n": [4, 5]}), "trailing-arrow/", filesystem=tfs)
     assert sorted(pd.read_parquet("tierfs://trailing-pandas/")["v"]) == ["a", "b", "c"]
     assert sorted(pq.read_table("trailing-arrow/", filesystem=tfs)["n"].to_pylist()) == [4, 5]
+    import dask.dataframe as dd
+
+    for i in range(2):
+        tfs.pipe_file(f"dcsv/{i}.csv", f"n,v\n{i},x{i}\n".encode())
+    dd.read_csv("tierfs://dcsv/*.csv").to_parquet("tierfs://dout/")  # dask's writer, as typed
+    assert sorted(dd.read_parquet("tierfs://dout/").compute()["v"]) == ["x0", "x1"]
     assert tfs._strip_protocol("tierfs://a/") == "a"
     with pytest.raises(Exception, match="invalid"):  # still refused, as by every front end
         tfs.info("a//")

@@ -145,6 +145,11 @@ class ReferenceModel:
             raise Expected("not_empty")
         self.directories.remove(canonical_name)
 
+    def rewrite(self, name: str) -> None:
+        """No directory of a model run sets ``rewrite_replaces``: append-only everywhere."""
+        self.segment(name)
+        raise Expected("append_only")
+
     def delete(self, name: str) -> None:
         self.segment(name)
         del self.segments[canonical(name)]

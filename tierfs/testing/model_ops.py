@@ -5,7 +5,7 @@ differ.
 
 Operations: create (PD/VD, with and without parents), append (with and without an
 expected offset, empty to 100 KiB), read at random offsets (durable and unconfirmed),
-stat, list, seal, unseal, set_durability, rename, delete, mkdir, rmdir, concat, sync,
+stat, list, seal, unseal, set_durability, rewrite (refused: no policy), rename, delete, mkdir, rmdir, concat, sync,
 flush, fsck, and bursts of concurrent appends to one segment (sometimes with a seal
 racing them). Names come from a small pool, so operations collide; a few are invalid or
 missing, so the errors get compared too.
@@ -45,7 +45,7 @@ HISTORY_OPS = 25  # operations quoted by a divergence
 # relative weights of the operations; restarts and kills are rare, as in life
 WEIGHTS: dict[str, float] = {
     "append": 40, "read": 20, "stat": 5, "list": 3, "create": 8, "seal": 4, "unseal": 3,
-    "set_durability": 1, "rename": 3, "delete": 2, "mkdir": 3, "rmdir": 2, "concat": 3,
+    "set_durability": 1, "rewrite": 0.5, "rename": 3, "delete": 2, "mkdir": 3, "rmdir": 2, "concat": 3,
     "sync": 2, "flush": 1, "fsck": 0.3, "restart": 0.4, "kill": 0.3, "kill_mid_append": 0.3,
     "concurrent_appends": 2,
 }
@@ -214,6 +214,10 @@ class ModelRun:
     async def op_seal(self, store: SegmentStoreAPI) -> None:
         name = self.name(SEGMENTS)
         await self.both(f"seal {name!r}", lambda: self.model.set_sealed(name, True), store.seal(name))
+
+    async def op_rewrite(self, store: SegmentStoreAPI) -> None:
+        name = self.name(SEGMENTS)
+        await self.both(f"rewrite {name!r}", lambda: self.model.rewrite(name), store.rewrite(name))
 
     async def op_unseal(self, store: SegmentStoreAPI) -> None:
         name = self.name(SEGMENTS)
