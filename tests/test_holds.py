@@ -175,3 +175,19 @@ async def test_directories_have_ids_from_the_segments_sequence_kept_across_renam
         old = (await store.stat("old")).directory_id  # type: ignore[union-attr]
         new = (await store.create("new")).segment_id
         assert len({*ids, later, old, new}) == 6 and min(old, new) > later
+
+
+async def test_a_rename_moves_the_ctime_of_what_it_moves(tmp_path: Path) -> None:
+    async with open_store(small_config(tmp_path / "d")) as store:
+        await store.mkdir("dir")
+        await store.create("dir/f")
+        await store.append("dir/f", b"x")
+        await store.flush()
+        before = [(await store.stat(name)).ctime_ns for name in ("dir", "dir/f")]
+        await store.rename("dir/f", "dir/g")
+        await store.rename("dir", "moved")
+        after = [(await store.stat(name)).ctime_ns for name in ("moved", "moved/g")]
+        assert all(a > b for a, b in zip(after, before, strict=True))
+        await store.append("moved/g", b"y")
+        await store.flush()  # a flush after the rename commits at the new revision
+        assert await store.read("moved/g") == b"xy"

@@ -130,6 +130,10 @@ async def test_offload_then_read_identical_bytes(ostore: SegmentStore, long_term
     assert all(entry["offloaded"] and entry["url"].startswith("s3://") for entry in layout)
     report = await fsck(ostore)
     assert report.problems == [] and report.bytes_checked == len(PAYLOAD)
+    reads, ostore.long_term_reads = ostore.long_term_reads, None  # as if started without --offload-to
+    with pytest.raises(InvalidArgumentError, match="run fsck with --offload-to"):  # no damage reported
+        await fsck(ostore)
+    ostore.long_term_reads = reads
     stats = ostore.statistics()
     assert stats.offloaded_bytes == len(PAYLOAD) and stats.hot_copies_deleted == len(chunks)
 

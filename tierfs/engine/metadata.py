@@ -347,14 +347,19 @@ class MetadataStore(WholeStoreScans, CreationReplay):
         replaces_directory: bool = False,
         touched: dict[str, DirectoryMeta] | None = None,
         detach_replaced: bool = False,
-    ) -> list[str]:
+        moving: SegmentRow | None = None,
+        moved_record: SegmentMeta | None = None,
+    ) -> tuple[list[str], int]:
         """Rename a segment, or a directory with everything below it, in one transaction.
 
         ``new`` must be free, or hold exactly what the caller saw: the segment
         ``replaced`` (at its revision; deleted in the same transaction, its chunks
         queued for collection: returned; with ``detach_replaced`` moved to its detached
-        name instead) or, with ``replaces_directory``, an empty directory (removed)."""
+        name instead) or, with ``replaces_directory``, an empty directory (removed).
+        A segment ``moving`` (at its revision) takes ``moved_record`` (its new ctime);
+        the new revision is returned (0 for a directory)."""
         garbage: list[str] = []
+        revision = 0
         with self._db.transaction(namespace=True):
             self._require_parent(new_parent)
             if replaced is not None:
@@ -363,10 +368,17 @@ class MetadataStore(WholeStoreScans, CreationReplay):
                 self._remove_empty_directory(new)
             if self._name_taken(new):
                 raise SegmentExistsError(new)
-            table = "directories" if is_directory else "segments"
-            cursor = self._db.execute(f"UPDATE {table} SET name=? WHERE name=?", (new, old))
-            if cursor.rowcount != 1:
-                raise SegmentNotFoundError(old)
+            if moving is not None and moved_record is not None:
+                cursor = self._db.execute("UPDATE segments SET name=?, value=?, rev=rev+1 WHERE id=? AND rev=?",
+                                          (new, records.dump(moved_record), moving.segment_id, moving.rev))
+                if cursor.rowcount != 1:
+                    raise ConcurrentModificationError(f"segment {old!r} changed meanwhile")
+                revision = moving.rev + 1
+            else:
+                table = "directories" if is_directory else "segments"
+                cursor = self._db.execute(f"UPDATE {table} SET name=? WHERE name=?", (new, old))
+                if cursor.rowcount != 1:
+                    raise SegmentNotFoundError(old)
             if is_directory:
                 pattern = escape_like(old) + "/%"
                 for inner in ("directories", "segments"):
@@ -376,7 +388,7 @@ class MetadataStore(WholeStoreScans, CreationReplay):
                         (new, len(old) + 1, pattern),
                     )
             self._write_directories(touched)
-        return garbage
+        return garbage, revision
 
     def delete_segment(self, row: SegmentRow, touched: dict[str, DirectoryMeta] | None = None) -> list[str]:
         """Delete a segment and its chunk records; queue its chunks for collection."""

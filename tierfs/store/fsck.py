@@ -10,7 +10,8 @@ a fenced store could not commit to tier-2: engine/lost_found.py) is reported too
 someone recovers and removes it. Reads use the storage directly, bypassing
 the cache, so a cached copy cannot hide damage. They retry like every tier-2 read
 (``chunkstore``: deadlines, 8 attempts); a store that still does not answer fails
-fsck with that ``Tier2Error`` (exit 1), never a report of damage it could not see.
+fsck with that ``Tier2Error`` (exit 1), never a report of damage it could not see; so
+does a store that has offloaded chunks but no long-term store configured to read them.
 Orphans (objects no metadata references, whatever their age: ``engine/orphans.py``)
 are listed apart, not as damage. The report's types are in
 ``contracts.fsck_report`` (clients read them without the engine).
@@ -30,7 +31,7 @@ import trio
 
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 from tierfs.contracts.config import StoreConfig
-from tierfs.contracts.errors import ChunkMissingError, Tier2Error, TierFSError
+from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError, Tier2Error, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.contracts.info import SegmentInfo
 from tierfs.engine.catalogue import ChunkCatalogue
@@ -82,6 +83,11 @@ async def _check_chunk(store: FsckTarget, name: str, chunk: Chunk) -> tuple[list
     """Problems of one chunk object against its record, and the bytes read."""
     checked = 0
     place = chunk.object_offset  # where the chunk starts in its object (a pack), tier-2 only
+    if chunk.location and store.long_term_reads is None:  # not damage: nothing to check it with
+        raise InvalidArgumentError(
+            f"{name!r} has chunks offloaded to {chunk.location}: run fsck with --offload-to URL "
+            "(the long-term store) to check them"
+        )
     try:
         storage, key = store.chunk_storage, chunk.name
         if chunk.location:

@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from tierfs.contracts import names
@@ -41,6 +42,7 @@ from tierfs.contracts.info import SegmentInfo
 from tierfs.engine import records
 from tierfs.engine.catalogue import ChunkCatalogue
 from tierfs.engine.garbage import GarbageCollector
+from tierfs.engine.locks import holding
 from tierfs.engine.metadata import SegmentRow, now_ns
 from tierfs.engine.ports import CreationLog
 from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
@@ -284,32 +286,41 @@ class Namespace:
                 raise SegmentNotFoundError(source)
             replaced = self._replaced_by_rename(target, is_directory)
             parent = table.check_parent(target)
-            parents = self._touched(sorted({names.parent_of(source), parent}), now_ns())
+            stamp = now_ns()
+            parents = self._touched(sorted({names.parent_of(source), parent}), stamp)
+            if is_directory:  # a rename changes the moved entry's ctime too
+                parents[target] = dataclasses.replace(table.directories[source], changed_ns=stamp)
             metadata = self._catalogue.metadata
-            if replaced is None:
-                await self._catalogue.call(
-                    metadata.rename, source, target, parent, is_directory, None,
-                    target in table.directories, parents,
-                )
-                if target in table.directories:
-                    table.remove_directory(target)
-                garbage: list[str] = []
-            else:
-                async with replaced.meta_lock:
+            segments = sorted([s for s in (moving, replaced) if s is not None], key=lambda s: s.segment_id)
+            async with holding([s.meta_lock for s in segments]):  # in id order, as every taker
+                if moving is not None and moving.deleted:
+                    raise SegmentNotFoundError(source)
+                moved = None if moving is None else dataclasses.replace(moving.record, changed_ns=stamp)
+                if replaced is None:
+                    _, revision = await self._catalogue.call(
+                        metadata.rename, source, target, parent, is_directory, None,
+                        target in table.directories, parents, False, None if moving is None else moving.row, moved,
+                    )
+                    if target in table.directories:
+                        table.remove_directory(target)
+                    garbage: list[str] = []
+                else:
                     if replaced.deleted:
                         raise SegmentNotFoundError(target)
                     if replaced.sealed and not self._rewrites_allowed(parent):  # sealed meanwhile
                         raise SegmentSealedError(target)
                     detach = replaced.holds > 0  # held: it lives on, detached, in this transaction
-                    garbage = await self._catalogue.call(
+                    garbage, revision = await self._catalogue.call(
                         metadata.rename, source, target, parent, is_directory, replaced.row, False, parents,
-                        detach,
+                        detach, None if moving is None else moving.row, moved,
                     )
                     if detach:
                         table.move(target, names.detached_name(replaced.segment_id))
                     else:
                         self._forget(replaced)
-            table.move(source, target)
+                table.move(source, target)
+                if moving is not None and moved is not None:
+                    moving.row = SegmentRow(moving.segment_id, target, revision, moved)
             self._install(parents)
         self._names_changed(source, target)
         if garbage:
