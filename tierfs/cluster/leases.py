@@ -28,6 +28,7 @@ from typing import Any
 from tierfs.cluster.container_map import container_label
 from tierfs.contracts.database_urls import redacted_url
 from tierfs.contracts.errors import InvalidArgumentError, MetadataUnavailableError
+from tierfs.engine.sql_database import DEAD_PEER_DETECTION
 
 _SETUP_LOCK_KEY = 0x74696572_00000002  # pg_advisory_xact_lock: one set-up at a time
 
@@ -74,7 +75,7 @@ class LeaseTable:
             try:
                 self._conn = psycopg.connect(
                     self._url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s)),
-                    application_name="tierfs-leases",
+                    application_name="tierfs-leases", **DEAD_PEER_DETECTION,
                 )
             except psycopg.Error as e:
                 raise MetadataUnavailableError(self.description, _reason(e, self._url)) from None

@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from tierfs.engine.sql_database import redacted_url
+from tierfs.engine.sql_database import DEAD_PEER_DETECTION, redacted_url
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ _RECONNECT_PAUSE_S = 0.5
 def _connect(url: str) -> Any:
     import psycopg  # only a PostgreSQL cluster loads the driver
 
-    return psycopg.connect(url, autocommit=True, application_name="tierfs-growth")
+    return psycopg.connect(url, autocommit=True, application_name="tierfs-growth", **DEAD_PEER_DETECTION)
 
 
 class GrowthAnnouncer:

@@ -43,6 +43,12 @@ from tierfs.engine.space_reserve import SpaceReserve
 __all__ = ["Database", "IntegrityViolation", "PostgresDatabase", "SqliteDatabase", "is_postgresql_url",
            "open_database", "redacted_url"]
 
+# libpq's dead-peer detection for every PostgreSQL connection: a server or network that
+# vanishes without closing the connection (a partition, a host lost) fails the call in
+# about 15 s instead of the kernel's two hours, so no lease renewal or commit waits forever.
+DEAD_PEER_DETECTION: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+                       "keepalives_count": 3, "tcp_user_timeout": 15_000}
+
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 
@@ -212,7 +218,7 @@ class PostgresDatabase:
             try:
                 self._conn = psycopg.connect(
                     self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s)),
-                    application_name="tierfs",
+                    application_name="tierfs", **DEAD_PEER_DETECTION,
                 )
             except psycopg.Error as e:
                 raise self._unavailable(e) from None

@@ -170,7 +170,10 @@ class PostgresServer:
         it back on the same data."""
         if self._process is not None and self._process.poll() is None:
             # backends run in process groups of their own (PostgreSQL's setsid): each
-            # would answer until it noticed the postmaster's death
+            # would answer until it noticed the postmaster's death. Stopped first, the
+            # postmaster forks no backend between the listing and the kill (one started
+            # then, for a connection being opened, outlived the kill and hung its client)
+            os.kill(self._process.pid, signal.SIGSTOP)
             children = [pid for pid, parent, _ in processes() if parent == self._process.pid]
             os.killpg(self._process.pid, signal.SIGKILL)
             for child in children:
