@@ -170,6 +170,7 @@ async def run_mount(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(notifier.run)
+            nursery.start_soon(operations.rewrites.run)
             nursery.start_soon(_terminate_on, stopping)
             task_status.started()
             await pyfuse3.main()

@@ -292,6 +292,7 @@ class TierOperations(ExtendedAttributes, pyfuse3.Operations):
             raise IsADirectoryError_(path)
         await self.store.delete(path)  # a file open here lives on, detached, for its descriptors
         self.inodes.removed(path)
+        self.rewrites.recovered(path)
 
     @fuse_errors
     async def rename(

@@ -9,7 +9,10 @@ rewrite_replaces=1``, inherited below DIR) decides per directory.
 
 Invariants:
 - The store decides (``rewrite``): without the policy the rewrite fails with EPERM
-  before anything changes, and the daemon log says which policy would allow it.
+  before anything changes, and the daemon log says which policy would allow it, unless
+  the tool recovered by itself within ``RECOVERY_S`` by deleting the name and creating
+  it again (git's ``fopen_for_writing`` does on EPERM): only a refusal the user met is
+  worth a warning.
 - With it, the name is replaced by a new empty segment (same durability, mode and
   owner) in one metadata transaction: no moment without the name, nothing to clean
   up after a crash. No byte of the old segment changes; it is deleted like any
@@ -23,6 +26,9 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import math
+
+import trio
 
 from tierfs.contracts import names
 from tierfs.contracts.errors import RewriteRefusedError, SegmentNotFoundError
@@ -37,11 +43,35 @@ POLICY_KEY = "rewrite_replaces"
 # file system, its checksum file ._SUCCESS.crc (a few bytes: a rewrite, not a create).
 HADOOP_JOB_START = "_temporary"
 HADOOP_SUCCESS_CHECKSUM = "._SUCCESS.crc"
+RECOVERY_S = 2.0  # a refused rewrite whose name is deleted within this is not warned of
 
 
 class WholeFileRewrites:
     def __init__(self, store: MountedStore) -> None:
         self._store = store
+        self._refusals: dict[str, tuple[float, str]] = {}  # name -> (warn at, the warning)
+        self._wake = trio.Event()
+
+    def recovered(self, name: str) -> None:
+        """``name`` was deleted: a refused rewrite of it was worked around."""
+        self._refusals.pop(name, None)
+
+    async def run(self) -> None:
+        """Log the refusals nobody worked around (a task of the mount)."""
+        while True:
+            due_s = min((at for at, _ in self._refusals.values()), default=math.inf)
+            with trio.move_on_at(due_s):
+                await self._wake.wait()
+                self._wake = trio.Event()
+            now_s = trio.current_time()
+            for name, (at, message) in list(self._refusals.items()):
+                if at <= now_s:
+                    del self._refusals[name]
+                    log.warning("%s", message)
+
+    def _refused(self, name: str, message: str) -> None:
+        self._refusals[name] = (trio.current_time() + RECOVERY_S, message)
+        self._wake.set()
 
     async def allowed(self, directory: str) -> bool:
         policy = await self._store.get_policy(directory)
@@ -72,5 +102,5 @@ class WholeFileRewrites:
         try:
             return await self._store.rewrite(info.name)
         except RewriteRefusedError as refused:
-            log.warning("refused %s of %r (%d bytes): %s", what, info.name, info.appended_length, refused)
+            self._refused(info.name, f"refused {what} of {info.name!r} ({info.appended_length} bytes): {refused}")
             raise

@@ -182,12 +182,22 @@ def rewritable(mount: Mount, name: str) -> Path:
 
 
 def test_rewrites_are_refused_by_default_and_replace_under_the_policy(mount: Mount) -> None:
+    recovered = mount.path("COMMIT_EDITMSG")  # git: refused, so it deletes and creates it again
+    recovered.write_bytes(b"first\n")
+    with pytest.raises(PermissionError):
+        open(recovered, "wb").close()
+    recovered.unlink()
+    recovered.write_bytes(b"second\n")
     log_file = mount.path("app.log")
     log_file.write_bytes(b"appended\n")
     with pytest.raises(PermissionError):
         open(log_file, "wb").close()  # O_TRUNC: refused, nothing changed
     assert log_file.read_bytes() == b"appended\n"
-    assert "run: tierfs policy set / rewrite_replaces=1" in mount.stderr_text()
+    deadline = time.monotonic() + 60
+    while "run: tierfs policy set / rewrite_replaces=1" not in mount.stderr_text():  # a refusal the user met
+        assert time.monotonic() < deadline, "the refusal was never logged"
+        time.sleep(0.1)
+    assert "COMMIT_EDITMSG" not in mount.stderr_text()  # refused earlier, but worked around: no warning
     directory = rewritable(mount, "build")
     output = directory / "out.txt"
     output.write_bytes(b"version 1\n")
