@@ -329,3 +329,18 @@ def test_serve_prints_one_line_when_ready_and_one_when_stopped(tmp_path: Path) -
         code = serve.wait(timeout=60)
     lines = stderr_path.read_text().splitlines()
     assert code == 0 and lines[1:] == [f"tierfs: stopped (pid {serve.pid}): {data_dir} flushed and closed"], lines
+
+
+def test_version_names_the_parts_a_bug_report_needs_and_help_is_a_command(tmp_path: Path) -> None:
+    import importlib.metadata
+
+    shown = tierfs(tmp_path, "--version")
+    assert shown.returncode == 0 and shown.stderr == b""
+    first, parts = shown.stdout.decode().splitlines()
+    assert first == f"tierfs {importlib.metadata.version('tierfs')}"
+    for name in ("python", "pyfuse3", "libfuse", "fsspec", "s3fs", "pyspark"):
+        assert f"{name} " in parts, parts
+    assert "libfuse 3." in parts
+    assert tierfs(tmp_path, "help", "ls").stdout == tierfs(tmp_path, "ls", "--help").stdout
+    assert tierfs(tmp_path, "help").stdout == tierfs(tmp_path, "--help").stdout
+    assert not (tmp_path / "chunks").exists()  # nothing opened

@@ -232,6 +232,25 @@ def test_no_daemon_at_a_url(tmp_path: Path) -> None:
     assert_one_line(result, 1, "no tierfs daemon at", "start one: tierfs serve", "(unavailable)")
 
 
+def test_a_daemon_url_or_listen_address_without_its_parts_is_a_usage_error(tmp_path: Path) -> None:
+    assert_one_line(tierfs("--url", "localhost:6470", "ls"), 2, "no scheme", "did you mean http://localhost:6470")
+    assert_one_line(tierfs("ls", env={"TIERFS_URL": "127.0.0.1:6470"}), 1, "did you mean http://127.0.0.1:6470")
+    for listen in ("127.0.0.1", "127.0.0.1:abc", "127.0.0.1:70000", ":7070"):
+        result = tierfs("--data-dir", str(tmp_path / "d"), "serve", "--listen", listen)
+        assert_one_line(result, 2, "expected HOST:PORT", "e.g. 127.0.0.1:7070")
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_wrong_token_says_where_the_token_is(tmp_path: Path) -> None:
+    port = free_port()
+    daemon = start_daemon(tmp_path / "data", "--listen", f"127.0.0.1:{port}", verbose=False)
+    try:
+        result = tierfs("ls", "--url", f"http://127.0.0.1:{port}", env={"TIERFS_TOKEN": "wrong"})
+        assert_one_line(result, 1, "wrong bearer token", "'token' in its data dir", "TIERFS_TOKEN", "(unauthorized)")
+    finally:
+        daemon.stop()
+
+
 def test_json_errors_are_one_json_line(tmp_path: Path) -> None:
     import json
 

@@ -41,3 +41,20 @@ def duration(text: str) -> float:
         return parse_duration(text, "value")
     except InvalidArgumentError as e:
         raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+
+
+def host_port(text: str) -> str:
+    """``HOST:PORT`` for ``--listen``: a port is required (1-65535), an IPv6 host in []."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT with a port 1-65535, "
+                                         "e.g. 127.0.0.1:7070")
+    return text
+
+
+def daemon_url(text: str) -> str:
+    """``--url``: ``unix:///path/tierfs.sock`` or ``http://HOST:PORT``."""
+    if text.startswith(("unix://", "http://", "https://")):
+        return text
+    hint = f"http://{text}" if ":" in text and "/" not in text else "unix:///path/to/tierfs.sock"
+    raise argparse.ArgumentTypeError(f"{text!r} has no scheme: did you mean {hint}?")

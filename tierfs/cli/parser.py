@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from tierfs.cli.arguments import duration, size
+from tierfs.cli.arguments import daemon_url, duration, host_port, size
 from tierfs.cli.help_text import command_epilog, main_epilog
 from tierfs.cli.tail_options import add_tail_arguments
 from tierfs.contracts.config import DURABILITY_LEVELS
@@ -61,7 +61,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, in_subcommand: bool)
         parser.add_argument(*flags, help=help_text, **kwargs)  # type: ignore[arg-type]
 
     add("--data-dir", metavar="DIR", help_text="data directory (default ~/.local/share/tierfs)")
-    add("--url", metavar="URL",
+    add("--url", metavar="URL", type=daemon_url,
         help_text="talk to the daemon at URL (unix:///path/tierfs.sock or http://HOST:PORT with "
                   "TIERFS_TOKEN) instead of the data dir's")
     add("--tier2", metavar="URL", help_text="tier-2 chunk store URL (default <data-dir>/chunks)")
@@ -180,12 +180,12 @@ def _daemon_commands(add: AddCommand) -> None:
     listen_help = "also listen on TCP (bearer token required, in <data-dir>/token)"
     p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM or Ctrl-C; "
                      "prints one line when it serves and one when it stopped")
-    p.add_argument("--listen", metavar="HOST:PORT", help=listen_help)
+    p.add_argument("--listen", metavar="HOST:PORT", type=host_port, help=listen_help)
     p = add("mount", "run the daemon with the store mounted at MOUNTPOINT (FUSE; an empty directory); "
                      "the API keeps serving. Prints one line once mounted")
     p.add_argument("mountpoint")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground (logs to stderr)")
-    p.add_argument("--listen", metavar="HOST:PORT", help=listen_help)
+    p.add_argument("--listen", metavar="HOST:PORT", type=host_port, help=listen_help)
     p.add_argument("--page-cache", action="store_true",
                    help="read and write through the kernel page cache instead of direct I/O "
                         "(needed for mmap; slower, see docs/PERFORMANCE.md)")
@@ -201,6 +201,15 @@ def _daemon_commands(add: AddCommand) -> None:
         ).add_argument("shell", choices=("bash", "zsh", "tcsh"))
 
 
+class _Version(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from tierfs.cli.version import version_text
+
+        sys.stdout.write(version_text())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="tierfs", usage="tierfs [GLOBAL OPTIONS] COMMAND [ARGS] (tierfs COMMAND --help)",
@@ -208,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_global_options(parser, in_subcommand=False)
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the versions of tierfs and of the parts it runs on, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="tierfs")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -221,8 +232,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _help_as_option(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``tierfs [GLOBAL OPTIONS] help [COMMAND]`` (as git has it) is ``[COMMAND] --help``."""
+    index = 0
+    while index < len(argv) and argv[index].startswith("-"):  # global options and their values
+        action = parser._option_string_actions.get(argv[index].split("=", 1)[0])
+        takes_value = action is not None and action.nargs != 0 and "=" not in argv[index]
+        index += 2 if takes_value else 1
+    if argv[index:index + 1] != ["help"]:
+        return argv
+    return [*argv[:index], *argv[index + 1:index + 2], "--help"]
+
+
 def run(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = _help_as_option(parser, sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)  # --help and usage errors exit here
     if args.command == "completion":
         from tierfs.cli.completion import completion_script

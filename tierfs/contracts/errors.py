@@ -44,6 +44,12 @@ class NameTooLongError(InvalidNameError):
     code = "name_too_long"
 
 
+class UnauthorizedError(TierFSError, PermissionError):
+    """A daemon refused the request: its bearer token was missing or wrong."""
+
+    code = "unauthorized"
+
+
 class InvalidArgumentError(TierFSError, ValueError):
     """An argument other than a name was out of range; nothing was changed."""
 

@@ -45,6 +45,7 @@ from tierfs.contracts.error_wire import rebuild_error
 from tierfs.contracts.errors import (
     DaemonOverloadedError,
     DaemonUnavailableError,
+    InvalidArgumentError,
     ResponseLostError,
     TierFSError,
 )
@@ -90,6 +91,9 @@ class TierClient:
         daemon that does not accept connections is retried before
         ``DaemonOverloadedError``."""
         self.url = url or discover_url()
+        if not self.url.startswith(("unix://", "http://", "https://")):
+            hint = f"http://{self.url}" if ":" in self.url and "/" not in self.url else "unix:///path/to/tierfs.sock"
+            raise InvalidArgumentError(f"daemon URL {self.url!r} has no scheme: did you mean {hint}?")
         token = token or os.environ.get("TIERFS_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if forwarded_container is not None:

@@ -126,7 +126,9 @@ class BearerTokenAuth:
             header = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, given = header.partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(given, self._token):
-                response = error_response("unauthorized", "missing or wrong bearer token")
+                response = error_response(
+                    "unauthorized", "missing or wrong bearer token: send the daemon's token (the file "
+                    "'token' in its data dir, on its host; the CLI reads TIERFS_TOKEN)")
                 await response(scope, receive, send)
                 return
         await self._app(scope, receive, send)
