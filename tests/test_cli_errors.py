@@ -251,6 +251,38 @@ def test_a_wrong_token_says_where_the_token_is(tmp_path: Path) -> None:
         daemon.stop()
 
 
+def test_what_a_newcomer_types_wrong_gets_the_fix(tmp_path: Path) -> None:
+    d = str(tmp_path / "d")
+    assert_one_line(tierfs("--data-dir", d, "create", "a/b/c"), 1, "parent directory does not exist",
+                    "tierfs create -p")
+    assert_one_line(tierfs("--data-dir", d, "mkdir", "a/b/c"), 1, "tierfs mkdir -p")
+    assert_one_line(tierfs("--data-dir", "", "ls"), 2, "--data-dir: is empty")
+    assert_one_line(tierfs("--data-dir", __file__, "ls"), 2, "is a file, not a directory")
+    assert_one_line(tierfs("--data-dir", d, "policy", "set", "/", "retention_bytes=lots"), 2, "'lots'")
+    assert_one_line(tierfs("--data-dir", d, "tail", "--follow=bogus", "x"), 2, "does not take the value 'bogus'")
+    assert tierfs("--data-dir", d, "create", "x").returncode == 0
+    assert tierfs("--data-dir", d, "append", "x", "y" * 1536).returncode == 0
+    assert tierfs("--data-dir", d, "ls", "-la").stdout.split() == ["-", "1536", "-p", "1", "x"]
+    assert tierfs("--data-dir", d, "ls", "-lh").stdout.split() == ["-", "1.5K", "-p", "1", "x"]
+
+
+def test_append_from_a_terminal_says_how_to_end_the_record(tmp_path: Path) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    d = str(tmp_path / "d")
+    assert tierfs("--data-dir", d, "create", "typed").returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "tierfs.cli", "--data-dir", d, "append", "typed"],
+                            stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    os.close(follower)
+    os.write(leader, b"hello\n\x04")  # a line, then Ctrl-D
+    out, err = proc.communicate(timeout=60)
+    os.close(leader)
+    assert proc.returncode == 0 and out.strip() == "0", (out, err)
+    assert "end it with Ctrl-D" in err
+    assert tierfs("--data-dir", d, "cat", "typed").stdout == "hello\n"
+
+
 def test_json_errors_are_one_json_line(tmp_path: Path) -> None:
     import json
 

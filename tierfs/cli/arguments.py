@@ -58,3 +58,25 @@ def daemon_url(text: str) -> str:
         return text
     hint = f"http://{text}" if ":" in text and "/" not in text else "unix:///path/to/tierfs.sock"
     raise argparse.ArgumentTypeError(f"{text!r} has no scheme: did you mean {hint}?")
+
+
+def data_dir(text: str) -> str:
+    """``--data-dir``: not empty (that would be the current directory), not a file."""
+    import os.path
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give a directory (it is made if missing)")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a directory")
+    return text
+
+
+def policy_setting(text: str) -> str:
+    """One ``KEY=VALUE`` of ``policy set``, checked while parsing (a usage error)."""
+    from tierfs.contracts.policy import parse_assignments
+
+    try:
+        parse_assignments([text])
+    except InvalidArgumentError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text

@@ -32,9 +32,11 @@ from tierfs.cli.quoting import quoted
 from tierfs.cli.streaming import append_command
 from tierfs.cli.tail import tail_command
 from tierfs.contracts.api import SegmentStoreAPI
+from tierfs.contracts.errors import SegmentNotFoundError
 from tierfs.contracts.fsck_report import fsck_report_json
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, format_policy_value, parse_assignments
+from tierfs.contracts.units import human_size
 
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 OFFLOAD_POLL_S = 0.2  # offload progress is polled this often
@@ -43,8 +45,18 @@ Handler = Callable[[argparse.Namespace, SegmentStoreAPI], Awaitable[int]]
 
 
 # ---------------------------------------------------------------- segments and data
+def _parents_hint(error: SegmentNotFoundError, path: str, command: str) -> SegmentNotFoundError:
+    """A missing parent directory: the message says that ``-p`` makes it."""
+    if path.strip("/").startswith(f"{error.name}/"):
+        error.args = (f"{error.args[0]}: the parent directory does not exist (tierfs {command} -p makes it)",)
+    return error
+
+
 async def _create(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    info = await store.create(args.path, durability=args.durability, make_parents=args.parents)
+    try:
+        info = await store.create(args.path, durability=args.durability, make_parents=args.parents)
+    except SegmentNotFoundError as e:
+        raise _parents_hint(e, args.path, "create") from None
     print(json.dumps(dataclasses.asdict(info), sort_keys=True) if args.json else info.name)
     return EXIT_OK
 
@@ -97,14 +109,15 @@ def _print_stat(info: Info, as_json: bool) -> None:
 DURABILITY_FLAGS = {"pd": "p", "vd": "v", "tier2": "t"}
 
 
-def _ls_line(info: Info, long: bool, terminal: bool = False) -> str:
+def _ls_line(info: Info, long: bool, terminal: bool = False, human: bool = False) -> str:
     base = quoted(info.name.rpartition("/")[2], terminal) or "/"
     if isinstance(info, DirectoryInfo):
         return f"d {'-':>12} {'':3} {'':2} {base}/" if long else base + "/"
     if not long:
         return base
     flags = ("s" if info.sealed else "-") + DURABILITY_FLAGS.get(info.durability, "?")
-    return f"- {info.length:>12} {flags:3} {info.chunk_count:>2} {base}"
+    length = human_size(info.length) if human else str(info.length)
+    return f"- {length:>12} {flags:3} {info.chunk_count:>2} {base}"
 
 
 async def _stat(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
@@ -119,12 +132,15 @@ async def _ls(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     else:
         terminal = sys.stdout.isatty()
         for entry in entries:
-            print(_ls_line(entry, args.long, terminal))
+            print(_ls_line(entry, args.long, terminal, args.human))
     return EXIT_OK
 
 
 async def _mkdir(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    await store.mkdir(args.path, parents=args.parents, exist_ok=args.parents)
+    try:
+        await store.mkdir(args.path, parents=args.parents, exist_ok=args.parents)
+    except SegmentNotFoundError as e:
+        raise _parents_hint(e, args.path, "mkdir") from None
     return EXIT_OK
 
 

@@ -22,11 +22,12 @@ imported by the commands that use them (``tests/test_import_hygiene.py``).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from tierfs.cli.arguments import daemon_url, duration, host_port, size
+from tierfs.cli.arguments import daemon_url, data_dir, duration, host_port, policy_setting, size
 from tierfs.cli.help_text import command_epilog, main_epilog
 from tierfs.cli.tail_options import add_tail_arguments
 from tierfs.contracts.config import DURABILITY_LEVELS
@@ -41,6 +42,9 @@ class Parser(argparse.ArgumentParser):
     """argparse with usage errors on one line: the problem, then the usage."""
 
     def error(self, message: str) -> NoReturn:
+        # argparse's words for "--follow=bogus" and "-x" glued to a flag, in plain ones
+        message = re.sub(r"ignored explicit argument '(.*)'", r"does not take the value '\1' (the usage shows "
+                         r"what it takes)", message)
         usage = " ".join(self.format_usage().split())
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; {usage}\n")
 
@@ -60,7 +64,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, in_subcommand: bool)
             help_text = argparse.SUPPRESS
         parser.add_argument(*flags, help=help_text, **kwargs)  # type: ignore[arg-type]
 
-    add("--data-dir", metavar="DIR", help_text="data directory (default ~/.local/share/tierfs)")
+    add("--data-dir", metavar="DIR", type=data_dir, help_text="data directory (default ~/.local/share/tierfs)")
     add("--url", metavar="URL", type=daemon_url,
         help_text="talk to the daemon at URL (unix:///path/tierfs.sock or http://HOST:PORT with "
                   "TIERFS_TOKEN) instead of the data dir's")
@@ -89,6 +93,14 @@ def _with_global_options(parser: argparse.ArgumentParser) -> None:
                 _with_global_options(subparser)
 
 
+def _help_only_as_long_option(parser: argparse.ArgumentParser) -> None:
+    """``--help`` stays help; ``-h`` is free for the command (``ls -lh``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            action.option_strings = ["--help"]
+    parser._option_string_actions.pop("-h", None)
+
+
 def _segment_commands(new: AddCommand) -> None:
     p = new("create", "create an empty segment")
     p.add_argument("path")
@@ -107,6 +119,9 @@ def _segment_commands(new: AddCommand) -> None:
     p = new("ls", "list a directory")
     p.add_argument("path", nargs="?", default="")
     p.add_argument("-l", "--long", action="store_true")
+    _help_only_as_long_option(p)  # -h is ls's own, as GNU ls has it
+    p.add_argument("-h", "--human-readable", dest="human", action="store_true", help="with -l: sizes as 1.5K, 12M")
+    p.add_argument("-a", "--all", action="store_true", help="accepted: every entry is always listed")
     p = new("mkdir", "create a directory")
     p.add_argument("path")
     p.add_argument("-p", "--parents", action="store_true")
@@ -154,7 +169,7 @@ def _store_commands(add: AddCommand) -> None:
                     f"*_bytes: bytes or a size ({SIZE_HELP}). *_s: {DURATION_HELP}.",
         epilog=command_epilog("policy"), formatter_class=argparse.RawDescriptionHelpFormatter)
     q.add_argument("path", help="a directory ('' or / for the root)")
-    q.add_argument("settings", nargs="+", metavar="KEY=VALUE")
+    q.add_argument("settings", nargs="+", metavar="KEY=VALUE", type=policy_setting)
     q = policy_sub.add_parser("get", help="the policy in effect, and where each value comes from")
     q.add_argument("path")
     p = add("lost-found", "what the data dir holds aside (acknowledged bytes that could not stay where they "

@@ -79,7 +79,7 @@ async def append_stdin(store: SegmentStoreAPI, name: str, expected_offset: int |
     writer = Writer()  # the command's records are one writer's, in order
     piece = sys.stdin.buffer.read(piece_bytes)
     first = await store.append(name, piece, expected_offset=expected_offset, writer=writer.next())
-    while piece:
+    while len(piece) == piece_bytes:  # a short read was the end (a terminal's Ctrl-D is read once)
         piece = sys.stdin.buffer.read(piece_bytes)
         if piece:
             await store.append(name, piece, writer=writer.next())
@@ -91,6 +91,9 @@ async def append_command(args: argparse.Namespace, store: SegmentStoreAPI) -> in
     if args.file is not None:
         offset = await append_file(store, args.path, args.file, args.expected_offset)
     elif args.data is None or args.data == "-":
+        if sys.stdin.isatty():  # not piped: say what it waits for
+            print("tierfs: appending what you type as one record: end it with Ctrl-D "
+                  "(or give DATA, - for a pipe, or --file FILE)", file=sys.stderr, flush=True)
         offset = await append_stdin(store, args.path, args.expected_offset)
     else:
         offset = await store.append(args.path, args.data.encode(), expected_offset=args.expected_offset)
