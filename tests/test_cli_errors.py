@@ -69,6 +69,21 @@ def test_serve_typed_while_a_command_has_the_data_dir_in_process_waits_for_it(tm
         daemon.stop()
 
 
+def test_a_command_waiting_for_another_holder_says_so_and_goes_on_when_it_ends(tmp_path: Path) -> None:
+    """``tierfs tail -f`` without a daemon holds the data dir: another command waits,
+    saying for what, and runs once the holder is gone (here after 3.5 s)."""
+    data_dir = tmp_path / "data"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from tierfs.engine.ownership import DataDirLock\n"
+        f"lock = DataDirLock(Path({str(data_dir)!r})); lock.acquire(); print('held', flush=True)\n"
+        "time.sleep(3.5); lock.release()")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    result = tierfs("--data-dir", str(data_dir), "create", "after-the-holder")
+    assert holder.wait(timeout=30) == 0
+    assert result.returncode == 0, result.stderr
+    assert f"waiting up to 30 s for pid {holder.pid} (" in result.stderr and "Ctrl-C to stop" in result.stderr
+
+
 def test_the_in_use_line_says_whether_a_daemon_or_a_command_holds_it(tmp_path: Path) -> None:
     from tierfs.cli.failures import describe
     from tierfs.contracts.datadir import socket_path

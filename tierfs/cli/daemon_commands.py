@@ -52,13 +52,20 @@ def refuse_if_in_use(data_dir: Path) -> None:
     daemon's socket is a command running in-process (``tierfs append`` typed a moment
     before, ``tierfs serve &`` typed right after it) or a daemon still opening: it is
     given ``IN_PROCESS_HOLDER_WAIT_S`` to end or to show its socket."""
-    deadline = time.monotonic() + IN_PROCESS_HOLDER_WAIT_S
+    from tierfs.cli.execution import WAIT_NOTICE_S, process_line
+
+    started = time.monotonic()
+    noticed = False
     while True:
         pid = running_owner_pid(data_dir)
         if pid is None or pid == os.getpid():
             return
-        if socket_path(data_dir).exists() or time.monotonic() >= deadline:
+        if socket_path(data_dir).exists() or time.monotonic() >= started + IN_PROCESS_HOLDER_WAIT_S:
             raise StoreInUseError(str(data_dir), pid)
+        if not noticed and time.monotonic() - started >= WAIT_NOTICE_S:
+            noticed = True
+            _say(f"waiting up to {IN_PROCESS_HOLDER_WAIT_S:.0f} s for {process_line(pid)} to release "
+                 f"{data_dir} (Ctrl-C to stop)")
         time.sleep(UMOUNT_POLL_S)
 
 

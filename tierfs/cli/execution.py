@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 STARTING_DAEMON_WAIT_S = 30.0  # a daemon answers within ~1 s of taking the lock; 30 s rides out a loaded host
 STARTING_DAEMON_POLL_S = 0.05
+WAIT_NOTICE_S = 2.0  # a wait longer than this says what it waits for
 # commands that own the data dir themselves (they never go through a daemon)
 DATA_DIR_COMMANDS = ("serve", "mount", "umount", "takeover", "owner", "restore", "metadata", "completion")
 
@@ -96,13 +97,34 @@ def _daemon_client(data_dir: Path) -> TierClient | None:
 def _starting_daemon_client(data_dir: Path) -> TierClient | None:
     """The data dir's lock is held: wait while its holder runs until its socket answers
     (a daemon starting); None if it stops or never answers."""
-    deadline = time.monotonic() + STARTING_DAEMON_WAIT_S
-    while running_owner_pid(data_dir) is not None and time.monotonic() < deadline:
+    started = time.monotonic()
+    noticed = False
+    while (pid := running_owner_pid(data_dir)) is not None and time.monotonic() < started + STARTING_DAEMON_WAIT_S:
         client = _daemon_client(data_dir)
         if client is not None:
             return client
+        if not noticed and time.monotonic() - started >= WAIT_NOTICE_S:
+            noticed = True
+            print(f"tierfs: waiting up to {STARTING_DAEMON_WAIT_S:.0f} s for {process_line(pid)}, which holds "
+                  f"{data_dir}, to answer as a daemon (Ctrl-C to stop; a command that holds it, such as "
+                  "tail -f without a daemon, keeps it: run tierfs serve so commands share it)",
+                  file=sys.stderr, flush=True)
         time.sleep(STARTING_DAEMON_POLL_S)
     return None
+
+
+def process_line(pid: int) -> str:
+    """``pid 123 (tierfs tail -f x)``: its command line, where /proc shows it."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return f"pid {pid}"
+    words = [w for w in words if w]
+    if "tierfs.cli" in words:  # python -m tierfs.cli ARGS: show it as typed
+        words = ["tierfs", *words[words.index("tierfs.cli") + 1:]]
+    elif words and words[0].endswith("/tierfs"):
+        words[0] = "tierfs"
+    return f"pid {pid} ({' '.join(words)[:80]})"
 
 
 async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> int:
@@ -125,18 +147,22 @@ async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> i
     if client is None:
         from tierfs.store.facade import open_store
 
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                store = await stack.enter_async_context(open_store(config))
-            except BaseException as e:
-                if not isinstance(main_error(e), StoreInUseError):
-                    raise
-                # a daemon took the lock: it may be starting (tierfs serve & a moment ago)
-                client = await trio.to_thread.run_sync(_starting_daemon_client, config.data_dir)
-                if client is None:
-                    raise
-            else:
-                return await handler(args, store)
+        for attempt in range(2):
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    store = await stack.enter_async_context(open_store(config))
+                except BaseException as e:
+                    if not isinstance(main_error(e), StoreInUseError):
+                        raise
+                    # a daemon took the lock: it may be starting (tierfs serve & a moment ago)
+                    client = await trio.to_thread.run_sync(_starting_daemon_client, config.data_dir)
+                    if client is None:
+                        if attempt == 0 and running_owner_pid(config.data_dir) is None:
+                            continue  # the holder was a command, and it ended: open it now
+                        raise
+                else:
+                    return await handler(args, store)
+            break
     assert client is not None
     from tierfs.remote.remote_store import RemoteStore
 
