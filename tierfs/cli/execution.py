@@ -150,7 +150,7 @@ async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> i
         for attempt in range(2):
             async with contextlib.AsyncExitStack() as stack:
                 try:
-                    store = await stack.enter_async_context(open_store(config))
+                    store = await stack.enter_async_context(open_store(config, interruptible=True))
                 except BaseException as e:
                     if not isinstance(main_error(e), StoreInUseError):
                         raise

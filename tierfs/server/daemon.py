@@ -147,7 +147,7 @@ async def _open_served(config: StoreConfig, listen: str | None) -> AsyncIterator
     """The data dir's store, or in cluster mode (``containers``) the whole namespace
     through the containers this daemon holds and the owners of the others."""
     if not config.containers:
-        async with open_store(config) as store:
+        async with open_store(config, interruptible=True) as store:
             yield store
         return
     if not listen:

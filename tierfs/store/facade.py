@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -34,6 +35,7 @@ import trio
 
 from tierfs.contracts import names
 from tierfs.contracts.config import DURABILITY_LEVELS, StoreConfig
+from tierfs.contracts.database_urls import is_postgresql_url, redacted_url
 from tierfs.contracts.errors import (
     InvalidArgumentError,
     NoSpaceError,
@@ -76,6 +78,7 @@ from tierfs.store.statistics import StoreStatistics, collect_statistics
 from tierfs.store.wiring import Shared, build_parts
 
 log = logging.getLogger(__name__)
+OPEN_NOTICE_S = 2.0  # an open that takes longer says what it waits for
 
 
 class SegmentStore:
@@ -112,22 +115,46 @@ class SegmentStore:
         self.journal: Journal
 
     # ------------------------------------------------------------------ lifecycle
-    async def _start(self) -> None:
+    async def _start(self, *, interruptible: bool = False) -> None:
+        """Open the data dir. ``interruptible`` (a process that ends when the open is
+        cancelled: a command, the single-store daemon): Ctrl-C does not wait for tier-2's
+        retries; the opening thread is left to end with the process, holding the lock."""
         self._lock.acquire()
+        opening_ended = threading.Event()
+
+        def opening(started_s: float) -> OpenedDataDir:
+            try:
+                return open_data_dir(self.config, self.table, self.tail_budget, self._appender.on_durable, started_s)
+            finally:
+                opening_ended.set()
+
         try:
             # replayed appends count as appended now (read here: recovery's thread
             # cannot read the trio clock)
-            opened = await trio.to_thread.run_sync(
-                open_data_dir, self.config, self.table, self.tail_budget,
-                self._appender.on_durable, monotonic_s(),
-            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._say_what_opening_waits_for)
+                opened = await trio.to_thread.run_sync(opening, monotonic_s(), abandon_on_cancel=interruptible)
+                nursery.cancel_scope.cancel()
             self.metadata, self.epoch, self.journal = opened.metadata, opened.epoch, opened.journal
             self._segment_rows = opened.segment_rows
             self._recovery, self.claim = opened.recovery, opened.claim
             self._wire(opened)
         except BaseException:
-            self._lock.release()
+            if opening_ended.is_set():  # else the opening goes on: the lock stays until the process ends
+                self._lock.release()
             raise
+
+    async def _say_what_opening_waits_for(self) -> None:
+        """An open that takes more than ``OPEN_NOTICE_S`` says what it waits for: tier-2
+        (the owner claim and the journal's checkpoint: it is retried until it answers or
+        fails) or the metadata database, and that Ctrl-C stops it."""
+        await trio.sleep(OPEN_NOTICE_S)
+        config = self.config
+        tier2 = redacted_url(config.tier2_url or config.chunk_store_url)
+        metadata = redacted_url(config.metadata_url) if is_postgresql_url(config.metadata_url) else "SQLite"
+        log.warning("still opening %s after %.0f s: replaying its journal, or waiting for tier-2 (%s) or the "
+                    "metadata database (%s), which are retried until they answer or fail (Ctrl-C stops it)",
+                    config.data_dir, OPEN_NOTICE_S, tier2, metadata)
 
     def _wire(self, opened: OpenedDataDir) -> None:
         """Build the parts (``wiring``); each gets the narrow objects it needs, never ``self``."""
@@ -462,11 +489,13 @@ class SegmentStore:
 
 
 @asynccontextmanager
-async def open_store(config: StoreConfig | None = None, *, lease: Lease | None = None) -> AsyncIterator[SegmentStore]:
+async def open_store(config: StoreConfig | None = None, *, lease: Lease | None = None,
+                     interruptible: bool = False) -> AsyncIterator[SegmentStore]:
     """Open the store of ``config.data_dir`` for the duration of the block; ``lease``: in
-    cluster mode, the container's lease, without which nothing is acknowledged."""
+    cluster mode, the container's lease, without which nothing is acknowledged;
+    ``interruptible``: the process ends if the open is cancelled (``_start``)."""
     store = SegmentStore(config or StoreConfig(), lease)
-    await store._start()
+    await store._start(interruptible=interruptible)
     try:
         # The caller's block runs inside our nursery; its error comes back unwrapped,
         # as if no nursery were there.
