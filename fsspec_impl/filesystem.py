@@ -48,6 +48,7 @@ Semantics (append-only):
 from __future__ import annotations
 
 import datetime
+import difflib
 import io
 import logging
 import time
@@ -81,6 +82,14 @@ LAYOUT_REFRESH_S = 1.0  # an open file asks for newly flushed chunks at most thi
 log = logging.getLogger(__name__)
 
 
+# The constructor's own options, and the ones fsspec's base class takes: any other key
+# is a mistake (a misspelled "durability" silently ignored would create PD segments).
+TIERFS_OPTIONS = ("url", "data_dir", "token", "direct_reads", "chunk_storage_options", "durability",
+                  "retry_budget_s")
+FSSPEC_OPTIONS = frozenset({"use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache",
+                            "asynchronous", "loop"})
+
+
 class TierFileSystem(AbstractFileSystem):
     protocol = "tierfs"
     root_marker = ""
@@ -96,6 +105,13 @@ class TierFileSystem(AbstractFileSystem):
         retry_budget_s: float = RETRY_BUDGET_S,
         **storage_options: Any,
     ) -> None:
+        unknown = sorted(set(storage_options) - FSSPEC_OPTIONS)
+        if unknown:  # a misspelled option would otherwise be ignored in silence
+            known = [*TIERFS_OPTIONS, *sorted(FSSPEC_OPTIONS)]
+            hints = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, known, 1))
+                                  else "") for key in unknown]
+            raise InvalidArgumentError(f"unknown tierfs storage option {', '.join(hints)}: it takes "
+                                       f"{', '.join(TIERFS_OPTIONS)} and fsspec's {', '.join(sorted(FSSPEC_OPTIONS))}")
         if durability is not None and durability not in DURABILITY_LEVELS:
             raise InvalidArgumentError(
                 f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}"
@@ -272,6 +288,10 @@ class TierFileSystem(AbstractFileSystem):
         **kwargs: Any,
     ) -> TierFile:
         name = self._strip_protocol(path)
+        if mode == "rb":  # the file needs the details anyway: taken once, and a directory refused
+            kwargs["details"] = self.info(name)
+            if kwargs["details"]["type"] == "directory":
+                raise IsADirectoryError(f"tierfs://{name} is a directory: open a segment in it (fs.ls lists them)")
         if mode in ("wb", "xb"):
             self._create_for_write(name, exclusive=mode == "xb")
         elif mode == "ab":
@@ -373,6 +393,10 @@ class TierFile(AbstractBufferedFile):
     buffer: io.BytesIO
 
     _layout: SegmentLayout | None = None
+
+    def __init__(self, *args: Any, details: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self._details = details  # what fsspec would fetch with a second info()
+        super().__init__(*args, **kwargs)
     _appends: AppendPipeline | None = None  # this file's appends (write modes), once one is sent
     _layout_time_s = 0.0
 

@@ -245,3 +245,13 @@ def test_a_directory_url_with_a_trailing_slash_takes_writers_files(tfs: TierFile
     with pytest.raises(Exception, match="invalid"):  # still refused, as by every front end
         tfs.info("a//")
 
+
+
+def test_a_directory_is_not_read_as_empty_and_a_misspelled_option_is_refused(tfs: TierFileSystem) -> None:
+    tfs.mkdir("a-directory")
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        tfs.open("a-directory", "rb")
+    with pytest.raises(IsADirectoryError):
+        tfs.cat_file("a-directory")
+    with pytest.raises(ValueError, match="'duarbility' \\(did you mean 'durability'\\?\\)"):
+        TierFileSystem(duarbility="vd", skip_instance_cache=True)
