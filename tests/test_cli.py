@@ -344,3 +344,14 @@ def test_version_names_the_parts_a_bug_report_needs_and_help_is_a_command(tmp_pa
     assert tierfs(tmp_path, "help", "ls").stdout == tierfs(tmp_path, "ls", "--help").stdout
     assert tierfs(tmp_path, "help").stdout == tierfs(tmp_path, "--help").stdout
     assert not (tmp_path / "chunks").exists()  # nothing opened
+
+
+def test_sizes_in_sentences_have_units() -> None:
+    from tierfs.contracts.errors import AppendTooLargeError
+    from tierfs.contracts.units import human_size, readable_size
+
+    assert [readable_size(v) for v in (0, 1, 32, 1536, 64 << 20, 3 * (1 << 30) + 5)] == [
+        "0 bytes", "1 byte", "32 bytes", "1.5 KiB", "64 MiB", "3.0 GiB"]
+    assert [human_size(v) for v in (900, 1536, 10 * 1024 + 1, 5 << 20)] == ["900", "1.5K", "11K", "5.0M"]
+    assert str(AppendTooLargeError(100 << 20, 64 << 20)).startswith("append of 100 MiB (104857600 bytes) exceeds "
+                                                                   "max_append_bytes (64 MiB)")

@@ -36,7 +36,7 @@ from tierfs.contracts.errors import SegmentNotFoundError
 from tierfs.contracts.fsck_report import fsck_report_json
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, format_policy_value, parse_assignments
-from tierfs.contracts.units import human_size
+from tierfs.contracts.units import human_size, readable_size
 
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 OFFLOAD_POLL_S = 0.2  # offload progress is polled this often
@@ -176,20 +176,17 @@ async def _fsck(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
 
 
 # ---------------------------------------------------------------- offload and policies
-def _mib(value: int) -> str:
-    return f"{value / (1 << 20):.1f} MiB"
-
-
 def _status_line(status: dict[str, Any]) -> str:
     state = status["state"]
     line = f"{status['name']}: {state}"
     if state in ("RUNNING", "SUCCESS", "ERROR"):
-        line += (f" ({status['trigger']}) {_mib(status['bytes_done'])} of {_mib(status['bytes_total'])}, "
+        line += (f" ({status['trigger']}) {readable_size(status['bytes_done'])} of "
+                 f"{readable_size(status['bytes_total'])}, "
                  f"{status['chunks_done']}/{status['chunks_total']} chunks")
     if state == "ERROR":
         line += f": {status['error']}"
-    return line + (f"; offloaded {_mib(status['offloaded_bytes'])} of "
-                   f"{_mib(status['sealed_bytes'])} sealed")
+    return line + (f"; offloaded {readable_size(status['offloaded_bytes'])} of "
+                   f"{readable_size(status['sealed_bytes'])} sealed")
 
 
 def _progress_bar(status: dict[str, Any], width: int = 30) -> str:
@@ -197,7 +194,7 @@ def _progress_bar(status: dict[str, Any], width: int = 30) -> str:
     done = min(status["bytes_done"], total)
     filled = width * done // total
     return (f"\r[{'#' * filled}{'.' * (width - filled)}] {100 * done // total:3d}% "
-            f"{_mib(status['bytes_done'])}/{_mib(status['bytes_total'])}")
+            f"{readable_size(status['bytes_done'])}/{readable_size(status['bytes_total'])}")
 
 
 async def _offload_wait(store: SegmentStoreAPI, path: str, bar: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import sys
 
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.gc_report import OrphanObject
+from tierfs.contracts.units import format_duration
 
 EXIT_OK, EXIT_FAILED = 0, 1  # as cli/commands.py
 
@@ -33,7 +34,7 @@ async def gc_command(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
               "data dir, which may reference it)")
     print(
         f"{verb} {len(report.orphans)} orphan objects, {report.orphan_bytes} bytes; kept "
-        f"{report.kept_young} younger than the grace period ({report.grace_s:g} s), "
+        f"{report.kept_young} younger than the grace period ({format_duration(report.grace_s)}), "
         f"{report.kept_in_flight} being written, {report.kept_newer_epoch} of a newer owner epoch, "
         f"{len(report.kept_older_owner)} of an older owner's (--older-owners deletes them)"
     )

@@ -73,7 +73,10 @@ class AppendTooLargeError(InvalidArgumentError):
     code = "too_large"
 
     def __init__(self, size: int, limit_bytes: int) -> None:
-        super().__init__(f"append of {size} bytes exceeds max_append_bytes ({limit_bytes})")
+        from tierfs.contracts.units import readable_size  # units imports this module
+
+        super().__init__(f"append of {readable_size(size)} ({size} bytes) exceeds max_append_bytes "
+                         f"({readable_size(limit_bytes)}): split it into smaller records")
         self.length = size
         self.limit_bytes = limit_bytes
 

@@ -126,6 +126,17 @@ def human_size(value: int) -> str:
     raise AssertionError("unreachable")
 
 
+def readable_size(value: int) -> str:
+    """A size for a sentence: ``32 bytes``, ``1.5 KiB``, ``64 MiB``, ``3.2 GiB``."""
+    if value < 1024:
+        return f"{value} byte" + ("" if value == 1 else "s")
+    for unit, factor in reversed(_SIZE_PRINT_UNITS):
+        if value < factor * 1024 or unit == "PiB":
+            shown = value / factor
+            return f"{shown:.1f} {unit}" if shown < 10 and value % factor else f"{shown:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
 def format_duration(seconds: float) -> str:
     """``14400`` -> ``4h``, ``5400`` -> ``1h30m``, ``0.5`` -> ``500ms``, ``0`` -> ``0s``."""
     if not seconds:
