@@ -62,6 +62,10 @@ FIRST_PART_CASES = [
     ["logs/a", "logs/missing", "logs/b"],
     [DIRECTORY],
     ["--pid", "1", "-n", "1", "logs/a"],
+    ["-n", "0", "logs/a", "logs/b", "logs/missing"],  # nothing at all: no headers, no error
+    ["-c", "0", "logs/a", "logs/b"],
+    ["-c", "1b", "logs/a"],  # b: 512-byte blocks
+    ["-c", "+1b", "logs/a"],
 ]
 
 

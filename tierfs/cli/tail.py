@@ -392,6 +392,9 @@ async def wait_for_process_end(pid: int) -> None:
 async def tail_command(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
     """``tierfs tail [-f|-F] [-n [+]N|-c [+]N] [-q|-v] [--pid PID] PATH...``."""
     options = TailOptions.of(args)
+    count = options.lines or options.bytes
+    if count is not None and count.value == 0 and not count.from_start and not options.follow:
+        return 0  # as GNU tail: nothing to print, not even headers (nor errors)
     source = source_for(store, len(options.paths))
     output = TailOutput(sys.stdout.buffer, options.headers)
     return await Tail(options, source, output).run()

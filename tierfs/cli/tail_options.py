@@ -44,6 +44,8 @@ def _count(text: str, what: str) -> Count:
     stripped = text.strip()
     from_start = stripped.startswith("+")
     number = stripped[1:] if stripped[:1] in ("+", "-") else stripped
+    if number[:-1].isdigit() and number.endswith("b"):  # GNU tail's b: 512-byte blocks
+        return Count(int(number[:-1]) * 512, from_start)
     try:
         return Count(parse_size(number, "value"), from_start)
     except InvalidArgumentError:
