@@ -524,3 +524,21 @@ async def test_lost_found_lists_and_restores_what_a_fenced_store_saved_each_appe
         data = await owner.read("seg")
     assert data == b"flushed;1;2;3;anonymous;anonymous;"
     assert entries(tmp_path / "a") == []
+
+
+def test_a_container_data_dir_kept_aside_is_one_entry_described_or_not(tmp_path: Path) -> None:
+    from tierfs.engine.lost_found import entries
+
+    for name, described in (("c001.lease-2", False), ("c003.lease-4", True)):
+        kept = tmp_path / "lost+found" / name
+        (kept / "journal").mkdir(parents=True)
+        (kept / "journal" / "00000000000000000000.jnl").write_bytes(b"x" * 100)
+        (kept / "LOCK").write_text("12345\n")
+        (kept / "lost+found" / "t1").mkdir(parents=True)
+        if described:
+            (kept / "LOST.json").write_text('{"container": 3, "lease_epoch": 4, "why": "another daemon owned it"}')
+    lines = [entry.line() for entry in entries(tmp_path)]
+    assert lines == [
+        "lost+found/c001.lease-2: a container's journal of 100 bytes, epoch unknown, not replayed: no description",
+        "lost+found/c003.lease-4: a container's journal of 100 bytes, epoch 4, not replayed: another daemon owned it",
+    ]

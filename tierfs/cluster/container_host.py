@@ -353,13 +353,17 @@ class ContainerHost:
         if target.exists():
             target = target.with_name(f"{target.name}.{time.time_ns()}")
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        data_dir.rename(target)
-        (target / "LOST.json").write_text(json.dumps({
+        # the description first, whole (written aside, renamed), then the directory: a
+        # crash between leaves a described data dir, never an undescribed lost+found entry
+        described = data_dir / "LOST.json.tmp"
+        described.write_text(json.dumps({
             "container": container, "lease_epoch": old_epoch, "taken_back_at_epoch": epoch,
             "why": "another daemon owned the container since; this journal may hold acknowledged "
                    "bytes that never reached tier-2 (kept, not replayed over newer data)",
             "segments": segments or {},
         }, indent=2))
+        described.rename(data_dir / "LOST.json")
+        data_dir.rename(target)
         log.warning("container %s: kept the journal of lease epoch %s in %s (not replayed)",
                     container_label(container), old_epoch, target)
         self.lost_found.append(target)

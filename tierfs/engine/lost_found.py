@@ -83,6 +83,9 @@ class LostFoundEntry:
                 if "start_offset" in facts and "end_offset" in facts else "")
         epoch = facts.get("epoch", facts.get("lease_epoch"))
         owner = f" epoch {epoch}" if epoch is not None else ""
+        if "container" in facts or ".lease-" in self.path.rpartition("/")[2]:  # a data dir kept aside
+            return f"{self.path}: a container's journal of {self.size} bytes,{owner or ' epoch unknown'}, " \
+                   f"not replayed: {self.why}"
         what = f"{self.segment}{span}" if self.segment else "(no segment)"
         return f"{self.path}: {self.size} bytes of {what}{owner}: {self.why}"
 
@@ -126,11 +129,13 @@ def entries(data_dir: Path) -> list[LostFoundEntry]:
     root = data_dir / LOST_FOUND_DIR
     found = []
     for dirpath, dirnames, files in os.walk(root):
-        if CONTAINER_DESCRIPTION in files:
+        # a container data dir kept aside is one entry: described, or (kept by a release
+        # that described it after moving it, and stopped between) a journal dir with a LOCK
+        if CONTAINER_DESCRIPTION in files or (Path(dirpath) != root and "journal" in dirnames and "LOCK" in files):
             directory = Path(dirpath)
             try:
                 description = json.loads((directory / CONTAINER_DESCRIPTION).read_text())
-            except ValueError:
+            except (OSError, ValueError):
                 description = None
             size = sum(p.stat().st_size for p in (directory / "journal").glob("*.jnl")) \
                 if (directory / "journal").is_dir() else 0
