@@ -46,3 +46,12 @@ def test_hundred_seeds(seed: int, tmp_path: Path) -> None:
         _no_problems(run_cluster(seed, 5, tmp_path, log=lambda line: None))
     else:
         _no_problems(run(seed, 10, tmp_path, s3=seed % 5 == 1, log=lambda line: None))
+
+
+def test_the_ledger_finds_a_record_right_after_a_torn_one() -> None:
+    """A lost host's last flush may end inside a record (forgiven: acknowledged after the
+    flush was asked for); the record appended after the restore follows it directly."""
+    from tierfs.testing.chaos.ledger import parse_lines, record_line
+
+    torn, after, next_one = (record_line("run", "w3", seq, 40) for seq in (1103, 1116, 1117))
+    assert list(parse_lines(torn[:25] + after + next_one)) == [after, next_one]

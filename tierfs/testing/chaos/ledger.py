@@ -54,12 +54,17 @@ def record_line(run: str, writer: str, seq: int, filler: int) -> bytes:
 
 
 def parse_lines(data: bytes) -> Iterable[bytes]:
+    """The records in ``data``, each from its ``R `` to its newline. A record torn at the
+    end of what a lost host had flushed (a flush cuts records at chunk boundaries; the
+    rest was lost, as its promise allows) is followed directly by the next record
+    appended after the restore: the torn prefix is skipped, the record after it found."""
     start = 0
     while True:
         end = data.find(b"\n", start)
         if end < 0:
             return
-        yield data[start:end + 1]
+        line = data[start:end + 1]
+        yield line[max(0, line.rfind(b"R ")):]
         start = end + 1
 
 
