@@ -126,3 +126,10 @@ def test_names_starting_with_tierfs_are_the_users_and_inodes_survive_a_restart(t
         assert mounted.path(".tierfs-unlinked.3").read_bytes() == b"mine"
     finally:
         assert mounted.unmount()[0] == 0
+
+
+def test_a_local_path_under_the_mount_given_to_the_cli_gets_its_store_path(mount: Mount) -> None:
+    mount.path("hint.log").write_bytes(b"x\n")
+    result = sh(f"$TIERFS cat {mount.path('hint.log')}", mount)
+    assert result.returncode == 1
+    assert f"under the mount at {mount.mountpoint} that is 'hint.log'" in result.stderr, result.stderr

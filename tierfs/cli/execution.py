@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -199,8 +200,33 @@ def _dispatch(args: argparse.Namespace) -> int:
     return trio.run(_run_store_command, args, config)
 
 
+def _store_path_hint(args: argparse.Namespace) -> str:
+    """A name not found that is a local path (``/mnt/tierfs/logs/x``, ``~/...``): names
+    are store paths; under a tierfs mount, which one it is."""
+    given = [p for p in ([getattr(args, "path", None)] + list(getattr(args, "paths", None) or [])) if p]
+    for path in given:
+        if not str(path).startswith(("/", "~")):
+            continue
+        local = Path(str(path)).expanduser()
+        try:
+            mounts = Path("/proc/mounts").read_text().splitlines()
+        except OSError:
+            mounts = []
+        for entry in mounts:
+            source, mountpoint, kind = (entry.split() + ["", "", ""])[:3]
+            point = Path(mountpoint.replace("\\040", " "))
+            if kind == "fuse.tierfs" and local.is_relative_to(point) and local != point:
+                return (f": names are store paths, not local ones; under the mount at {point} "
+                        f"that is {str(local.relative_to(point))!r}")
+        if local.exists():
+            return ": names are store paths (logs/app.log), not local files"
+    return ""
+
+
 def _report(error: BaseException, args: argparse.Namespace) -> int:
     failure = describe(error)
+    if failure.code == "not_found":
+        failure = dataclasses.replace(failure, message=failure.message + _store_path_hint(args))
     if args.verbose:
         traceback.print_exception(error, file=sys.stderr)
     if args.json:
