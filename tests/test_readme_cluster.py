@@ -28,7 +28,9 @@ def test_the_readme_cluster_trial_runs_as_written(postgres_server: object, tmp_p
     del postgres_server  # the suite's server proves PostgreSQL is installed; the trial starts its own
     shutil.rmtree("/tmp/tierfs-trial", ignore_errors=True)
     Path("/tmp/tierfs-pg.url").unlink(missing_ok=True)
-    script = 'trap \'kill $(jobs -p) 2>/dev/null; wait\' EXIT\nset -e\n' + _trial_block()
+    # the block's own last lines stop everything it started: nothing may run after it
+    script = ('trap \'kill $(jobs -p) 2>/dev/null || true; wait\' EXIT\nset -e\n' + _trial_block()
+              + 'test -z "$(jobs -pr)" || { echo "still running after the trial: $(jobs -r)" >&2; exit 9; }\n')
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     try:  # files, not pipes: PostgreSQL's server processes would hold a pipe open
