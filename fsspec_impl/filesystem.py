@@ -84,7 +84,7 @@ log = logging.getLogger(__name__)
 
 # The constructor's own options, and the ones fsspec's base class takes: any other key
 # is a mistake (a misspelled "durability" silently ignored would create PD segments).
-TIERFS_OPTIONS = ("url", "data_dir", "token", "direct_reads", "chunk_storage_options", "durability",
+OWN_OPTIONS = ("url", "data_dir", "token", "direct_reads", "chunk_storage_options", "durability",
                   "retry_budget_s")
 FSSPEC_OPTIONS = frozenset({"use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache",
                             "asynchronous", "loop"})
@@ -107,11 +107,11 @@ class TierFileSystem(AbstractFileSystem):
     ) -> None:
         unknown = sorted(set(storage_options) - FSSPEC_OPTIONS)
         if unknown:  # a misspelled option would otherwise be ignored in silence
-            known = [*TIERFS_OPTIONS, *sorted(FSSPEC_OPTIONS)]
+            known = [*OWN_OPTIONS, *sorted(FSSPEC_OPTIONS)]
             hints = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, known, 1))
                                   else "") for key in unknown]
             raise InvalidArgumentError(f"unknown tierfs storage option {', '.join(hints)}: it takes "
-                                       f"{', '.join(TIERFS_OPTIONS)} and fsspec's {', '.join(sorted(FSSPEC_OPTIONS))}")
+                                       f"{', '.join(OWN_OPTIONS)} and fsspec's {', '.join(sorted(FSSPEC_OPTIONS))}")
         if durability is not None and durability not in DURABILITY_LEVELS:
             raise InvalidArgumentError(
                 f"durability must be one of {DURABILITY_LEVELS}, not {durability!r}"

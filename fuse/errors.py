@@ -34,7 +34,8 @@ ERRNO_BY_CODE: dict[str, int] = {
     "not_empty": errno.ENOTEMPTY,
     "bad_offset": errno.EPERM,  # a write anywhere but at the end: append-only
     "sealed": errno.EPERM,
-    "append_only": errno.EPERM,  # a rewrite where the policy does not allow it
+    "append_only": errno.EPERM,
+    "unauthorized": errno.EACCES,  # a daemon refused this host's token (a forwarded call)  # a rewrite where the policy does not allow it
     "out_of_range": errno.EINVAL,
     "invalid_range": errno.EINVAL,
     "truncated": errno.ENODATA,  # retention deleted these bytes from the head

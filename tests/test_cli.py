@@ -348,7 +348,7 @@ def test_version_names_the_parts_a_bug_report_needs_and_help_is_a_command(tmp_pa
 
 def test_sizes_in_sentences_have_units() -> None:
     from tierfs.contracts.errors import AppendTooLargeError
-    from tierfs.contracts.units import human_size, readable_size
+    from tierfs.contracts.size_text import human_size, readable_size
 
     assert [readable_size(v) for v in (0, 1, 32, 1536, 64 << 20, 3 * (1 << 30) + 5)] == [
         "0 bytes", "1 byte", "32 bytes", "1.5 KiB", "64 MiB", "3.0 GiB"]

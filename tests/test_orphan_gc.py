@@ -33,6 +33,9 @@ PAYLOAD = os.urandom(200 * KiB)
 HOUR_S = 3600.0
 
 
+CRASHED_SEGMENT = 2  # logs/a: the directory logs took id 1 (one id sequence for both)
+
+
 def _crash_in_flush(data_dir: Path, env: dict[str, str] | None = None) -> None:
     """A daemon dies (SIGKILL) right after writing its first chunk object, before the
     commit; PAYLOAD is durable in its journal (PD)."""
@@ -62,19 +65,19 @@ async def test_kill_9_in_a_flush_leaves_an_orphan_chunk_that_gc_deletes_after_th
 ) -> None:
     data_dir = tmp_path / "data"
     _crash_in_flush(data_dir)
-    orphan = chunk_name(1, 1, 1)  # segment 1, epoch 1, first chunk (seq 1): never committed
+    orphan = chunk_name(CRASHED_SEGMENT, 1, 1)  # epoch 1, first chunk (seq 1): never committed
     chunks_dir = data_dir / "chunks"
     assert (chunks_dir / orphan).exists()
     # objects gc must never touch, however old: not chunk-shaped, or a newer owner's
-    others = ["_owner/claim", "_metadata/backup-1", "s00000001/notes.txt",
-              "s00000001/e000001-c00000000.tmp", chunk_name(1, 999999, 0)]
+    others = ["_owner/claim", "_metadata/backup-1", f"s{CRASHED_SEGMENT:08d}/notes.txt",
+              f"s{CRASHED_SEGMENT:08d}/e000001-c00000000.tmp", chunk_name(CRASHED_SEGMENT, 999999, 0)]
     for name in others:
         _touch_old(chunks_dir / name)
-    # names of the next owner (epoch 2): below segment 1's next chunk sequence no flush
+    # names of the next owner (epoch 2): below the segment's next chunk sequence no flush
     # will write again; at or above it, or of a segment the metadata does not know, a
     # flush may be writing right now
-    own_epoch_orphan = chunk_name(1, 2, 0)
-    own_epoch_in_flight = [chunk_name(1, 2, 50), chunk_name(77, 2, 1)]
+    own_epoch_orphan = chunk_name(CRASHED_SEGMENT, 2, 0)
+    own_epoch_in_flight = [chunk_name(CRASHED_SEGMENT, 2, 50), chunk_name(77, 2, 1)]
     for name in [own_epoch_orphan, *own_epoch_in_flight]:
         _touch_old(chunks_dir / name)
 
@@ -84,7 +87,7 @@ async def test_kill_9_in_a_flush_leaves_an_orphan_chunk_that_gc_deletes_after_th
         await store.flush()
         assert await store.read("logs/a") == PAYLOAD  # replayed from the journal
         referenced = [c.name for c in await store.chunks_of(store._segment("logs/a"))]
-        assert referenced and all(n.startswith("s00000001/e000002-") for n in referenced)
+        assert referenced and all(n.startswith(f"s{CRASHED_SEGMENT:08d}/e000002-") for n in referenced)
 
         assert store._segment("logs/a").record.next_chunk_seq == 2
         report = await store.fsck()
@@ -208,7 +211,7 @@ async def test_s3_orphans_of_a_crashed_flush_and_of_an_offload_that_lost_its_chu
     data_dir = tmp_path / "data"
     _crash_in_flush(data_dir, {"TIERFS_TIER2": s3_urls["tier2"],
                                "TIERFS_TIER2_ENDPOINT_URL": s3_urls["endpoint"]})
-    orphan_chunk = chunk_name(1, 1, 1)
+    orphan_chunk = chunk_name(CRASHED_SEGMENT, 1, 1)
     assert _s3_keys(s3_urls, "chunks") == [orphan_chunk]
 
     config = small_config(
@@ -281,7 +284,7 @@ def _cli(data_dir: Path, *args: str, env: dict[str, str]) -> subprocess.Complete
 def test_cli_gc_in_process_and_through_the_daemon(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     _crash_in_flush(data_dir)
-    orphan = chunk_name(1, 1, 1)
+    orphan = chunk_name(CRASHED_SEGMENT, 1, 1)
     no_grace = {"TIERFS_ORPHAN_GRACE_S": "0"}
 
     fsck = _cli(data_dir, "fsck", env=no_grace)  # in-process (no daemon)

@@ -36,7 +36,7 @@ from tierfs.contracts.errors import SegmentNotFoundError
 from tierfs.contracts.fsck_report import fsck_report_json
 from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, format_policy_value, parse_assignments
-from tierfs.contracts.units import human_size, readable_size
+from tierfs.contracts.size_text import human_size, readable_size
 
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up
 OFFLOAD_POLL_S = 0.2  # offload progress is polled this often

@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 from tierfs.cli.failures import EXIT_FAILED, EXIT_OK, describe
+from tierfs.cli.waits import WAIT_NOTICE_S, process_line
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.datadir import TOKEN_NAME, running_owner_pid, socket_path
 from tierfs.contracts.errors import StoreInUseError
@@ -52,8 +53,6 @@ def refuse_if_in_use(data_dir: Path) -> None:
     daemon's socket is a command running in-process (``tierfs append`` typed a moment
     before, ``tierfs serve &`` typed right after it) or a daemon still opening: it is
     given ``IN_PROCESS_HOLDER_WAIT_S`` to end or to show its socket."""
-    from tierfs.cli.execution import WAIT_NOTICE_S, process_line
-
     started = time.monotonic()
     noticed = False
     while True:

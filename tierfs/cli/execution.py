@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from tierfs.cli.failures import EXIT_OK, describe, main_error
+from tierfs.cli.waits import WAIT_NOTICE_S, process_line
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.datadir import running_owner_pid, socket_path
 from tierfs.contracts.errors import DaemonUnavailableError, InvalidArgumentError, StoreInUseError
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 STARTING_DAEMON_WAIT_S = 30.0  # a daemon answers within ~1 s of taking the lock; 30 s rides out a loaded host
 STARTING_DAEMON_POLL_S = 0.05
-WAIT_NOTICE_S = 2.0  # a wait longer than this says what it waits for
 # commands that own the data dir themselves (they never go through a daemon)
 DATA_DIR_COMMANDS = ("serve", "mount", "umount", "takeover", "owner", "restore", "metadata", "completion")
 
@@ -112,20 +112,6 @@ def _starting_daemon_client(data_dir: Path) -> TierClient | None:
                   file=sys.stderr, flush=True)
         time.sleep(STARTING_DAEMON_POLL_S)
     return None
-
-
-def process_line(pid: int) -> str:
-    """``pid 123 (tierfs tail -f x)``: its command line, where /proc shows it."""
-    try:
-        words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return f"pid {pid}"
-    words = [w for w in words if w]
-    if "tierfs.cli" in words:  # python -m tierfs.cli ARGS: show it as typed
-        words = ["tierfs", *words[words.index("tierfs.cli") + 1:]]
-    elif words and words[0].endswith("/tierfs"):
-        words[0] = "tierfs"
-    return f"pid {pid} ({' '.join(words)[:80]})"
 
 
 async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> int:

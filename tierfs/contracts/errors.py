@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from tierfs.contracts.size_text import readable_size
+
 
 class TierFSError(Exception):
     """Base class of every error raised deliberately by tierfs."""
@@ -73,8 +75,6 @@ class AppendTooLargeError(InvalidArgumentError):
     code = "too_large"
 
     def __init__(self, size: int, limit_bytes: int) -> None:
-        from tierfs.contracts.units import readable_size  # units imports this module
-
         super().__init__(f"append of {readable_size(size)} ({size} bytes) exceeds max_append_bytes "
                          f"({readable_size(limit_bytes)}): split it into smaller records")
         self.length = size

@@ -131,10 +131,13 @@ class SegmentStore:
         try:
             # replayed appends count as appended now (read here: recovery's thread
             # cannot read the trio clock)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._say_what_opening_waits_for)
+            notice = threading.Timer(OPEN_NOTICE_S, self._say_what_opening_waits_for)
+            notice.daemon = True
+            notice.start()
+            try:
                 opened = await trio.to_thread.run_sync(opening, monotonic_s(), abandon_on_cancel=interruptible)
-                nursery.cancel_scope.cancel()
+            finally:
+                notice.cancel()
             self.metadata, self.epoch, self.journal = opened.metadata, opened.epoch, opened.journal
             self._segment_rows = opened.segment_rows
             self._recovery, self.claim = opened.recovery, opened.claim
@@ -144,11 +147,10 @@ class SegmentStore:
                 self._lock.release()
             raise
 
-    async def _say_what_opening_waits_for(self) -> None:
+    def _say_what_opening_waits_for(self) -> None:
         """An open that takes more than ``OPEN_NOTICE_S`` says what it waits for: tier-2
         (the owner claim and the journal's checkpoint: it is retried until it answers or
-        fails) or the metadata database, and that Ctrl-C stops it."""
-        await trio.sleep(OPEN_NOTICE_S)
+        fails) or the metadata database, and that Ctrl-C stops it (a timer's thread)."""
         config = self.config
         tier2 = redacted_url(config.tier2_url or config.chunk_store_url)
         metadata = redacted_url(config.metadata_url) if is_postgresql_url(config.metadata_url) else "SQLite"

@@ -15,21 +15,44 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from tierfs.contracts import names
 from tierfs.contracts.errors import SegmentNotFoundError
 from tierfs.contracts.info import SegmentInfo
 from tierfs.engine.readahead import SegmentReader
+from tierfs.engine.reader import Reader
 from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.segment_table import SegmentTable
 from tierfs.store.attributes import segment_info
 
-if TYPE_CHECKING:
-    from tierfs.store.facade import SegmentStore
+
+class SyncingJournal(Protocol):
+    async def sync(self) -> int: ...
+
+
+class HoldingStore(Protocol):
+    """What a hold uses of its store (``SegmentStore`` has it)."""
+
+    @property
+    def table(self) -> SegmentTable: ...
+
+    @property
+    def reader(self) -> Reader: ...
+
+    @property
+    def journal(self) -> SyncingJournal: ...
+
+    def reader_of(self, name: str, lookup: Callable[[str], SegmentState] | None = None) -> SegmentReader: ...
+
+    async def append_to(self, seg: SegmentState, data: bytes, expected_offset: int | None) -> int: ...
+
+    async def delete_detached(self, seg: SegmentState) -> None: ...
 
 
 class SegmentHold:
-    def __init__(self, store: SegmentStore, seg: SegmentState) -> None:
+    def __init__(self, store: HoldingStore, seg: SegmentState) -> None:
         self._store = store
         self._seg = seg
         self._released = False
