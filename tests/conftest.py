@@ -25,7 +25,7 @@ from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs import StoreConfig, open_store
 from tierfs.store.facade import SegmentStore
-from tierfs.testing.harness import Daemon, free_port, small_config, start_daemon
+from tierfs.testing.harness import Daemon, Mount, free_port, small_config, start_daemon
 from tierfs.testing.postgres import PostgresServer
 
 
@@ -144,3 +144,23 @@ def spark() -> Iterator[Any]:
     register(session)
     yield session
     session.stop()
+
+
+FUSE_MISSING = "FUSE tests need /dev/fuse and fusermount3 (apt install fuse3)"
+
+
+def fuse_missing() -> bool:
+    return not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None
+
+
+@pytest.fixture(scope="module")
+def mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
+    """One real mount per test module (modules with their own options define their own);
+    unmounted cleanly at the module's end."""
+    if fuse_missing():
+        pytest.skip(FUSE_MISSING)
+    base = tmp_path_factory.mktemp("mount")
+    mounted = Mount(base / "data", base / "mnt")
+    yield mounted
+    code, stderr = mounted.unmount()
+    assert code == 0, stderr

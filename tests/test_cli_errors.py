@@ -55,15 +55,22 @@ def test_a_second_daemon_on_a_data_dir_in_use_exits_4(serving: Daemon) -> None:
     assert_one_line(result, 4, f"in use by pid {serving.pid}", "stop it first")
 
 
+def _hold_data_dir(data_dir: Path, seconds: float) -> subprocess.Popen[str]:
+    """A process holding the data dir's lock for ``seconds`` (a command run in-process),
+    returned once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from tierfs.engine.ownership import DataDirLock\n"
+        f"lock = DataDirLock(Path({str(data_dir)!r})); lock.acquire(); print('held', flush=True)\n"
+        f"time.sleep({seconds}); lock.release()")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
 def test_serve_typed_while_a_command_has_the_data_dir_in_process_waits_for_it(tmp_path: Path) -> None:
     """``tierfs append ...; tierfs serve &`` in quick succession: the command opened the
     store in-process (no daemon yet); serve waits for it to end instead of failing."""
     data_dir = tmp_path / "data"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from tierfs.engine.ownership import DataDirLock\n"
-        f"lock = DataDirLock(Path({str(data_dir)!r})); lock.acquire(); print('held', flush=True)\n"
-        "time.sleep(1.5); lock.release()")], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    holder = _hold_data_dir(data_dir, 1.5)
     daemon = start_daemon(data_dir, verbose=False)
     try:
         assert holder.wait(timeout=30) == 0
@@ -78,11 +85,7 @@ def test_a_command_waiting_for_another_holder_says_so_and_goes_on_when_it_ends(t
     """``tierfs tail -f`` without a daemon holds the data dir: another command waits,
     saying for what, and runs once the holder is gone (here after 3.5 s)."""
     data_dir = tmp_path / "data"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from tierfs.engine.ownership import DataDirLock\n"
-        f"lock = DataDirLock(Path({str(data_dir)!r})); lock.acquire(); print('held', flush=True)\n"
-        "time.sleep(3.5); lock.release()")], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    holder = _hold_data_dir(data_dir, 3.5)
     result = tierfs("--data-dir", str(data_dir), "create", "after-the-holder")
     assert holder.wait(timeout=30) == 0
     assert result.returncode == 0, result.stderr

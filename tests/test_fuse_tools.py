@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,6 @@ pytestmark = pytest.mark.skipif(
     not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
     reason="FUSE tests need /dev/fuse and fusermount3 (apt install fuse3)",
 )
-
-
-@pytest.fixture(scope="module")
-def mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mount]:
-    base = tmp_path_factory.mktemp("tools")
-    mounted = Mount(base / "data", base / "mnt")
-    yield mounted
-    code, stderr = mounted.unmount()
-    assert code == 0, stderr
 
 
 def run(*command: str, check: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
