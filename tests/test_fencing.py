@@ -32,7 +32,7 @@ from tierfs.contracts.operations import FSCK
 from tierfs.engine.chunkstore import open_chunk_storage
 from tierfs.engine.lost_found import entries
 from tierfs.engine.owner_claims import KEEP_CLAIMS, OwnerClaim, OwnerClaims
-from tierfs.testing.harness import Daemon, Mount, small_config, start_daemon
+from tierfs.testing.harness import Daemon, Mount, crash_copy, small_config, start_daemon
 from tierfs.testing.storages import WrappedStorage
 
 # The daemons never flush by age (only when asked), so what a zombie acknowledges after
@@ -202,7 +202,7 @@ def test_copied_data_dir_one_owner_takeover_fences_the_other(
     client.append("log", b"journal-only\n")  # acknowledged (PD), not flushed
     client.close()
     daemon.kill9()
-    shutil.copytree(original, copy, ignore=shutil.ignore_patterns("LOCK", "tierfs.sock", "tierfs-follow.sock", "tierfs-append.sock", "metadata.backup.tmp*"))
+    crash_copy(original, copy)
 
     owner_dir, other_dir = (original, copy) if first == "original" else (copy, original)
     if first == "copy":  # a copy is not an owner: it opens only when told to take over
@@ -395,7 +395,7 @@ class ObjectPerFlush(WrappedStorage):
 
 
 def _copy(source: Path, target: Path) -> None:
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("LOCK", "*.sock", "metadata.backup.tmp*"))
+    crash_copy(source, target)
 
 
 async def test_a_copy_of_a_running_data_dir_is_not_an_owner(tmp_path: Path) -> None:

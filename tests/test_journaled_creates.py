@@ -18,6 +18,7 @@ from tierfs.engine.journal_format import ScanResult, encode_append, encode_creat
 from tierfs.engine.journal_scan import scan
 from tierfs.engine.sql_database import UNSYNCED_COMMITS_BEFORE_CHECKPOINT
 from tierfs.store.facade import SegmentStore
+from tierfs.testing.harness import crash_copy as copy_running
 from tierfs.testing.harness import small_config
 
 # the crash images below are copies of a data dir: a copy opens only by taking over
@@ -35,7 +36,7 @@ def copy_metadata(data_dir: Path, to: Path) -> None:
 
 def crash_copy(data_dir: Path, metadata_copy: Path, to: Path) -> Path:
     """The data dir with its journal as it is now and its metadata as ``metadata_copy``."""
-    shutil.copytree(data_dir, to, ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*", *METADATA_FILES))
+    copy_running(data_dir, to, *METADATA_FILES)
     for name in METADATA_FILES:
         if (metadata_copy / name).exists():
             shutil.copy2(metadata_copy / name, to / name)
@@ -92,7 +93,7 @@ async def test_a_creation_deleted_since_stays_deleted(tmp_path: Path) -> None:
         await store.append("gone", b"x")
         await store.delete("gone")  # a synced commit: the creation and the deletion are on disk
         await store.create_file("kept")
-        shutil.copytree(data, tmp_path / "crashed", ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*"))
+        copy_running(data, tmp_path / "crashed")
     async with open_store(small_config(tmp_path / "crashed", **NO_FLUSH)) as store:
         with pytest.raises(SegmentNotFoundError):
             await store.stat("gone")

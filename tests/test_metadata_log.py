@@ -17,7 +17,7 @@ from tierfs.engine import metadata_backup
 from tierfs.engine.backup_objects import BackupObjects, Lineage, LineageLink, LogObject, log_chain
 from tierfs.engine.metadata_log import CHANGE_LOG, ChangeBatch, decode, encode
 from tierfs.store.restore import restore_store
-from tierfs.testing.harness import small_config
+from tierfs.testing.harness import crash_copy, small_config
 
 # Snapshots an hour apart: only the change log can bring back what follows the first.
 RARE_SNAPSHOTS = dict(flush_interval_s=360.0, orphan_gc_interval_s=0)
@@ -78,7 +78,7 @@ async def test_a_damaged_metadata_file_is_refused_and_restore_replays_the_journa
         for index in range(50):
             await store.append("pd", b"journal-only %02d;" % index)  # acknowledged, never flushed
         crash = tmp_path / "crash"  # kill -9 now: the data dir and tier-2 as they are
-        shutil.copytree(data, crash, ignore=shutil.ignore_patterns("LOCK", "*.sock", "metadata.backup.tmp*"))
+        crash_copy(data, crash)
         _host_lost(tier2, tmp_path / "t2-then")
     for name in ("metadata.sqlite", "metadata.sqlite-wal"):
         path = crash / name

@@ -14,7 +14,7 @@ from tierfs.blocks.checksums import crc32c
 from tierfs.contracts.errors import JournalCorruptionError, SegmentNotFoundError
 from tierfs.engine.journal_format import FRAME_OVERHEAD, list_files
 from tierfs.engine.lost_found import entries as lost_found_entries
-from tierfs.testing.harness import small_config
+from tierfs.testing.harness import crash_copy, small_config
 
 # the crash images below are copies of a data dir: a copy opens only by taking over
 NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0, journal_file_bytes=1 << 30, takeover=True)
@@ -30,7 +30,7 @@ async def _snapshot_while_open(tmp_path: Path, records: list[bytes]) -> Path:
             await store.append("seg", record)
         snapshot = tmp_path / "snapshot"
         # (the metadata backup's snapshot file comes and goes: not part of the data dir's state)
-        shutil.copytree(data, snapshot, ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*"))
+        crash_copy(data, snapshot)
     return snapshot
 
 
@@ -85,7 +85,7 @@ async def test_a_damaged_frame_before_intact_ones_is_corruption_and_repair_keeps
             await store.append("seg", record)
             await store.append("other", record.upper())
         snapshot = tmp_path / "snapshot"
-        shutil.copytree(data, snapshot, ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*"))
+        crash_copy(data, snapshot)
     (journal_file,) = [p for _, p in list_files(snapshot / "journal")]
     raw = bytearray(journal_file.read_bytes())
     frames = [len(record) for record in records for _ in (0, 1)]
@@ -152,7 +152,7 @@ async def test_replay_skips_flushed_bytes_and_deleted_segments(tmp_path: Path) -
         await store.flush("keep")
         await store.append("keep", b"journal")
         await store.delete("gone")
-        shutil.copytree(data, tmp_path / "crash", ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*"))
+        crash_copy(data, tmp_path / "crash")
     async with open_store(small_config(tmp_path / "crash", **NO_FLUSH)) as store:
         assert await store.read("keep") == b"flushed-journal"
         info = await store.stat("keep")

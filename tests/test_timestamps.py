@@ -9,7 +9,6 @@ test_fuse_tools.py and test_fsspec.py.
 
 from __future__ import annotations
 
-import shutil
 import struct
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from tierfs.contracts.errors import InvalidArgumentError, SegmentSealedError
 from tierfs.contracts.info import DirectoryInfo, SegmentInfo
 from tierfs.engine import journal_format, journal_scan
 from tierfs.store.facade import SegmentStore
-from tierfs.testing.harness import small_config
+from tierfs.testing.harness import crash_copy, small_config
 
 NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0, journal_file_bytes=1 << 30)
 
@@ -71,7 +70,7 @@ async def test_mtime_survives_restarts_from_the_journal_and_the_metadata(tmp_pat
         await store.append("journal", b"b")
         expected = {n: (await _segment(store, n)).mtime_ns for n in ("flushed", "journal")}
         # what a crash now leaves: "journal" only in the journal
-        shutil.copytree(data, tmp_path / "crash", ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*"))
+        crash_copy(data, tmp_path / "crash")
     async with open_store(small_config(tmp_path / "crash", takeover=True, **NO_FLUSH)) as store:
         assert (await _segment(store, "journal")).flushed_length == 0
         assert {n: (await _segment(store, n)).mtime_ns for n in expected} == expected

@@ -4,7 +4,6 @@ frames, and from the segment record once flushed), never appended twice."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from tierfs.contracts.errors import AlreadyAppendedError, BadOffsetError, Segmen
 from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.engine.record_types import SegmentMeta
 from tierfs.engine.writer_marks import MARKS_PER_WRITER, PERSISTED_WRITERS, WriterMarks
-from tierfs.testing.harness import small_config
+from tierfs.testing.harness import crash_copy, small_config
 
 NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0)
 
@@ -49,7 +48,7 @@ async def test_marks_survive_a_crash_and_a_flush(tmp_path: Path) -> None:
         await store.flush("flushed")
         await store.append("journal-only", b"c", writer=identities[2])
         crash = tmp_path / "crash"
-        shutil.copytree(data, crash, ignore=shutil.ignore_patterns("LOCK", "metadata.backup.tmp*"))
+        crash_copy(data, crash)
     for directory in (crash, data):  # after a kill -9 (the copy) and after a clean stop
         async with open_store(small_config(directory, takeover=True, **NO_FLUSH)) as store:
             assert await store.append("journal-only", b"a", writer=identities[0]) == 0

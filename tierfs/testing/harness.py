@@ -26,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -81,6 +82,20 @@ def processes() -> Iterator[tuple[int, int, bytes]]:
         except (OSError, IndexError, ValueError):
             continue
         yield int(entry), parent, command
+
+
+def crash_copy(data_dir: Path, to: Path, *also_left_out: str) -> None:
+    """Copy a data dir a store is running in, as a crash at that moment could leave it:
+    without its lock and sockets, and without the files a writer renamed away meanwhile
+    (a backup object written aside, then renamed, is there whole or not at all)."""
+    def copy_if_there(source: str, target: str) -> object:
+        try:
+            return shutil.copy2(source, target)
+        except FileNotFoundError:
+            return target
+
+    shutil.copytree(data_dir, to, copy_function=copy_if_there, ignore=shutil.ignore_patterns(
+        "LOCK", "*.sock", "metadata.backup.tmp*", *also_left_out))
 
 
 def free_port() -> int:
