@@ -190,14 +190,14 @@ def _store_path_hint(args: argparse.Namespace) -> str:
     """A name not found that is a local path (``/mnt/tierfs/logs/x``, ``~/...``): names
     are store paths; under a tierfs mount, which one it is."""
     given = [p for p in ([getattr(args, "path", None)] + list(getattr(args, "paths", None) or [])) if p]
-    for path in given:
-        if not str(path).startswith(("/", "~")):
-            continue
-        local = Path(str(path)).expanduser()
-        try:
-            mounts = Path("/proc/mounts").read_text().splitlines()
-        except OSError:
-            mounts = []
+    local_paths = [Path(str(path)).expanduser() for path in given if str(path).startswith(("/", "~"))]
+    if not local_paths:
+        return ""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        mounts = []
+    for local in local_paths:
         for entry in mounts:
             source, mountpoint, kind = (entry.split() + ["", "", ""])[:3]
             point = Path(mountpoint.replace("\\040", " "))
