@@ -41,6 +41,8 @@ java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | he
 { command -v java >/dev/null && [ "$(java_major)" -ge 17 ] 2>/dev/null; } || apt_missing+=(openjdk-17-jre-headless)
 # the real tools the mount's tests drive (tests/test_fuse_tools.py, test_fuse_caches.py)
 for tool in rsync git vim strace; do need "$tool" "$tool" test; done
+# the completion scripts are tested in the shells they are for (tests/test_cli.py)
+need zsh zsh test
 # the benchmarks' S3 server (s3rver, from npm) and peers, which the suite runs small
 need node nodejs test
 need npm npm test

@@ -262,30 +262,78 @@ def test_each_command_help_ends_with_its_example() -> None:
     assert "before or after the command" in done.stdout
 
 
-def test_bash_completion_completes_commands_and_options(tmp_path: Path) -> None:
+def _completion_script(tmp_path: Path, shell: str) -> Path:
+    script = tmp_path / f"tierfs.{shell}"
+    done = subprocess.run([sys.executable, "-m", "tierfs.cli", "completion", shell], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    script.write_text(done.stdout)
+    return script
+
+
+def _store_to_complete(tmp_path: Path) -> Path:
+    data_dir = tmp_path / "store"
+    for args in (["mkdir", "-p", "logs/app"], ["create", "logs/x"], ["create", "logs/with space"], ["create", "top"]):
+        assert tierfs(data_dir, *args).returncode == 0
+    return data_dir
+
+
+# the shell finds tierfs where the user installed it: this venv's bin
+SHELL_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
+def test_bash_completion_completes_commands_options_and_store_paths(tmp_path: Path) -> None:
     import shutil
 
     if shutil.which("bash") is None:
         pytest.skip("needs bash")
-    script = tmp_path / "tierfs.bash"
-    done = subprocess.run([sys.executable, "-m", "tierfs.cli", "completion", "bash"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    script.write_text(done.stdout)
+    script = _completion_script(tmp_path, "bash")
 
     def complete(*words: str) -> list[str]:
         line = " ".join(("tierfs", *words))
         quoted = " ".join(f"'{word}'" for word in words)
         probe = (f"source {script}; COMP_WORDS=(tierfs {quoted}); COMP_CWORD={len(words)}; "
-                 f"COMP_LINE='{line}'; COMP_POINT={len(line)}; _shtab_tierfs; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
-        result = subprocess.run(["bash", "-c", probe], capture_output=True, text=True)
+                 f"COMP_LINE='{line}'; COMP_POINT={len(line)}; _tierfs_complete; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        result = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, env=SHELL_ENV)
         assert result.returncode == 0, result.stderr
-        return result.stdout.split()
+        return [line for line in result.stdout.splitlines() if line]
 
     assert "append" in complete("ap") and "offload-status" in complete("offload")
     assert "--data-dir" in complete("--data")
     assert "--follow" in complete("tail", "--fol")
+    assert "--data-dir" in complete("tail", "--data")  # global options after the command, too
     assert set(complete("--durability", "")) >= {"pd", "vd", "tier2"}
     assert set(complete("completion", "")) >= {"bash", "zsh"}
+    data_dir = str(_store_to_complete(tmp_path))
+    assert complete("--data-dir", data_dir, "cat", "") == ["logs/", "top"]
+    assert complete("--data-dir", data_dir, "tail", "-f", "lo") == ["logs/"]
+    assert complete("--data-dir", data_dir, "rm", "logs/") == ["logs/app/", "logs/with\\ space", "logs/x"]
+    assert complete(f"--data-dir={data_dir}", "mv", "logs/x", "logs/w") == ["logs/with\\ space"]
+    assert complete("--data-dir", data_dir, "stat", "/t") == ["/top"]
+    # local files where a local file is meant; no store is created by completing
+    (tmp_path / "notes.txt").write_text("x")
+    assert complete("--data-dir", str(tmp_path / "new"), "append", "x", "--file", f"{tmp_path}/no") == [
+        f"{tmp_path}/notes.txt"]
+    assert complete("--data-dir", str(tmp_path / "new"), "cat", "") == []
+    assert not (tmp_path / "new").exists()
+
+
+def test_zsh_completion_completes_store_paths(tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("zsh") is None:
+        pytest.skip("needs zsh")
+    script = _completion_script(tmp_path, "zsh")
+    data_dir = _store_to_complete(tmp_path)
+    # compadd, stood in for: what the store-path function offers, and with which suffix
+    probe = (f"autoload -U compinit; compinit -u; source {script}; "
+             "compadd() { local suffix=' '; [[ $1 == -S ]] && { suffix=$2; shift 2 }; [[ $1 == -- ]] && shift; "
+             "local m; for m in \"$@\"; do print -r -- \"[$m$suffix]\"; done }; "
+             f"BUFFER='tierfs --data-dir {data_dir} cat logs/'; PREFIX='logs/'; _tierfs_store_paths")
+    result = subprocess.run(["zsh", "-f", "-c", probe], capture_output=True, text=True, env=SHELL_ENV)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[logs/app/]", "[logs/with space ]", "[logs/x ]"]
+    syntax = subprocess.run(["zsh", "-n", str(script)], capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
 
 
 def test_url_names_the_daemon_to_talk_to(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ STARTING_DAEMON_POLL_S = 0.05
 DATA_DIR_COMMANDS = ("serve", "mount", "umount", "takeover", "owner", "restore", "metadata", "completion")
 
 
-def _load_config(args: argparse.Namespace) -> StoreConfig:
+def config_from_args(args: argparse.Namespace) -> StoreConfig:
     return load_config(
         {
             "data_dir": args.data_dir,
@@ -63,7 +63,7 @@ def _load_config(args: argparse.Namespace) -> StoreConfig:
     )
 
 
-def _daemon_url(args: argparse.Namespace) -> str | None:
+def named_daemon_url(args: argparse.Namespace) -> str | None:
     """The daemon a store command must talk to by URL: ``--url``, else ``TIERFS_URL``
     unless a data dir was named on the command line."""
     if args.url:
@@ -73,7 +73,7 @@ def _daemon_url(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _client_at(url: str) -> TierClient:
+def client_at(url: str) -> TierClient:
     from tierfs.remote.client import TierClient
 
     client = TierClient(url)
@@ -85,7 +85,7 @@ def _client_at(url: str) -> TierClient:
     return client
 
 
-def _daemon_client(data_dir: Path) -> TierClient | None:
+def daemon_client(data_dir: Path) -> TierClient | None:
     """A client of the daemon serving ``data_dir``, or None when none answers. Without
     its socket file no daemon serves, and the HTTP client is not even imported."""
     if not socket_path(data_dir).exists():
@@ -101,7 +101,7 @@ def _starting_daemon_client(data_dir: Path) -> TierClient | None:
     started = time.monotonic()
     noticed = False
     while (pid := running_owner_pid(data_dir)) is not None and time.monotonic() < started + STARTING_DAEMON_WAIT_S:
-        client = _daemon_client(data_dir)
+        client = daemon_client(data_dir)
         if client is not None:
             return client
         if not noticed and time.monotonic() - started >= WAIT_NOTICE_S:
@@ -118,11 +118,11 @@ async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> i
     from tierfs.cli.commands import COMMANDS
 
     handler = COMMANDS[args.command]
-    url = _daemon_url(args)
+    url = named_daemon_url(args)
     if url is not None:
-        client: TierClient | None = await trio.to_thread.run_sync(_client_at, url)
+        client: TierClient | None = await trio.to_thread.run_sync(client_at, url)
     else:
-        client = await trio.to_thread.run_sync(_daemon_client, config.data_dir)
+        client = await trio.to_thread.run_sync(daemon_client, config.data_dir)
     if client is not None and config.repair_journal:
         client.close()  # a daemon that serves the data dir opened it: its journal replayed whole
         raise InvalidArgumentError(f"a tierfs daemon serves {config.data_dir}, so its journal is whole: "
@@ -167,7 +167,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from tierfs.cli.daemon_commands import umount_command
 
         return umount_command(args)
-    config = _load_config(args)
+    config = config_from_args(args)
     if args.command in ("serve", "mount"):
         from tierfs.cli import daemon_commands
         from tierfs.server.process_memory import limit_malloc_arenas

@@ -27,10 +27,10 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from tierfs.cli.arguments import daemon_url, data_dir, duration, host_port, policy_setting, size
+from tierfs.cli.arguments import duration, host_port, policy_setting, size
+from tierfs.cli.global_options import add_global_options, with_global_options
 from tierfs.cli.help_text import command_epilog, main_epilog
 from tierfs.cli.tail_options import add_tail_arguments
-from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.policy import POLICY_KEYS
 from tierfs.contracts.units import DURATION_HELP, SIZE_HELP
 
@@ -47,50 +47,6 @@ class Parser(argparse.ArgumentParser):
                          r"what it takes)", message)
         usage = " ".join(self.format_usage().split())
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; {usage}\n")
-
-
-def _add_global_options(parser: argparse.ArgumentParser, *, in_subcommand: bool) -> None:
-    """The options every command takes, before or after its name. In a subcommand they
-    default to SUPPRESS (a value given before the command is kept) and are left out of
-    its ``--help``; an option string the subcommand defines itself is its own."""
-    taken = set(parser._option_string_actions)
-
-    def add(*flags: str, help_text: str, **kwargs: object) -> None:
-        flags = tuple(flag for flag in flags if flag not in taken)
-        if not flags:
-            return
-        if in_subcommand:
-            kwargs["default"] = argparse.SUPPRESS
-            help_text = argparse.SUPPRESS
-        parser.add_argument(*flags, help=help_text, **kwargs)  # type: ignore[arg-type]
-
-    add("--data-dir", metavar="DIR", type=data_dir, help_text="data directory (default ~/.local/share/tierfs)")
-    add("--url", metavar="URL", type=daemon_url,
-        help_text="talk to the daemon at URL (unix:///path/tierfs.sock or http://HOST:PORT with "
-                  "TIERFS_TOKEN) instead of the data dir's")
-    add("--tier2", metavar="URL", help_text="tier-2 chunk store URL (default <data-dir>/chunks)")
-    add("--tier2-endpoint-url", metavar="URL", help_text="S3-compatible endpoint for an s3:// tier-2")
-    add("--offload-to", metavar="URL", help_text="long-term store for offloaded chunks (s3://bucket/prefix)")
-    add("--offload-endpoint-url", metavar="URL", help_text="S3-compatible endpoint for an s3:// --offload-to")
-    add("--deletion-lag", type=duration, metavar="DURATION",
-        help_text="delete the chunk-store copy this long after an offload (default 4h)")
-    add("--metadata", metavar="URL", help_text="metadata database: sqlite: (default) or postgresql://...")
-    add("--config", metavar="FILE", help_text="TOML config file (default $TIERFS_CONFIG)")
-    add("--durability", choices=DURABILITY_LEVELS,
-        help_text="durability of the segments created (default pd)")
-    add("--takeover", action="store_true",
-        help_text="claim tier-2 even if another owner holds it (that owner is fenced)")
-    add("--json", action="store_true", help_text="machine-readable output (sizes in bytes)")
-    add("-v", "--verbose", action="count", help_text="log more (-vv: debug); errors add their traceback")
-
-
-def _with_global_options(parser: argparse.ArgumentParser) -> None:
-    """Give every subcommand (and sub-subcommand) the global options."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for subparser in set(action.choices.values()):
-                _add_global_options(subparser, in_subcommand=True)
-                _with_global_options(subparser)
 
 
 def _help_only_as_long_option(parser: argparse.ArgumentParser) -> None:
@@ -231,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tiered storage for append-only segments.", epilog=main_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_global_options(parser, in_subcommand=False)
+    add_global_options(parser, in_subcommand=False)
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print the versions of tierfs and of the parts it runs on, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="tierfs")
@@ -243,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     _segment_commands(add)
     _store_commands(add)
     _daemon_commands(add)
-    _with_global_options(parser)  # last: a subcommand's own -v or -q stays its own
+    with_global_options(parser)  # last: a subcommand's own -v or -q stays its own
     return parser
 
 
@@ -260,8 +216,13 @@ def _help_as_option(parser: argparse.ArgumentParser, argv: list[str]) -> list[st
 
 
 def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["__complete-path"]:  # the completion scripts' helper, not a user command
+        from tierfs.cli.path_completion import complete_path
+
+        return complete_path(argv[1:])
     parser = build_parser()
-    argv = _help_as_option(parser, sys.argv[1:] if argv is None else argv)
+    argv = _help_as_option(parser, argv)
     args = parser.parse_args(argv)  # --help and usage errors exit here
     if args.command == "completion":
         from tierfs.cli.completion import completion_script
