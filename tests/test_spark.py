@@ -158,3 +158,47 @@ def test_batch_reads_history_offloaded_to_s3(
         client.close()
     finally:
         daemon.stop()
+
+
+def test_writes_from_another_thread_and_session_and_tierfs_errors_first(spark: Any, sdaemon: Daemon,
+                                                                        tmp_path: Path) -> None:
+    """format("tierfs") works from any Python thread and in a new session of the same
+    application; a tierfs error reads as Spark's prefix, one frame and tierfs's line."""
+    import threading
+
+    from pyspark.errors import AnalysisException
+
+    def write(session: Any, name: str) -> None:
+        (session.createDataFrame([(name,)], "value string").write.format("tierfs").mode("append")
+         .option("format", "lines").option("data_dir", str(sdaemon.data_dir)).save(f"tierfs://threads/{name}"))
+
+    failures: list[BaseException] = []
+
+    def in_thread() -> None:
+        try:
+            write(spark, "thread")
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            failures.append(e)
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join()
+    assert not failures, failures
+    write(spark.newSession(), "session")
+    client = sdaemon.client()
+    try:
+        assert client.read("threads/thread") == b"thread\n"
+        assert client.read("threads/session") == b"session\n"
+    finally:
+        client.close()
+
+    with pytest.raises(AnalysisException) as raised:
+        (spark.createDataFrame([("x",)], "value string").write.format("tierfs").mode("append")
+         .option("data_dir", str(tmp_path / "no-daemon")).save("tierfs://x"))
+    lines = str(raised.value).splitlines()
+    assert lines[0].endswith("Traceback (most recent call last):"), lines
+    assert lines[4].startswith("tierfs.contracts.errors.DaemonUnavailableError: no tierfs daemon at "), lines
+    with pytest.raises(AnalysisException) as raised:
+        spark.read.format("tierfs").option("data_dir", str(sdaemon.data_dir)).load("tierfs://no/such").collect()
+    lines = str(raised.value).splitlines()
+    assert lines[4].startswith("tierfs.contracts.errors.SegmentNotFoundError: "), lines

@@ -35,6 +35,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from tierfs.contracts.errors import InvalidArgumentError
+from tierfs.spark.hook_errors import tierfs_errors
 from tierfs.spark.read import (
     DEFAULT_SCHEMAS,
     ReadOptions,
@@ -48,6 +49,7 @@ from tierfs.spark.stream import TierStreamReader
 from tierfs.spark.write import TierStreamWriter, TierWriter
 
 
+@tierfs_errors
 class TierReader(DataSourceReader):
     """Batch reads: one snapshot per segment (durable length and chunk layout) taken on
     the driver when the query is planned."""
@@ -74,6 +76,7 @@ class TierReader(DataSourceReader):
         return read_partition(self.options, self.schema, partition)
 
 
+@tierfs_errors
 class TierDataSource(DataSource):
     """``format("tierfs")``: see the module docstring."""
 

@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 from tierfs.contracts.errors import InvalidArgumentError, SegmentNotFoundError
 from tierfs.contracts.info import SegmentInfo
 from tierfs.remote.client import TierClient
+from tierfs.spark.hook_errors import tierfs_errors
 from tierfs.spark.read import (
     ReadOptions,
     check_schema,
@@ -44,6 +45,7 @@ NEWLINE_SEARCH_PIECE_BYTES = 64 << 10
 STARTING = ("earliest", "latest")
 
 
+@tierfs_errors
 class TierStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = ReadOptions.parse(options)

@@ -62,6 +62,7 @@ from tierfs.contracts.info import SegmentInfo
 from tierfs.contracts.names import basename, canonical, parent_of
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.spark.appends import PipelinedAppends, task_client
+from tierfs.spark.hook_errors import tierfs_errors
 from tierfs.spark.read import strip_scheme
 from tierfs.spark.worker_gc import freeze_imports
 from tierfs.spark.write_encoding import WRITE_FORMATS, BatchEncoder, encode_row
@@ -78,6 +79,7 @@ class TierCommitMessage(WriterCommitMessage):
     bytes: int
 
 
+@tierfs_errors
 class _TierWriterBase:
     """What the batch and the streaming writer share: options, encoding, task writes,
     commit and clean-up."""
@@ -211,6 +213,7 @@ class _TierWriterBase:
                 pass
 
 
+@tierfs_errors
 class TierWriter(_TierWriterBase, DataSourceWriter):
     """``df.write.format("tierfs").mode("append")``: one job, one transaction.
 
@@ -277,6 +280,7 @@ class TierWriter(_TierWriterBase, DataSourceWriter):
             pass  # tombstones younger than the TTL, or another job's transactions
 
 
+@tierfs_errors
 class TierArrowWriter(TierWriter, DataSourceArrowWriter):
     """``TierWriter`` fed Arrow record batches (PySpark passes a ``DataSourceArrowWriter``
     the batches it would otherwise turn into rows): each batch encoded at once."""
@@ -285,6 +289,7 @@ class TierArrowWriter(TierWriter, DataSourceArrowWriter):
         return self._write_batches(iterator)
 
 
+@tierfs_errors
 class TierStreamWriter(_TierWriterBase, DataSourceStreamWriter):
     """``df.writeStream.format("tierfs")``: one transaction per micro-batch, deduplicated
     by batch id."""
@@ -307,6 +312,7 @@ class TierStreamWriter(_TierWriterBase, DataSourceStreamWriter):
         self._abort()
 
 
+@tierfs_errors
 class TierStreamArrowWriter(TierStreamWriter, DataSourceStreamArrowWriter):
     """``TierStreamWriter`` fed Arrow record batches (see ``TierArrowWriter``)."""
 
