@@ -6,7 +6,7 @@ benchmark starts must be one of dev.sh's ``need COMMAND PACKAGE`` lines. The pro
 found where they are named: the first word of every command in the documents' shell
 blocks, and the program of every ``subprocess``/``trio.run_process`` call, ``shutil.which``
 and ``_require`` with a literal name in the Python of tests/, benchmarks/, examples/ and
-tierfs/.
+tierfs/, and every command of the shell scripts in examples/ and benchmarks/.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ def dev_sh_programs() -> set[str]:
 def _shell_commands(code: str) -> set[str]:
     """The first word of every simple command in ``code`` (and in its ``sh -c '...'`` strings)."""
     found: set[str] = set()
+    code = re.sub(r"\$\{[^}]*\}", "x", code)  # ${name%.*}: an expansion, no command
+    code = re.sub(r"\$?\(\([^()]*\)\)", " 0 ", code)  # $((arithmetic)) and ((tests))
+    code = re.sub(r"\b(\w+)=\([^)]*\)", r"\1=x", code)  # name=(an array)
     code = re.sub(r"\$\(", " ; ", code.replace("`", " ; ").replace("\\\n", " "))
     for line in code.splitlines():
         line = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
@@ -63,6 +66,9 @@ def _shell_commands(code: str) -> set[str]:
         for word in words:
             if set(word) <= set(";&|()"):
                 at_start = True
+                continue
+            if previous == "for":  # the loop's variable
+                previous = word
                 continue
             if command in {"sh", "bash"} and previous == "-c":
                 found |= _shell_commands(word)
@@ -86,6 +92,16 @@ def document_programs() -> dict[str, str]:
             if block.kind == "sh":
                 for program in _shell_commands(block.code):
                     programs.setdefault(program, block.name)
+    return programs
+
+
+def script_programs() -> dict[str, str]:
+    """The programs the shell scripts of examples/ and benchmarks/ run."""
+    programs: dict[str, str] = {}
+    for tree in ("examples", "benchmarks"):
+        for path in sorted((REPO / tree).rglob("*.sh")):
+            for program in _shell_commands(path.read_text()):
+                programs.setdefault(program, str(path.relative_to(REPO)))
     return programs
 
 
@@ -140,12 +156,13 @@ def test_the_scanner_sees_commands_where_they_are_written() -> None:
     assert "curl" in document_programs()
     found = python_programs()
     assert {"fusermount3", "rsync", "git", "npm", "node"} <= set(found)
+    assert {"tierfs", "sync", "seq"} <= set(script_programs())
 
 
 @pytest.mark.skipif(shutil.which("dpkg") is None, reason="tells the base system's programs by their Debian package")
 def test_dev_sh_installs_every_program_that_is_run() -> None:
     installed = dev_sh_programs()
-    run = {**document_programs(), **python_programs()}
+    run = {**document_programs(), **script_programs(), **python_programs()}
     missing = []
     for program, where in sorted(run.items()):
         if program in installed or program in PROJECT_PROGRAMS or program in BUILTINS:

@@ -1,7 +1,7 @@
 """The example pipelines work end to end and check their own figures (exit 1 on any
-difference): ``./dev.sh demo``'s (producers through fsspec and the mount, the streaming
-per-minute job, offload to S3, the batch job over the offloaded history) and the cluster
-one (three daemons, a Spark standalone cluster, a failover)."""
+difference): ``./dev.sh demo``'s (three producer programs through fsspec, the mount and
+the CLI, the streaming job, offload to S3 with the CLI, the batch job over the offloaded
+history) and the cluster one (three daemons, a Spark standalone cluster, a failover)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ def test_the_example_pipeline_runs_and_checks_out(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(REPO / "examples" / "pipeline.py"), str(tmp_path / "work")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "OK: streaming results and the batch over S3 both match" in done.stdout
+    assert "[pipeline] OK: the history holds all" in done.stdout
     assert "the daemon fetched 0 blocks" in done.stdout  # executors read S3 themselves
     if Path("/dev/fuse").exists():
-        assert "mounted at" in done.stdout
+        assert "mounted at" in done.stdout and "/mnt/events/mobile" in done.stdout  # the log producer's file
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (./dev.sh test installs one)")

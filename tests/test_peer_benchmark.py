@@ -10,10 +10,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+
+from benchmarks.common import disk_scratch_dir
 
 REPO = Path(__file__).resolve().parent.parent
 SIZE_MIB, SMALL_FILES, APPENDS = 2, 40, 30
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="the ben
 
 def test_the_peer_benchmark_measures_every_row_of_tierfs() -> None:
     # a short scratch path: the mount daemon's Unix socket lives below it (108 bytes at most)
-    parent = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
+    parent = disk_scratch_dir("pb-")
     try:
         done = subprocess.run(
             [sys.executable, "-m", "benchmarks", "peers", "--systems", "tierfs,pyfuse3-floor,pyfuse3-pd-floor",

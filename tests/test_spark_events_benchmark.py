@@ -9,14 +9,15 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from benchmarks.common import disk_scratch_dir
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_spark_events_benchmark_runs_and_prints_its_bounds() -> None:
-    tmp_path = Path(tempfile.mkdtemp(prefix="se-", dir="/tmp"))  # short: the daemon's socket lives below it
+    tmp_path = disk_scratch_dir("se-")  # short: the daemon's socket lives below it
     try:
         done = subprocess.run(
             [sys.executable, "-m", "benchmarks", "spark", "--scenario", "events", "--size-mib", "4",
