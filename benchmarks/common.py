@@ -56,14 +56,6 @@ def filesystem_of(path: Path) -> Filesystem:
     return best
 
 
-def disk_scratch_dir(prefix: str) -> Path:
-    """A new directory with a short path (a daemon's Unix socket lives below it) on a real
-    disk: in /tmp, unless /tmp is in RAM (Debian 13 and others mount a tmpfs there), then
-    in /var/tmp."""
-    parent = "/tmp" if filesystem_of(Path("/tmp")).fs_type not in RAM_FILESYSTEMS else "/var/tmp"
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-
-
 def describe_machine(directory: Path) -> dict[str, Any]:
     return {
         "cpus": len(os.sched_getaffinity(0)),

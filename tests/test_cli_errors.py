@@ -167,7 +167,13 @@ def test_waiting_for_an_unanswering_tier2_says_so_and_ctrl_c_stops_it(tmp_path: 
         line = proc.stderr.readline()
         assert "still opening" in line and "waiting for tier-2 (s3://bucket/t2)" in line and "Ctrl-C" in line, line
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        try:
+            _, rest = proc.communicate(timeout=120)  # drained: a full pipe must not hold it
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, rest = proc.communicate()
+            raise AssertionError(f"Ctrl-C did not stop it within 120 s; it wrote {rest[-3000:]!r}") from None
+        assert proc.returncode == 130, rest
     finally:
         proc.kill()
         proc.wait()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common import disk_scratch_dir
+from tierfs.testing.harness import disk_scratch_dir
 
 REPO = Path(__file__).resolve().parent.parent
 SIZE_MIB, SMALL_FILES, APPENDS = 2, 40, 30

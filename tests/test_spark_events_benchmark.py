@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import disk_scratch_dir
+from tierfs.testing.harness import disk_scratch_dir
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 UNRESOLVABLE = "tierfs-unresolvable-host"
-SESSION_SCRIPT = f"""
-import sys
-sys.path.insert(0, {str(EXAMPLES)!r})
-import pipeline
-spark = pipeline.spark_session()
+# the session the example jobs build (examples/events/event_counts.py, history.py)
+SESSION_SCRIPT = """
+from pyspark.sql import SparkSession
+from tierfs.spark.loopback import local_spark_defaults
+local_spark_defaults()
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 print("rows", spark.range(7).count())
 spark.stop()
 """
@@ -31,7 +31,7 @@ def _in_unresolvable_host(script: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (./dev.sh test installs one)")
-def test_the_pipelines_spark_session_starts_where_the_hostname_does_not_resolve() -> None:
+def test_the_examples_spark_session_starts_where_the_hostname_does_not_resolve() -> None:
     probe = subprocess.run(["unshare", "--uts", "sh", "-c", f"hostname {UNRESOLVABLE} && getent hosts {UNRESOLVABLE}"],
                            capture_output=True, text=True)
     assert probe.returncode == 2, "the test host must not resolve (getent found it, or unshare failed: run as root)"

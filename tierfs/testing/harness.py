@@ -98,6 +98,20 @@ def crash_copy(data_dir: Path, to: Path, *also_left_out: str) -> None:
         "LOCK", "*.sock", "metadata.backup.tmp*", *also_left_out))
 
 
+def disk_scratch_dir(prefix: str) -> Path:
+    """A new directory with a short path (a daemon's Unix socket lives below it) on a real
+    disk: in /tmp, unless /tmp is in RAM (Debian 13 and others mount a tmpfs there), then
+    in /var/tmp."""
+    tmp, fs_type, longest = os.path.realpath("/tmp"), "", -1
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            mount_point, kind = line.split()[1:3]
+            inside = tmp == mount_point or tmp.startswith(mount_point.rstrip("/") + "/")
+            if inside and len(mount_point) >= longest:
+                fs_type, longest = kind, len(mount_point)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp" if fs_type in ("tmpfs", "ramfs") else "/tmp"))
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:
