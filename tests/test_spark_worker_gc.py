@@ -20,10 +20,10 @@ def test_the_first_call_freezes_what_is_alive_and_later_garbage_is_still_collect
     out = _run("""
         import gc
         from tierfs.spark.worker_gc import freeze_imports
-        assert gc.get_freeze_count() == 0
+        before = gc.get_freeze_count()  # 0 on 3.11; 3.12 may start with some frozen
         freeze_imports()
         frozen = gc.get_freeze_count()
-        assert frozen > 1000, frozen
+        assert frozen > before + 1000, (before, frozen)
         kept = [[] for _ in range(1000)]  # alive after the freeze: not frozen by a second call
         freeze_imports()
         assert gc.get_freeze_count() == frozen
