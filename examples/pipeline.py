@@ -158,10 +158,12 @@ def main(work: Path) -> int:
             cleanup.callback(subprocess.run, ["tierfs", "umount", str(mountpoint)], capture_output=True)
         else:
             say("no FUSE here: serving without a mount; the log producer writes through fsspec")
-            server = subprocess.Popen(["tierfs", *offload, "serve"], stdout=subprocess.PIPE, text=True)
+            server = subprocess.Popen(["tierfs", *offload, "serve"])
             cleanup.callback(stop_process, server)
-            assert server.stdout is not None
-            server.stdout.readline()  # its ready line: it serves
+            while not (data_dir / "tierfs.sock").exists():  # its API socket: it serves
+                if server.poll() is not None:
+                    raise SystemExit("tierfs serve did not start (its error is above)")
+                time.sleep(0.1)
         say(f"tierfs at {data_dir}" + (f", mounted at {mountpoint}" if mounted else "") +
             f"; long-term store s3://{bucket} on {endpoint}")
         tierfs("mkdir", "-p", "events")
