@@ -161,7 +161,10 @@ def test_waiting_for_an_unanswering_tier2_says_so_and_ctrl_c_stops_it(tmp_path: 
     silent.listen(8)
     command = [sys.executable, "-m", "tierfs.cli", *_unreachable_s3(tmp_path), "--data-dir", str(tmp_path / "d"), "ls"]
     command[command.index("--tier2-endpoint-url") + 1] = f"http://127.0.0.1:{silent.getsockname()[1]}"
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, **_credentials()})
+    # Ctrl-C as in a terminal: a suite started in the background (`./dev.sh test &`) runs
+    # with SIGINT ignored, and a child inherits that unless it is set back
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, **_credentials()},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
