@@ -131,7 +131,8 @@ def python_programs() -> dict[str, str]:
 def _in_base_system(program: str) -> str | None:
     """The Debian package of ``program`` if that package is Essential or priority
     ``required`` (on every minimal Debian/Ubuntu machine), else None."""
-    path = shutil.which(program)
+    # a user's PATH may lack the sbin directories (runuser, useradd) that root's has
+    path = shutil.which(program) or shutil.which(program, path="/usr/local/sbin:/usr/sbin:/sbin")
     if path is None:
         return None
     # a merged /usr: dpkg may know the file as /bin/X while PATH finds /usr/bin/X (sbin alike)

@@ -13,7 +13,8 @@ import pytest
 
 from tierfs.testing.chaos.world import LazyLayer
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
+pytestmark = [pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse"),
+              pytest.mark.skipif(os.getuid() != 0, reason="drops the kernel's caches (/proc/sys/vm/drop_caches): root")]
 
 
 def _forget_everything() -> None:

@@ -31,6 +31,7 @@ def _in_unresolvable_host(script: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (./dev.sh test installs one)")
+@pytest.mark.skipif(os.getuid() != 0, reason="a host name of its own (unshare --uts) takes root")
 def test_the_examples_spark_session_starts_where_the_hostname_does_not_resolve() -> None:
     probe = subprocess.run(["unshare", "--uts", "sh", "-c", f"hostname {UNRESOLVABLE} && getent hosts {UNRESOLVABLE}"],
                            capture_output=True, text=True)
