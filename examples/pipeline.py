@@ -91,6 +91,12 @@ def stop_process(process: subprocess.Popen[bytes] | subprocess.Popen[str]) -> No
         process.wait()
 
 
+def unmount(mountpoint: Path) -> None:
+    done = subprocess.run(["tierfs", "umount", str(mountpoint)], capture_output=True, text=True)
+    if done.returncode != 0:  # say so: the mount is still there
+        print(done.stderr, end="", file=sys.stderr, flush=True)
+
+
 def tierfs(*args: str) -> str:
     """The tierfs command, as typed in a shell; its output, or exit with its error."""
     done = subprocess.run(["tierfs", *args], capture_output=True, text=True, timeout=600)
@@ -155,7 +161,7 @@ def main(work: Path) -> int:
         mounted = Path("/dev/fuse").exists() and subprocess.run(
             ["tierfs", *offload, "mount", str(mountpoint)], capture_output=True).returncode == 0
         if mounted:
-            cleanup.callback(subprocess.run, ["tierfs", "umount", str(mountpoint)], capture_output=True)
+            cleanup.callback(unmount, mountpoint)
         else:
             say("no FUSE here: serving without a mount; the log producer writes through fsspec")
             server = subprocess.Popen(["tierfs", *offload, "serve"])
