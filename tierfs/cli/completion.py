@@ -95,20 +95,15 @@ def _mark_completions(parser: argparse.ArgumentParser) -> None:
     """What each argument completes to; the global options offered after the command
     too (they are accepted there, only left out of each command's --help)."""
     global_help = {action.dest: action.help for action in parser._actions if action.option_strings}
-    for action in parser._actions:
-        if action.dest in _FILE_DESTS:
-            action.complete = shtab.FILE  # type: ignore[attr-defined]
-        elif action.dest in _DIRECTORY_DESTS:
-            action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
-    for name, subparser in _subparsers(parser):
-        for action in subparser._actions:
+    for name, each in [("", parser), *_subparsers(parser)]:
+        for action in each._actions:
             if action.help == argparse.SUPPRESS and action.option_strings and action.dest in global_help:
                 action.help = global_help[action.dest]
             if action.dest in _FILE_DESTS:
                 action.complete = shtab.FILE  # type: ignore[attr-defined]
             elif action.dest in _DIRECTORY_DESTS:
                 action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
-            elif action.dest in _STORE_PATH_DESTS and name not in _NOT_STORE_COMMANDS:
+            elif action.dest in _STORE_PATH_DESTS and name and name not in _NOT_STORE_COMMANDS:
                 action.complete = STORE_PATH  # type: ignore[attr-defined]
 
 
