@@ -1,4 +1,4 @@
-from setuptools import setup
+from setuptools import find_packages, setup
 
 # tested together (see the test extra): s3fs pins fsspec, aiobotocore pins botocore
 S3_CLIENT_STACK = ["s3fs==2026.9.0", "aiobotocore==3.10.0", "boto3==1.43.117"]
@@ -12,9 +12,8 @@ setup(
     # installed inside the tierfs namespace, so `import fuse` (fusepy) is never taken.
     # benchmarks/ is not installed: run it from the source tree (python -m benchmarks).
     packages=[
-        "tierfs", "tierfs.contracts", "tierfs.blocks", "tierfs.engine", "tierfs.offload",
-        "tierfs.store", "tierfs.server", "tierfs.remote", "tierfs.spark", "tierfs.cli", "tierfs.testing",
-        "tierfs.fuse", "tierfs.fsspec_impl", "tierfs.spark.autoregister", "pyspark_tierfs",
+        *find_packages(include=["tierfs", "tierfs.*"]),
+        "tierfs.fuse", "tierfs.fsspec_impl", "pyspark_tierfs",
     ],
     package_dir={
         "tierfs": "tierfs",

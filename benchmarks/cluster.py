@@ -99,7 +99,7 @@ def _metadata_ops(meta: Any, round_number: int) -> dict[str, Callable[[], object
 
 
 def metadata_latency(directory: Path, rounds: int) -> dict[str, dict[str, Latency]]:
-    from tierfs.engine.metadata import MetadataStore
+    from tierfs.engine.metadata.store import MetadataStore
     from tierfs.testing.postgres import PostgresServer
 
     with PostgresServer(durable=True) as server:

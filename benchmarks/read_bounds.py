@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from benchmarks.common import MiB, Throughput
 from tierfs.blocks.filesystems import open_filesystem
-from tierfs.engine.readahead import RUNS_PER_WINDOW, run_blocks_for
+from tierfs.engine.read.readahead import RUNS_PER_WINDOW, run_blocks_for
 from tierfs.remote.direct_read import RUN_BLOCKS, RUNS_IN_FLIGHT, DirectChunkReader, SegmentLayout
 
 T = TypeVar("T")

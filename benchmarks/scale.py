@@ -82,7 +82,7 @@ def _probe(*args: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- 1. segments
 def fill_segments(data_dir: Path, total: int, big_dir: int) -> tuple[list[str], str]:
     from tierfs.engine import records
-    from tierfs.engine.metadata import MetadataStore
+    from tierfs.engine.metadata.store import MetadataStore
     from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
 
     data_dir.mkdir(parents=True)
@@ -121,7 +121,7 @@ def segment_scaling(directory: Path, sizes: list[int], big_dir: int) -> list[dic
 def fill_chunks(data_dir: Path, count: int) -> list[Path]:
     from tierfs.blocks.checksums import block_crcs_of
     from tierfs.engine import records
-    from tierfs.engine.metadata import MetadataStore
+    from tierfs.engine.metadata.store import MetadataStore
     from tierfs.engine.object_keys import chunk_name
     from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta
 

@@ -86,7 +86,7 @@ async def namespace(data_dir: Path, names: list[str], big_dir: str) -> dict[str,
 async def first_open(data_dir: Path) -> dict[str, Any]:
     """The filled store's first open and clean close: it takes the store's first metadata
     backup and leaves the seal, as a store grown by its own daemon has, so the probes
-    after it time a restart (``engine/backup_seal.py``)."""
+    after it time a restart (``engine/backup/seal.py``)."""
     from tierfs import StoreConfig, open_store
 
     started = time.perf_counter()

@@ -5,7 +5,7 @@ storage options ``url`` / ``data_dir`` / ``token`` override ``TIERFS_URL`` /
 ``TIERFS_DATA_DIR`` / ``TIERFS_TOKEN``, which override the default data dir's socket.
 
 Semantics (append-only):
-- ``rb``: reads through a 1 MiB block cache (fsspec's ``blockcache``), not the 5 MiB
+- ``rb``: reads through a 1 MiB block cache (fsspec's ``read.block_cache``), not the 5 MiB
   read-ahead over-fetch of fsspec's default; the daemon adds its own read-ahead.
 - ``ab``: appends; every ``flush()`` (and every full 8 MiB buffer) is one atomic append,
   so concurrent writers never interleave inside a flush. A full buffer is sent without

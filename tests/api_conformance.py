@@ -6,7 +6,7 @@ mypy fails on these assignments."""
 from __future__ import annotations
 
 from tierfs.contracts.api import SegmentReaderAPI, SegmentStoreAPI
-from tierfs.engine.readahead import SegmentReader
+from tierfs.engine.read.readahead import SegmentReader
 from tierfs.remote.remote_store import RemoteReader, RemoteStore
 from tierfs.store.facade import SegmentStore
 

@@ -13,7 +13,7 @@ from tierfs.contracts.api import SegmentReaderAPI, SegmentStoreAPI
 from tierfs.contracts.errors import InvalidArgumentError, SegmentNotFoundError
 from tierfs.contracts.fsck_report import FsckReport
 from tierfs.contracts.info import SegmentInfo
-from tierfs.engine.readahead import SegmentReader
+from tierfs.engine.read.readahead import SegmentReader
 from tierfs.remote.remote_store import RemoteReader, RemoteStore
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import Daemon

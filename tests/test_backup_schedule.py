@@ -12,8 +12,8 @@ import trio
 from trio.testing import MockClock
 
 from tierfs import open_store
-from tierfs.engine.backup_objects import BackupObjects
-from tierfs.engine.metadata_backup import COST_SPACING, MetadataBackup
+from tierfs.engine.backup.metadata_backup import COST_SPACING, MetadataBackup
+from tierfs.engine.backup.objects import BackupObjects
 from tierfs.testing.harness import small_config
 
 

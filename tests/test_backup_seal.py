@@ -1,4 +1,4 @@
-"""The backup seal (``engine/backup_seal.py``): a restart of a store whose newest
+"""The backup seal (``engine/backup/seal.py``): a restart of a store whose newest
 metadata backup is current uploads no new one; any change since, a crash or a
 damaged seal means a backup at the next open."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import trio
 
 from tierfs import StoreConfig, open_store
-from tierfs.engine import backup_seal
-from tierfs.engine.backup_objects import BackupObjects
-from tierfs.engine.metadata_restore import restore_metadata
+from tierfs.engine.backup import seal as backup_seal
+from tierfs.engine.backup.objects import BackupObjects
+from tierfs.engine.backup.restore import restore_metadata
 from tierfs.testing.harness import small_config, start_daemon
 
 SEAL = backup_seal.SEAL_FILE

@@ -11,7 +11,7 @@ import pytest
 
 from tierfs.blocks.filesystems import S3_CHECKSUM_DEFAULTS, open_filesystem
 from tierfs.contracts.errors import InvalidArgumentError
-from tierfs.engine.chunkstore import (
+from tierfs.engine.tier2.chunk_storage import (
     ChunkStorage,
     FsspecChunkStorage,
     LocalChunkStorage,

@@ -59,7 +59,7 @@ def _hold_data_dir(data_dir: Path, seconds: float) -> subprocess.Popen[str]:
     """A process holding the data dir's lock for ``seconds`` (a command run in-process),
     returned once it holds it."""
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from tierfs.engine.ownership import DataDirLock\n"
+        "import sys, time; from pathlib import Path; from tierfs.engine.ownership.dir_lock import DataDirLock\n"
         f"lock = DataDirLock(Path({str(data_dir)!r})); lock.acquire(); print('held', flush=True)\n"
         f"time.sleep({seconds}); lock.release()")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"

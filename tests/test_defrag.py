@@ -1,5 +1,5 @@
 """Defrag: runs of small adjacent chunks become large ones, natively where tier-2 can,
-with a verified copy and one conditional metadata swap (engine/defrag.py)."""
+with a verified copy and one conditional metadata swap (engine/upkeep/defrag.py)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from tierfs.contracts.errors import (
     DaemonUnavailableError,
     MetadataUnavailableError,
 )
-from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
-from tierfs.engine.defrag_plan import merge_runs
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.s3_merge import MIN_PART_BYTES, MergeCounts, plan_parts
+from tierfs.engine.tier2.chunk_storage import ChunkStorage, open_chunk_storage
+from tierfs.engine.tier2.s3_merge import MIN_PART_BYTES, MergeCounts, plan_parts
+from tierfs.engine.upkeep.defrag_plan import merge_runs
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.crash import DEFRAG_CRASH_POINTS, crash_environment, wait_for_crash
 from tierfs.testing.harness import small_config, start_daemon

@@ -20,9 +20,9 @@ import trio
 
 from tierfs.contracts.errors import BacklogFullError, NoSpaceError
 from tierfs.engine import space_reserve
-from tierfs.engine.journal import Journal
-from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, list_files
-from tierfs.engine.journal_scan import scan
+from tierfs.engine.journal.frames import FRAME_OVERHEAD, ScanResult, list_files
+from tierfs.engine.journal.log import Journal
+from tierfs.engine.journal.scan import scan
 from tierfs.testing.harness import Mount, start_daemon
 
 KiB, MiB = 1 << 10, 1 << 20

@@ -29,9 +29,9 @@ from tierfs import open_store
 from tierfs.blocks.filesystems import open_filesystem
 from tierfs.contracts.errors import FencedError, OwnedElsewhereError, TierFSError, WrongTier2Error
 from tierfs.contracts.operations import FSCK
-from tierfs.engine.chunkstore import open_chunk_storage
-from tierfs.engine.lost_found import entries
-from tierfs.engine.owner_claims import KEEP_CLAIMS, OwnerClaim, OwnerClaims
+from tierfs.engine.ownership.claims import KEEP_CLAIMS, OwnerClaim, OwnerClaims
+from tierfs.engine.recovery.lost_found import entries
+from tierfs.engine.tier2.chunk_storage import open_chunk_storage
 from tierfs.testing.harness import Daemon, Mount, crash_copy, small_config, start_daemon
 from tierfs.testing.storages import WrappedStorage
 
@@ -448,7 +448,7 @@ async def test_a_kill_between_the_claim_and_its_record_leaves_the_data_dir_its_o
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Path 9: killed after its claim was created on tier-2 and before the data dir
     recorded it, the next open found a claim that was not "its own"."""
-    from tierfs.engine import owner_claims
+    from tierfs.engine.ownership import claims as owner_claims
 
     config = small_config(tmp_path / "d", tier2_url=str(tmp_path / "t2"))
     async with open_store(config) as store:
@@ -527,7 +527,7 @@ async def test_lost_found_lists_and_restores_what_a_fenced_store_saved_each_appe
 
 
 def test_a_container_data_dir_kept_aside_is_one_entry_described_or_not(tmp_path: Path) -> None:
-    from tierfs.engine.lost_found import entries
+    from tierfs.engine.recovery.lost_found import entries
 
     for name, described in (("c001.lease-2", False), ("c003.lease-4", True)):
         kept = tmp_path / "lost+found" / name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import trio
 
-from tierfs.engine.growth_channel import CHANNEL, GrowthAnnouncer, GrowthListener
+from tierfs.engine.segments.growth_channel import CHANNEL, GrowthAnnouncer, GrowthListener
 
 
 class Heard:

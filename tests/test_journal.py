@@ -9,11 +9,11 @@ import pytest
 import trio
 import trio.testing
 
-from tierfs.engine.journal import Journal
-from tierfs.engine.journal_aio import AioFdatasync
-from tierfs.engine.journal_format import FRAME_OVERHEAD, ScanResult, encode_append, list_files
-from tierfs.engine.journal_scan import scan
-from tierfs.engine.journal_sync import LsnWaiters, SyncJob
+from tierfs.engine.journal.aio import AioFdatasync
+from tierfs.engine.journal.frames import FRAME_OVERHEAD, ScanResult, encode_append, list_files
+from tierfs.engine.journal.log import Journal
+from tierfs.engine.journal.scan import scan
+from tierfs.engine.journal.sync_thread import LsnWaiters, SyncJob
 
 
 def _scan(directory: Path) -> tuple[list, ScanResult]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tierfs.engine import journal_scan
-from tierfs.engine.journal_format import ScanResult, encode_append, file_name
-from tierfs.engine.journal_scan import scan
+from tierfs.engine.journal import scan as journal_scan
+from tierfs.engine.journal.frames import ScanResult, encode_append, file_name
+from tierfs.engine.journal.scan import scan
 
 
 def write_journal(directory: Path, sizes: list[int], file_frames: int) -> list[tuple[int, Path]]:

@@ -14,9 +14,9 @@ import pytest
 
 from tierfs import open_store
 from tierfs.contracts.errors import JournalCorruptionError, NoSpaceError, SegmentNotFoundError
-from tierfs.engine.journal_format import ScanResult, encode_append, encode_create, file_name
-from tierfs.engine.journal_scan import scan
-from tierfs.engine.sql_database import UNSYNCED_COMMITS_BEFORE_CHECKPOINT
+from tierfs.engine.journal.frames import ScanResult, encode_append, encode_create, file_name
+from tierfs.engine.journal.scan import scan
+from tierfs.engine.metadata.database import UNSYNCED_COMMITS_BEFORE_CHECKPOINT
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import crash_copy as copy_running
 from tierfs.testing.harness import small_config

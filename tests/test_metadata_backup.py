@@ -26,10 +26,10 @@ from tierfs.contracts.errors import (
     StoreNotEmptyError,
     Tier2Error,
 )
-from tierfs.engine import metadata_backup
-from tierfs.engine.backup_objects import KEEP_BACKUPS, BackupObjects, LogObject
-from tierfs.engine.metadata_restore import restore_metadata
-from tierfs.engine.metadata_transfer import export_metadata, import_metadata
+from tierfs.engine.backup import metadata_backup
+from tierfs.engine.backup.objects import KEEP_BACKUPS, BackupObjects, LogObject
+from tierfs.engine.backup.restore import restore_metadata
+from tierfs.engine.backup.transfer import export_metadata, import_metadata
 from tierfs.store.restore import restore_store
 from tierfs.testing.harness import small_config, start_daemon
 

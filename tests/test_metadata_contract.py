@@ -21,10 +21,10 @@ from tierfs.contracts.errors import (
     SegmentExistsError,
     SegmentNotFoundError,
 )
-from tierfs.engine.epoch_guard import guard_epoch
-from tierfs.engine.metadata import MetadataStore
+from tierfs.engine.metadata.migrations import LATEST_VERSION, schema_version
+from tierfs.engine.metadata.store import MetadataStore
+from tierfs.engine.ownership.epoch_guard import guard_epoch
 from tierfs.engine.record_types import Chunk, SegmentMeta
-from tierfs.engine.schema_migrations import LATEST_VERSION, schema_version
 
 Opener = Callable[[], MetadataStore]
 

@@ -13,9 +13,9 @@ import pytest
 
 from tierfs import open_store
 from tierfs.contracts.errors import MetadataDamagedError
-from tierfs.engine import metadata_backup
-from tierfs.engine.backup_objects import BackupObjects, Lineage, LineageLink, LogObject, log_chain
-from tierfs.engine.metadata_log import CHANGE_LOG, ChangeBatch, decode, encode
+from tierfs.engine.backup import metadata_backup
+from tierfs.engine.backup.objects import BackupObjects, Lineage, LineageLink, LogObject, log_chain
+from tierfs.engine.metadata.change_log import CHANGE_LOG, ChangeBatch, decode, encode
 from tierfs.store.restore import restore_store
 from tierfs.testing.harness import crash_copy, small_config
 

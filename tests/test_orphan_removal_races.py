@@ -16,9 +16,9 @@ import trio
 
 from tierfs import open_store
 from tierfs.contracts.gc_report import GcReport
-from tierfs.engine.chunkstore import ChunkStorage, StoredObject
 from tierfs.engine.object_keys import chunk_shape
-from tierfs.engine.removals import RemovalLog
+from tierfs.engine.tier2.chunk_storage import ChunkStorage, StoredObject
+from tierfs.engine.upkeep.removals import RemovalLog
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import KiB, small_config
 from tierfs.testing.storages import WrappedStorage

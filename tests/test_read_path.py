@@ -15,7 +15,7 @@ import trio
 from tierfs import open_store
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import DataCorruptionError, Tier2Error
-from tierfs.engine.chunkstore import FsspecChunkStorage
+from tierfs.engine.tier2.chunk_storage import FsspecChunkStorage
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import small_config
 from tierfs.testing.storages import CountingStorage

@@ -12,8 +12,8 @@ import pytest
 from tierfs import open_store
 from tierfs.blocks.checksums import crc32c
 from tierfs.contracts.errors import JournalCorruptionError, SegmentNotFoundError
-from tierfs.engine.journal_format import FRAME_OVERHEAD, list_files
-from tierfs.engine.lost_found import entries as lost_found_entries
+from tierfs.engine.journal.frames import FRAME_OVERHEAD, list_files
+from tierfs.engine.recovery.lost_found import entries as lost_found_entries
 from tierfs.testing.harness import crash_copy, small_config
 
 # the crash images below are copies of a data dir: a copy opens only by taking over

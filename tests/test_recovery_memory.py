@@ -16,7 +16,7 @@ import trio
 
 from tierfs import open_store
 from tierfs.contracts.errors import DataCorruptionError
-from tierfs.engine.tail import MERGED_ENTRY_MAX_BYTES
+from tierfs.engine.segments.tail import MERGED_ENTRY_MAX_BYTES
 from tierfs.testing.harness import small_config
 
 KiB = 1 << 10

@@ -18,7 +18,7 @@ import trio
 from tierfs import open_store
 from tierfs.contracts.errors import BacklogFullError, Tier2Error
 from tierfs.contracts.operations import FLUSH, FSCK
-from tierfs.engine import chunkstore
+from tierfs.engine.tier2 import chunk_storage as chunkstore
 from tierfs.remote import client as client_module
 from tierfs.store.fsck import fsck
 from tierfs.testing.fault_proxy import FaultProxy, Faults

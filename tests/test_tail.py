@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tierfs.engine.tail import Tail, TailEntry
+from tierfs.engine.segments.tail import Tail, TailEntry
 
 
 def _tail(lengths: list[int], evicted: set[int]) -> tuple[Tail, bytes]:

@@ -13,7 +13,7 @@ import pytest
 from tierfs import open_store
 from tierfs.contracts.cluster_errors import LeaseLapsedError
 from tierfs.contracts.writers import Writer
-from tierfs.engine.tenure import Lease, lease_margin_s
+from tierfs.engine.ownership.tenure import Lease, lease_margin_s
 from tierfs.testing.harness import small_config
 
 

@@ -32,7 +32,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     TierFSError,
 )
-from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.tier2.chunk_storage import ChunkStorage
 from tierfs.store.facade import SegmentStore, open_store
 from tierfs.testing.harness import Daemon, small_config, start_daemon
 from tierfs.testing.storages import FlakyStorage, WrappedStorage

@@ -20,7 +20,8 @@ from tierfs import open_store
 from tierfs.blocks.checksums import crc32c
 from tierfs.contracts.errors import InvalidArgumentError, SegmentSealedError
 from tierfs.contracts.info import DirectoryInfo, SegmentInfo
-from tierfs.engine import journal_format, journal_scan
+from tierfs.engine.journal import frames as journal_format
+from tierfs.engine.journal import scan as journal_scan
 from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import crash_copy, small_config
 

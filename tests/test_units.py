@@ -12,8 +12,8 @@ from tierfs.blocks.checksums import BLOCK_BYTES, BlockCrcs, block_crcs_of, crc32
 from tierfs.contracts.config import load_config
 from tierfs.contracts.errors import ConcurrentModificationError, InvalidArgumentError
 from tierfs.engine import records
-from tierfs.engine.blockcache import BlockCache
-from tierfs.engine.metadata import MetadataStore
+from tierfs.engine.metadata.store import MetadataStore
+from tierfs.engine.read.block_cache import BlockCache
 from tierfs.engine.record_types import Chunk, SegmentMeta
 
 

@@ -12,7 +12,7 @@ from tierfs import open_store
 from tierfs.contracts.errors import AlreadyAppendedError, BadOffsetError, SegmentSealedError
 from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.engine.record_types import SegmentMeta
-from tierfs.engine.writer_marks import MARKS_PER_WRITER, PERSISTED_WRITERS, WriterMarks
+from tierfs.engine.segments.writer_marks import MARKS_PER_WRITER, PERSISTED_WRITERS, WriterMarks
 from tierfs.testing.harness import crash_copy, small_config
 
 NO_FLUSH = dict(flush_bytes=1 << 30, flush_interval_s=3600.0)

@@ -8,7 +8,7 @@ timeout (15 s in s3fs, 60 s in botocore) makes one such request cost a reader 15
 a fresh request on a fresh connection almost always answers at once. So every read
 gets a deadline proportional to the bytes it asks for (``DEFAULT_READ_DEADLINE_PER_MIB_S``
 per MiB, at least one MiB's worth: about 1 s for a block), and the caller's retry loop
-(``engine.tier2_calls.tier2_call``, the one retry table) asks again.
+(``engine.tier2.calls.tier2_call``, the one retry table) asks again.
 
 Invariants:
 - A deadline cancels the request in the filesystem's own event loop (``asyncio.wait_for``

@@ -1,8 +1,8 @@
-"""``tierfs takeover`` and ``tierfs owner``: who may write to tier-2 (engine/owner_claims.py).
+"""``tierfs takeover`` and ``tierfs owner``: who may write to tier-2 (engine/ownership/claims.py).
 
 - ``takeover`` opens the store in-process with ``takeover`` set: it claims tier-2 with
   an epoch above every claim, so the previous owner, if it still runs, is fenced
-  within one flush interval (engine/fencing.py); then it closes the store again
+  within one flush interval (engine/ownership/fencing.py); then it closes the store again
   (its journal replayed and flushed). ``--takeover`` on ``serve``, ``mount`` or any
   command does the same as part of that command.
 - ``owner`` reads the claims on tier-2, the claim this data dir made last and its

@@ -11,7 +11,7 @@ lowest first. A daemon that stops heartbeating (killed, host gone, paused) drops
 the live set after ``lease_s`` and its containers are taken as their leases expire.
 
 Invariants:
-- Each held container's ``Lease`` (engine/tenure.py) is valid until the last renewal
+- Each held container's ``Lease`` (engine/ownership/tenure.py) is valid until the last renewal
   that succeeded was sent plus ``lease_s`` minus a margin; its store acknowledges
   nothing after that. The database expires the lease later than this host stops
   counting on it, so no container ever has two owners that acknowledge.
@@ -63,8 +63,8 @@ from tierfs.cluster.container_map import (
 from tierfs.cluster.leases import LeaseTable
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
-from tierfs.engine.growth_channel import GrowthAnnouncer
-from tierfs.engine.tenure import Lease
+from tierfs.engine.ownership.tenure import Lease
+from tierfs.engine.segments.growth_channel import GrowthAnnouncer
 from tierfs.store.facade import SegmentStore, open_store
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ class ContainerHost:
             self.announcer.announce(seg.segment_id, name, seg.durable_length)
 
     def heard_growth(self, segment_id: int, name: str, durable_length: int) -> None:
-        """Another daemon announced growth (``growth_channel``): this host's listeners
+        """Another daemon announced growth (``segments.growth_channel``): this host's listeners
         (the mount's kernel notifier) hear of segments of containers held elsewhere."""
         if container_of(name, self.count) not in self.stores:
             for listener in self.growth_listeners:

@@ -28,7 +28,7 @@ from typing import Any
 from tierfs.cluster.container_map import container_label
 from tierfs.contracts.database_urls import redacted_url
 from tierfs.contracts.errors import InvalidArgumentError, MetadataUnavailableError
-from tierfs.engine.sql_database import DEAD_PEER_DETECTION
+from tierfs.engine.metadata.database import DEAD_PEER_DETECTION
 
 _SETUP_LOCK_KEY = 0x74696572_00000002  # pg_advisory_xact_lock: one set-up at a time
 

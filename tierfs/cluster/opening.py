@@ -9,7 +9,7 @@ Invariants:
 - Leaving the block gives every container back (flushed) and unregisters the daemon,
   so the others take them over at once instead of after the lease.
 - Growth crosses hosts on the database's growth channel: held containers announce it,
-  every daemon listens (``engine/growth_channel.py``); a hint for the mount, never data.
+  every daemon listens (``engine/segments/growth_channel.py``); a hint for the mount, never data.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from tierfs.cluster.container_host import ContainerHost
 from tierfs.cluster.leases import LeaseTable
 from tierfs.cluster.router import ClusterStore
 from tierfs.contracts.config import StoreConfig
-from tierfs.engine.growth_channel import GrowthAnnouncer, GrowthListener
-from tierfs.engine.ownership import DataDirLock
+from tierfs.engine.ownership.dir_lock import DataDirLock
+from tierfs.engine.segments.growth_channel import GrowthAnnouncer, GrowthListener
 
 DAEMON_ID_NAME = "daemon-id"
 

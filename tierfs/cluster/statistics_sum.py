@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from tierfs.engine.blockcache import CacheStatistics
+from tierfs.engine.read.block_cache import CacheStatistics
 from tierfs.store.statistics import StoreStatistics
 
 _LARGEST = {"epoch", "flush_lag_s", "offload_oldest_waiting_s"}

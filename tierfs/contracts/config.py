@@ -97,7 +97,7 @@ class StoreConfig:
     # How often policies (offload_after_s, offload_hot_bytes, retention) and the
     # deletion lag are evaluated.
     policy_interval_s: float = 10.0
-    # Orphan GC (engine/orphans.py): unreferenced chunk and offload objects older than
+    # Orphan GC (engine/upkeep/orphans.py): unreferenced chunk and offload objects older than
     # the grace period are deleted every orphan_gc_interval_s (0: only by `tierfs gc`).
     # The grace keeps objects a flush or an offload (here or a restarted owner) may
     # still be writing; an hour is far beyond any single write.
@@ -115,10 +115,10 @@ class StoreConfig:
     # flush_interval_s): a fenced store stops acknowledging appends within it.
     owner_check_interval_s: float = 1.0
     # Claim tier-2 even if another owner holds it (``tierfs takeover``, ``--takeover``):
-    # that owner is fenced (engine/fencing.py).
+    # that owner is fenced (engine/ownership/fencing.py).
     takeover: bool = False
     # Repair a damaged journal while opening (``tierfs fsck --repair``): damaged bytes
-    # and the intact frames that cannot follow them go to lost+found (engine/journal_repair.py).
+    # and the intact frames that cannot follow them go to lost+found (engine/recovery/journal_repair.py).
     repair_journal: bool = False
     # Cluster mode (docs/ARCHITECTURE.md, "Many hosts"): with a postgresql:// metadata
     # URL, the namespace is split into this many segment containers (fixed when the

@@ -3,7 +3,7 @@ value types shared by the engine's sweeper, the HTTP API, the remote store and t
 and their wire form.
 
 An *orphan* is a chunk-shaped tier-2 object or an offload-attempt-shaped long-term
-object that no metadata references (see ``tierfs/engine/orphans.py`` for what is a
+object that no metadata references (see ``tierfs/engine/upkeep/orphans.py`` for what is a
 candidate and why deleting one is safe).
 
 Invariant: ``gc_report_from_json(gc_report_json(r)) == r`` (and the same for a list

@@ -11,7 +11,7 @@ segment's durable length, wakes tail readers and growth listeners, and wakes the
 storage writer when a segment has ``flush_bytes`` pending.
 
 An append with a writer identity (``WriterSeq``) that the segment already holds (its
-``writer_marks``) is not appended again: it is answered with its offset once the
+``segments.writer_marks``) is not appended again: it is answered with its offset once the
 acknowledgement rule holds for it, as the first attempt would have been.
 
 Invariants:
@@ -49,12 +49,12 @@ from tierfs.contracts.errors import (
 )
 from tierfs.contracts.writers import WriterSeq
 from tierfs.engine.clock import monotonic_s
-from tierfs.engine.growth import GrowthNotifier
-from tierfs.engine.journal import Journal
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.storage_writer import StorageWriter
-from tierfs.engine.tail import TailBudget, TailEntry
-from tierfs.engine.tenure import Tenure
+from tierfs.engine.flush.storage_writer import StorageWriter
+from tierfs.engine.journal.log import Journal
+from tierfs.engine.ownership.tenure import Tenure
+from tierfs.engine.segments.growth import GrowthNotifier
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.tail import TailBudget, TailEntry
 
 checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 

@@ -1,5 +1,5 @@
-"""The engine's two clocks: monotonic time for its own timers, and a replaceable wall
-clock for policies.
+"""The engine's clocks: monotonic time for its own timers, a replaceable wall clock for
+policies, and the nanosecond stamp records carry (``now_ns``).
 
 Monotonic time (``monotonic_s``) is the trio run's clock. The storage writer's flush
 interval and retry backoff, the age of tail entries (flush lag, the last append's time)
@@ -27,6 +27,11 @@ import trio
 
 # Seconds on the trio run's clock (see above); only on the event loop.
 monotonic_s: Callable[[], float] = trio.current_time
+
+
+def now_ns() -> int:
+    """Wall-clock nanoseconds: the creation and modification stamps of metadata records."""
+    return time.time_ns()
 
 
 class WallClock:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.segments.state import SegmentState
 
 
 class ChunkSource(Protocol):

@@ -3,7 +3,7 @@
 Each is a frozen dataclass with the fields of one protobuf message of ``records.py``
 (same names, so ``chunk.start_offset`` reads as before; repeated fields are tuples).
 They are converted to and from protobuf only where the metadata store reads and writes
-them (``records.load``/``records.dump`` in ``metadata.py``).
+them (``records.load``/``records.dump`` in ``metadata/store.py``).
 
 Invariants:
 - Values are never changed in place: a change is ``dataclasses.replace``, so a reader
@@ -32,7 +32,7 @@ class StoreMeta:
     epoch: int = 0
     journal_checkpoint_lsn: int = 0
     created_ns: int = 0
-    # objects named with an owner epoch below this are another lineage's (engine/orphans.py)
+    # objects named with an owner epoch below this are another lineage's (engine/upkeep/orphans.py)
     foreign_below_epoch: int = 0
 
 
@@ -87,7 +87,7 @@ class SegmentMeta:
     owner_set: bool = False
     uid: int = 0
     gid: int = 0
-    # the last flushed append of recent writers (``writer_marks``): parallel tuples
+    # the last flushed append of recent writers (``segments.writer_marks``): parallel tuples
     append_writers: tuple[int, ...] = ()
     append_writer_seqs: tuple[int, ...] = ()
     append_writer_offsets: tuple[int, ...] = ()
@@ -127,3 +127,14 @@ class Chunk:
 
 for _value_type in (StoreMeta, DirectoryMeta, SegmentMeta, Chunk):
     records.check_value_type(_value_type)
+
+
+@dataclasses.dataclass
+class SegmentRow:
+    """A segment's row as the metadata holds it: id, name, the row's revision (bumped by
+    every commit, so a conditional update notices a concurrent one) and its record."""
+
+    segment_id: int
+    name: str
+    rev: int
+    record: SegmentMeta

@@ -1,6 +1,6 @@
 """The long-term object store offloaded chunks move to (``--offload-to URL``).
 
-It is a chunk storage (``chunkstore.py``: same verbs, same error translation and
+It is a chunk storage (``tier2/chunk_storage.py``: same verbs, same error translation and
 retries, reads with the same deadlines, messages naming "the long-term store") plus ``put``, which stores one whole
 object with user metadata: on S3 as a parallel multipart upload (parts of
 ``offload_part_bytes``, ``offload_upload_concurrency`` at a time), elsewhere with one
@@ -11,7 +11,7 @@ Invariants:
   upload completed; a local directory: file and directory fdatasync'd), because the
   chunk-store copy may be deleted afterwards.
 - ``delete`` calls ``before_delete`` first (the fence: a fenced store deletes nothing),
-  and keeps a key ``keeps`` names (an older lineage's: ``engine/fencing.py``).
+  and keeps a key ``keeps`` names (an older lineage's: ``engine/ownership/fencing.py``).
 - Chunk records name offloaded objects by full URL; ``key_of`` maps a URL back to a key
   only under this store's URL, so a record never sends a read somewhere unexpected.
 """
@@ -23,13 +23,13 @@ from typing import Any
 
 from tierfs.blocks.deadlines import DEFAULT_READ_DEADLINE_PER_MIB_S
 from tierfs.contracts.errors import InvalidArgumentError
-from tierfs.engine.chunkstore import (
+from tierfs.engine.tier2.calls import tier2_call
+from tierfs.engine.tier2.chunk_storage import (
     ChunkStorage,
     FsspecChunkStorage,
     LocalChunkStorage,
     open_chunk_storage,
 )
-from tierfs.engine.tier2_calls import tier2_call
 
 
 class LongTermStore:
@@ -50,7 +50,7 @@ class LongTermStore:
         self.part_bytes = part_bytes
         self.upload_concurrency = upload_concurrency
         # called (blocking) right before every delete: the store's fence refuses
-        # deletes once another owner claimed tier-2 (engine/fencing.py)
+        # deletes once another owner claimed tier-2 (engine/ownership/fencing.py)
         self.before_delete: Callable[[], None] = lambda: None
         self.keeps: Callable[[str], bool] = lambda key: False  # shared with an older lineage
 
@@ -91,7 +91,7 @@ class LongTermStore:
         return self.storage.read(key, 0, size) if size else b""
 
     def delete(self, key: str) -> None:
-        if self.keeps(key):  # an older lineage may reference it (engine/fencing.py)
+        if self.keeps(key):  # an older lineage may reference it (engine/ownership/fencing.py)
             return
         self.delete_shared(key)
 

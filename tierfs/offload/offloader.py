@@ -52,12 +52,12 @@ from tierfs.contracts.errors import (
     TierFSError,
     single_error,
 )
-from tierfs.engine.chunkstore import ChunkStorage
 from tierfs.engine.faults import crash_point
 from tierfs.engine.object_keys import OffloadKeys, is_pack_name, new_attempt_uuid
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.removals import RemovalLog
-from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.tier2.chunk_storage import ChunkStorage
+from tierfs.engine.upkeep.removals import RemovalLog
 from tierfs.offload.longterm import LongTermStore
 from tierfs.offload.offload_format import encode_index, object_metadata
 from tierfs.offload.planning import chunk_facts

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from tierfs.contracts.policy import Policy
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.segments.state import SegmentState
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,8 @@ import trio
 from tierfs.blocks.block_stream import BlockSink
 from tierfs.blocks.checksums import BLOCK_BYTES
 from tierfs.blocks.verify import BlockAddress, verified_block
-from tierfs.engine.blockcache import BlockCache
 from tierfs.engine.object_keys import OffloadKeys
+from tierfs.engine.read.block_cache import BlockCache
 from tierfs.engine.record_types import Chunk
 from tierfs.offload.longterm import LongTermStore
 from tierfs.offload.offload_format import IndexObject, decode_index

@@ -23,7 +23,7 @@ from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.policy import Policy
 from tierfs.engine.ports import ChunkSource
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.segment_state import SegmentState
+from tierfs.engine.segments.state import SegmentState
 from tierfs.offload.offloader import Offloader
 from tierfs.offload.planning import chunk_facts, chunks_to_offload, head_chunks_to_expire
 

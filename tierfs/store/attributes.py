@@ -32,12 +32,11 @@ from typing import Any
 
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.contracts.info import DirectoryInfo, SegmentInfo
-from tierfs.engine.catalogue import ChunkCatalogue
-from tierfs.engine.metadata import now_ns
-from tierfs.engine.metadata_sql import SegmentRow
-from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.clock import now_ns
+from tierfs.engine.record_types import DirectoryMeta, SegmentMeta, SegmentRow
+from tierfs.engine.segments.catalogue import ChunkCatalogue
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
 
 SEGMENT_DEFAULT_MODE = 0o644
 DIRECTORY_DEFAULT_MODE = 0o755

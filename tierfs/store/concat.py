@@ -30,12 +30,12 @@ from tierfs.contracts.errors import (
     SegmentSealedError,
 )
 from tierfs.contracts.info import SegmentInfo
-from tierfs.engine.catalogue import ChunkCatalogue
+from tierfs.engine.clock import now_ns
 from tierfs.engine.locks import holding
-from tierfs.engine.metadata import now_ns
 from tierfs.engine.record_types import Chunk, SegmentMeta
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.segments.catalogue import ChunkCatalogue
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
 from tierfs.offload.offloader import Offloader
 from tierfs.store.listing import segment_info
 

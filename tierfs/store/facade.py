@@ -1,14 +1,14 @@
 """SegmentStore: the engine's public API, its lifecycle and its wiring.
 
 ``open_store(config)`` takes the data dir (lock) and tier-2 (an epoch claimed there, then
-fenced: engine/fencing.py), recovers the journal, builds the parts with their narrow
+fenced: engine/ownership/fencing.py), recovers the journal, builds the parts with their narrow
 ports (never the façade), starts the group-commit loop, the storage writer, the
 offloader and the policy scheduler, and on exit flushes what it can, syncs and closes.
 
 Where an append goes: ``append`` finds the segment and hands it to the ``Appender``
 (engine/appender.py), which frames it into the journal, keeps it in the segment's tail
 and acknowledges it per durability level; the storage writer later moves the bytes into
-tier-2 chunks. Reads go to the ``Reader`` (engine/reader.py) through the same lookup.
+tier-2 chunks. Reads go to the ``Reader`` (engine/read/reader.py) through the same lookup.
 
 Invariants:
 - Appends to one segment get offsets in call order and never interleave: an append is
@@ -50,20 +50,20 @@ from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.policy import Policy
 from tierfs.contracts.writers import WriterSeq
 from tierfs.engine.appender import Appender
-from tierfs.engine.blockcache import BlockCache
-from tierfs.engine.chunkstore import ChunkStorage
-from tierfs.engine.clock import WallClock, monotonic_s
-from tierfs.engine.growth import GrowthNotifier
-from tierfs.engine.journal import Journal
-from tierfs.engine.metadata import MetadataStore, now_ns
-from tierfs.engine.ownership import DataDirLock
-from tierfs.engine.readahead import SegmentReader
+from tierfs.engine.clock import WallClock, monotonic_s, now_ns
+from tierfs.engine.journal.log import Journal
+from tierfs.engine.metadata.store import MetadataStore
+from tierfs.engine.ownership.dir_lock import DataDirLock
+from tierfs.engine.ownership.tenure import Lease
+from tierfs.engine.read.block_cache import BlockCache
+from tierfs.engine.read.readahead import SegmentReader
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.recovery import RecoveryReport
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
-from tierfs.engine.tail import TailBudget
-from tierfs.engine.tenure import Lease
+from tierfs.engine.recovery.journal_replay import RecoveryReport
+from tierfs.engine.segments.growth import GrowthNotifier
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
+from tierfs.engine.segments.tail import TailBudget
+from tierfs.engine.tier2.chunk_storage import ChunkStorage
 from tierfs.offload.longterm import LongTermStore
 from tierfs.store import listing
 from tierfs.store.attributes import (
@@ -455,7 +455,7 @@ class SegmentStore:
         return self._parts.policies.get_policy(name)
 
     async def defrag(self, name: str) -> dict[str, Any]:
-        """Merge the segment's runs of small adjacent chunks (``engine/defrag.py``)."""
+        """Merge the segment's runs of small adjacent chunks (``engine/upkeep/defrag.py``)."""
         return (await self.defragmenter.defrag(self.table.segment(name))).to_json()
 
     async def fsck(self) -> FsckReport:
@@ -463,7 +463,7 @@ class SegmentStore:
         return await fsck(self)
 
     async def gc(self, *, dry_run: bool = False, older_owners: bool = False) -> GcReport:
-        """Delete (``dry_run``: list) unreferenced objects past the grace (engine/orphans.py)."""
+        """Delete (``dry_run``: list) unreferenced objects past the grace (engine/upkeep/orphans.py)."""
         return await self.orphans.sweep(dry_run=dry_run, older_owners=older_owners)
 
     # ------------------------------------------------------------------ info

@@ -6,13 +6,13 @@ matches; every chunk object exists (in the chunk store, or in the long-term stor
 offloaded, with an index object that matches the record) and is at least as long as
 its committed length; every 1 MiB block and the whole chunk match their CRC32C; the
 lengths obey flushed <= durable <= appended. Every ``lost+found`` entry (acknowledged bytes
-a fenced store could not commit to tier-2: engine/lost_found.py) is reported too, until
+a fenced store could not commit to tier-2: engine/recovery/lost_found.py) is reported too, until
 someone recovers and removes it. Reads use the storage directly, bypassing
 the cache, so a cached copy cannot hide damage. They retry like every tier-2 read
-(``chunkstore``: deadlines, 8 attempts); a store that still does not answer fails
+(``tier2.chunk_storage``: deadlines, 8 attempts); a store that still does not answer fails
 fsck with that ``Tier2Error`` (exit 1), never a report of damage it could not see; so
 does a store that has offloaded chunks but no long-term store configured to read them.
-Orphans (objects no metadata references, whatever their age: ``engine/orphans.py``)
+Orphans (objects no metadata references, whatever their age: ``engine/upkeep/orphans.py``)
 are listed apart, not as damage. The report's types are in
 ``contracts.fsck_report`` (clients read them without the engine).
 
@@ -34,13 +34,13 @@ from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError, Tier2Error, TierFSError
 from tierfs.contracts.fsck_report import FsckReport, Problem
 from tierfs.contracts.info import SegmentInfo
-from tierfs.engine.catalogue import ChunkCatalogue
-from tierfs.engine.chunkstore import ChunkStorage
-from tierfs.engine.lost_found import LostFoundEntry, entries
-from tierfs.engine.orphans import OrphanSweeper
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.recovery.lost_found import LostFoundEntry, entries
+from tierfs.engine.segments.catalogue import ChunkCatalogue
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
+from tierfs.engine.tier2.chunk_storage import ChunkStorage
+from tierfs.engine.upkeep.orphans import OrphanSweeper
 from tierfs.offload.offloader import require_long_term
 from tierfs.offload.reads import LongTermReads
 from tierfs.store import listing

@@ -21,10 +21,10 @@ from typing import Protocol
 from tierfs.contracts import names
 from tierfs.contracts.errors import SegmentNotFoundError
 from tierfs.contracts.info import SegmentInfo
-from tierfs.engine.readahead import SegmentReader
-from tierfs.engine.reader import Reader
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.read.readahead import SegmentReader
+from tierfs.engine.read.reader import Reader
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
 from tierfs.store.attributes import segment_info
 
 

@@ -16,8 +16,8 @@ from tierfs.contracts import names
 from tierfs.contracts.errors import SegmentNotFoundError
 from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
 from tierfs.store.attributes import directory_info, segment_info
 
 __all__ = ["chunk_layout", "list_directory", "segment_info", "stat", "walk_segments"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from tierfs.engine.lost_found import LostFoundEntry, entries
-from tierfs.engine.lost_found_records import Piece, pieces
+from tierfs.engine.recovery.lost_found import LostFoundEntry, entries
+from tierfs.engine.recovery.lost_found_records import Piece, pieces
 
 __all__ = ["LostFoundEntry", "Piece", "held", "held_bytes", "restorable"]
 

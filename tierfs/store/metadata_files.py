@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import IO
 
 from tierfs.contracts.config import StoreConfig
-from tierfs.engine.metadata_transfer import export_metadata, import_metadata
+from tierfs.engine.backup.transfer import export_metadata, import_metadata
 
 
 def export_store_metadata(config: StoreConfig, out: IO[bytes]) -> int:

@@ -40,16 +40,16 @@ from tierfs.contracts.errors import (
 )
 from tierfs.contracts.info import SegmentInfo
 from tierfs.engine import records
-from tierfs.engine.catalogue import ChunkCatalogue
-from tierfs.engine.garbage import GarbageCollector
+from tierfs.engine.clock import now_ns
+from tierfs.engine.flush.storage_writer import StorageWriter
 from tierfs.engine.locks import holding
-from tierfs.engine.metadata import SegmentRow, now_ns
 from tierfs.engine.ports import CreationLog
-from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
-from tierfs.engine.storage_writer import StorageWriter
-from tierfs.engine.tail import TailBudget
+from tierfs.engine.record_types import DirectoryMeta, SegmentMeta, SegmentRow
+from tierfs.engine.segments.catalogue import ChunkCatalogue
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
+from tierfs.engine.segments.tail import TailBudget
+from tierfs.engine.upkeep.garbage import GarbageCollector
 from tierfs.store.attributes import segment_info, touched
 
 # Room a create frame takes besides its name: the frame's headers and a segment record

@@ -3,7 +3,7 @@ and a new owner epoch, the namespace, the chunk storage, journal recovery, and t
 journal that continues where recovery ended.
 
 Invariants:
-- The epoch is claimed on tier-2 first (``owner_claims.take_ownership``: exclusive,
+- The epoch is claimed on tier-2 first (``ownership.claims.take_ownership``: exclusive,
   refused with ``OwnedElsewhereError`` if another owner holds tier-2, or this data dir
   is a copy of the one that does, and the config does not say ``takeover``), then
   committed locally before anything else, so every chunk this owner writes has a name
@@ -11,7 +11,7 @@ Invariants:
   the data dir's own (SQLite) metadata marks every earlier epoch as another lineage's
   (``foreign_below_epoch``): the orphan sweep keeps their objects.
 - The metadata backup's seal is taken right before the epoch commit and, if it held,
-  the backup adopted right after it, before any other commit (``backup_seal``).
+  the backup adopted right after it, before any other commit (``backup.seal``).
 - Recovery runs before the journal accepts a frame, and the new journal starts at the
   recovered end LSN; nothing after a torn frame is replayed, and a journal damaged
   before intact frames is refused (``JournalDamagedError``) unless the config asks
@@ -45,28 +45,28 @@ from tierfs.contracts.errors import (
     NoSpaceError,
     WrongTier2Error,
 )
-from tierfs.engine import backup_seal
-from tierfs.engine.backup_objects import LineageLink
-from tierfs.engine.chunkstore import ChunkStorage, open_chunk_storage
-from tierfs.engine.epoch_guard import guard_epoch
-from tierfs.engine.journal import Journal
-from tierfs.engine.journal_repair import JournalRepair
-from tierfs.engine.metadata import MetadataStore
-from tierfs.engine.metadata_backup import AdoptedBackup
-from tierfs.engine.owner_claims import (
+from tierfs.engine.backup import seal as backup_seal
+from tierfs.engine.backup.metadata_backup import AdoptedBackup
+from tierfs.engine.backup.objects import LineageLink
+from tierfs.engine.journal.log import Journal
+from tierfs.engine.metadata.database import POSTGRESQL, open_database
+from tierfs.engine.metadata.segment_rows import SegmentRowReader
+from tierfs.engine.metadata.store import MetadataStore
+from tierfs.engine.ownership.claims import (
     OwnerClaim,
     OwnerClaims,
     Ownership,
     read_local_claim,
     take_ownership,
 )
-from tierfs.engine.recovery import RecoveryReport, recover_journal
-from tierfs.engine.segment_rows import SegmentRowReader
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.ownership.epoch_guard import guard_epoch
+from tierfs.engine.recovery.journal_repair import JournalRepair
+from tierfs.engine.recovery.journal_replay import RecoveryReport, recover_journal
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
+from tierfs.engine.segments.tail import TailBudget
 from tierfs.engine.space_reserve import CLAIM_ROOM_BYTES, SpaceReserve
-from tierfs.engine.sql_database import POSTGRESQL, open_database
-from tierfs.engine.tail import TailBudget
+from tierfs.engine.tier2.chunk_storage import ChunkStorage, open_chunk_storage
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class OpenedDataDir:
     claim: OwnerClaim
     replayed: list[SegmentState]  # segments with unflushed bytes: the writer's backlog
     segment_rows: SegmentRowReader
-    adopted_backup: AdoptedBackup | None  # the newest metadata backup is current (``backup_seal``)
+    adopted_backup: AdoptedBackup | None  # the newest metadata backup is current (``backup.seal``)
     foreign_below_epoch: int  # objects of earlier epochs may be another data dir's (orphan sweep)
     lineage_link: LineageLink | None  # whose metadata this epoch continues (None: a shared database)
 

@@ -11,15 +11,15 @@ import dataclasses
 from typing import Any
 
 from tierfs.contracts.config import StoreConfig
-from tierfs.engine.chunkstore import open_chunk_storage
-from tierfs.engine.lost_found import entries
-from tierfs.engine.owner_claims import OwnerClaims, read_local_claim
+from tierfs.engine.ownership.claims import OwnerClaims, read_local_claim
+from tierfs.engine.recovery.lost_found import entries
+from tierfs.engine.tier2.chunk_storage import open_chunk_storage
 
 
 def ownership_report(config: StoreConfig) -> dict[str, Any]:
     """JSON-ready: ``tier2`` (URL), ``owns_tier2`` (this data dir's last claim is the
     newest, or there is none), ``current_owner`` and ``this_data_dir`` (claims or None),
-    ``lost_found`` (path, size, description of each entry). Blocking."""
+    ``recovery.lost_found`` (path, size, description of each entry). Blocking."""
     storage = open_chunk_storage(config.chunk_store_url, config.chunk_store_options)
     current = OwnerClaims(storage).current()
     mine = read_local_claim(config.data_dir)

@@ -19,12 +19,12 @@ from typing import Any
 
 from tierfs.contracts import names
 from tierfs.contracts.policy import Policy
-from tierfs.engine.catalogue import ChunkCatalogue
-from tierfs.engine.garbage import GarbageCollector
-from tierfs.engine.metadata import now_ns
+from tierfs.engine.clock import now_ns
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.segment_state import SegmentState
-from tierfs.engine.segment_table import SegmentTable
+from tierfs.engine.segments.catalogue import ChunkCatalogue
+from tierfs.engine.segments.state import SegmentState
+from tierfs.engine.segments.table import SegmentTable
+from tierfs.engine.upkeep.garbage import GarbageCollector
 
 log = logging.getLogger(__name__)
 

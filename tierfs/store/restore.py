@@ -1,6 +1,6 @@
 """``tierfs restore``: rebuild a data dir from tier-2 alone, then own that tier-2.
 
-``restore_store`` runs the two steps: ``restore_metadata`` (engine/metadata_restore.py)
+``restore_store`` runs the two steps: ``restore_metadata`` (engine/backup/restore.py)
 installs the newest intact metadata backup, with the changes shipped after it, and the
 highest epoch any owner used; ``open_as_new_owner`` opens the store, which replays the
 data dir's journal if one is left (every intact frame above what tier-2 holds), begins
@@ -25,8 +25,8 @@ from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.contracts.fsck_report import FsckReport
-from tierfs.engine.backup_objects import BackupManifest
-from tierfs.engine.metadata_restore import RestoredMetadata, restore_metadata
+from tierfs.engine.backup.objects import BackupManifest
+from tierfs.engine.backup.restore import RestoredMetadata, restore_metadata
 from tierfs.store.facade import open_store
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 
 from tierfs.engine.appender import Appender
-from tierfs.engine.blockcache import BlockCache, CacheStatistics
-from tierfs.engine.journal import Journal
-from tierfs.engine.metadata_backup import MetadataBackup
-from tierfs.engine.recovery import RecoveryReport
-from tierfs.engine.segment_table import SegmentTable
-from tierfs.engine.storage_writer import StorageWriter
-from tierfs.engine.tail import TailBudget
+from tierfs.engine.backup.metadata_backup import MetadataBackup
+from tierfs.engine.flush.storage_writer import StorageWriter
+from tierfs.engine.journal.log import Journal
+from tierfs.engine.read.block_cache import BlockCache, CacheStatistics
+from tierfs.engine.recovery.journal_replay import RecoveryReport
+from tierfs.engine.segments.table import SegmentTable
+from tierfs.engine.segments.tail import TailBudget
 from tierfs.offload.offloader import Offloader
 from tierfs.offload.scheduler import PolicyScheduler
 

@@ -8,7 +8,7 @@ Invariants:
 - Bytes recovered from the journal but not yet in tier-2 are handed to the storage
   writer before anything starts, so the backlog counts them.
 - The appender acknowledges only under the store's tenure: its fence and, in cluster
-  mode, its container's lease (``engine/tenure.py``).
+  mode, its container's lease (``engine/ownership/tenure.py``).
 - With SQLite metadata, a ``tier2`` append is acknowledged, and a journal file deleted,
   only once the metadata changes before it are shipped to tier-2 (a restore finds them).
 """
@@ -24,24 +24,24 @@ import trio
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url
 from tierfs.engine.appender import Appender
-from tierfs.engine.block_source import BlockSource
-from tierfs.engine.blockcache import BlockCache
-from tierfs.engine.catalogue import ChunkCatalogue
+from tierfs.engine.backup.metadata_backup import MetadataBackup
 from tierfs.engine.clock import WallClock
-from tierfs.engine.defrag import Defragmenter
-from tierfs.engine.fencing import OwnerFence
-from tierfs.engine.garbage import GarbageCollector
-from tierfs.engine.growth import GrowthNotifier
-from tierfs.engine.lost_found import LostFound
-from tierfs.engine.metadata_backup import MetadataBackup
-from tierfs.engine.orphans import OrphanSweeper
-from tierfs.engine.reader import Reader
-from tierfs.engine.removals import RemovalLog
-from tierfs.engine.segment_table import SegmentTable
-from tierfs.engine.storage_writer import StorageWriter
-from tierfs.engine.tail import TailBudget
-from tierfs.engine.tail_reader import TailReader
-from tierfs.engine.tenure import Lease, Tenure
+from tierfs.engine.flush.storage_writer import StorageWriter
+from tierfs.engine.ownership.fencing import OwnerFence
+from tierfs.engine.ownership.tenure import Lease, Tenure
+from tierfs.engine.read.block_cache import BlockCache
+from tierfs.engine.read.block_source import BlockSource
+from tierfs.engine.read.reader import Reader
+from tierfs.engine.recovery.lost_found import LostFound
+from tierfs.engine.segments.catalogue import ChunkCatalogue
+from tierfs.engine.segments.growth import GrowthNotifier
+from tierfs.engine.segments.table import SegmentTable
+from tierfs.engine.segments.tail import TailBudget
+from tierfs.engine.segments.tail_reader import TailReader
+from tierfs.engine.upkeep.defrag import Defragmenter
+from tierfs.engine.upkeep.garbage import GarbageCollector
+from tierfs.engine.upkeep.orphans import OrphanSweeper
+from tierfs.engine.upkeep.removals import RemovalLog
 from tierfs.offload.longterm import LongTermStore
 from tierfs.offload.offloader import Offloader
 from tierfs.offload.reads import LongTermReads
@@ -66,7 +66,7 @@ class Shared:
     long_term: LongTermStore | None
     clock: WallClock
     limiter: trio.CapacityLimiter
-    lease: Lease | None  # cluster mode: the container's lease (engine/tenure.py)
+    lease: Lease | None  # cluster mode: the container's lease (engine/ownership/tenure.py)
 
 
 @dataclasses.dataclass
@@ -138,7 +138,7 @@ def build_parts(shared: Shared, opened: OpenedDataDir) -> Parts:
                                                      lineage_link=opened.lineage_link))
     if metadata_backup is not None:
         # what a restore needs is on tier-2 before a tier2 append is acknowledged and
-        # before the journal lets go of a file or garbage is deleted (engine/metadata_backup.py)
+        # before the journal lets go of a file or garbage is deleted (engine/backup/metadata_backup.py)
         shared.appender.ship_metadata = writer.before_journal_delete = metadata_backup.ship_changes
         garbage.before_delete = metadata_backup.ship_changes
     return Parts(

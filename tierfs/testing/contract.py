@@ -8,7 +8,7 @@ what the contract requires. ``CHECKS`` lists them all; run them with a test fram
 (one test per storage and check: ``tests/test_chunkstore.py``) or without one, with
 ``check_all(make_storage)``.
 
-What the checks pin down (``tierfs/engine/chunkstore.py`` states the guarantees):
+What the checks pin down (``tierfs/engine/tier2/chunk_storage.py`` states the guarantees):
 
 - bytes read back are exactly the bytes written, for any range;
 - ``stat`` is the stored size; ``list(prefix)`` is sorted and holds only names with
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 
 from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError
-from tierfs.engine.chunkstore import ChunkStorage
+from tierfs.engine.tier2.chunk_storage import ChunkStorage
 
 
 class ContractViolation(AssertionError):

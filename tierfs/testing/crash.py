@@ -31,7 +31,7 @@ OFFLOAD_CRASH_POINTS: tuple[str, ...] = (
     "offload.hot_deleted",  # chunk-store copy deleted, not yet recorded
 )
 
-# Defrag of one run (tierfs/engine/defrag.py).
+# Defrag of one run (tierfs/engine/upkeep/defrag.py).
 DEFRAG_CRASH_POINTS: tuple[str, ...] = (
     "defrag.merged",  # merged object written and verified, metadata unchanged
     "defrag.swapped",  # records swapped, old objects queued, not yet collected
@@ -39,7 +39,7 @@ DEFRAG_CRASH_POINTS: tuple[str, ...] = (
 
 
 # A flush: the chunk object is written to tier-2, its metadata commit has not run
-# (tierfs/engine/storage_writer.py); the object is an orphan after the restart.
+# (tierfs/engine/flush/storage_writer.py); the object is an orphan after the restart.
 FLUSH_CHUNK_WRITTEN = "flush.chunk_written"
 
 

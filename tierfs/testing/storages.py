@@ -25,8 +25,8 @@ import builtins
 from collections.abc import Callable, Sequence
 
 from tierfs.contracts.errors import Tier2Error
-from tierfs.engine.chunkstore import ChunkStorage, StoredObject
-from tierfs.engine.s3_merge import MergeCounts
+from tierfs.engine.tier2.chunk_storage import ChunkStorage, StoredObject
+from tierfs.engine.tier2.s3_merge import MergeCounts
 
 
 class WrappedStorage(ChunkStorage):

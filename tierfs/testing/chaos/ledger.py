@@ -69,7 +69,7 @@ def parse_lines(data: bytes) -> Iterable[bytes]:
 
 
 def _kept_in(line: bytes, lost_found: bytes) -> bool:
-    """``line`` is in ``lost_found`` as it was, or with one bit flipped: the damaged
+    """``line`` is in ``recovery.lost_found`` as it was, or with one bit flipped: the damaged
     record of a journal bit flip is kept as it was found."""
     if line in lost_found:
         return True
