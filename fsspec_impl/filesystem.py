@@ -66,7 +66,7 @@ from tierfs.contracts.errors import (
     SegmentExistsError,
     SegmentNotFoundError,
 )
-from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.contracts.reports.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.remote.append_pipeline import AppendPipeline
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from tierfs.contracts.api import SegmentReaderAPI
 from tierfs.contracts.errors import IsADirectoryError_
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.store.served import MountedStore
 
 

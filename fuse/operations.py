@@ -64,7 +64,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
 )
-from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.contracts.reports.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.store.served import HeldFile, MountedStore
 
 # The kernel hears of every growth, attribute and name change the store makes at once

@@ -32,7 +32,7 @@ import trio
 
 from tierfs.contracts import names
 from tierfs.contracts.errors import RewriteRefusedError, SegmentNotFoundError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.store.served import MountedStore
 
 log = logging.getLogger("tierfs.fuse")

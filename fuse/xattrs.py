@@ -23,7 +23,7 @@ from tierfs.fuse.inodes import InodeTable
 
 from tierfs.contracts.config import DURABILITY_LEVELS
 from tierfs.contracts.errors import IsADirectoryError_
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.store.served import MountedStore
 
 XATTR_PREFIX = "user.tierfs."

@@ -11,8 +11,8 @@ import pytest
 
 from tierfs.contracts.api import SegmentReaderAPI, SegmentStoreAPI
 from tierfs.contracts.errors import InvalidArgumentError, SegmentNotFoundError
-from tierfs.contracts.fsck_report import FsckReport
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.fsck import FsckReport
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.engine.read.readahead import SegmentReader
 from tierfs.remote.remote_store import RemoteReader, RemoteStore
 from tierfs.store.facade import SegmentStore

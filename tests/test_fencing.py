@@ -491,7 +491,7 @@ async def test_lost_found_lists_and_restores_what_a_fenced_store_saved_each_appe
     never appends twice what the segment holds already (writer identities)."""
     import argparse
 
-    from tierfs.cli.lost_found_command import lost_found_command
+    from tierfs.cli.commands.lost_found import lost_found_command
     from tierfs.contracts.writers import Writer
 
     tier2 = str(tmp_path / "t2")

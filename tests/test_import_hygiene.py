@@ -58,6 +58,14 @@ def test_client_side_imports_stay_off_the_engine_and_server(statement: str) -> N
     assert _forbidden(_modules_after(statement), ENGINE_AND_SERVER) == []
 
 
+def test_the_served_store_protocol_loads_no_engine() -> None:
+    """What the server and the mount are written against (``store/served.py``, with the
+    statistics and infos it returns) comes without the engine, SQLite or trio."""
+    modules = _modules_after("import tierfs.store.served")
+    assert _forbidden(modules, ("tierfs.engine", "tierfs.offload", "sqlite3", "trio")) == []
+    assert "tierfs.contracts.reports.statistics" in modules  # the probe sees what it imports
+
+
 def test_contracts_import_nothing_else_of_tierfs() -> None:
     modules = _modules_after("import tierfs.contracts.api, tierfs.contracts.operations")
     assert sorted(m for m in modules if m.startswith("tierfs.") and not m.startswith("tierfs.contracts")) == []

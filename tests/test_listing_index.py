@@ -9,7 +9,7 @@ import random
 from tierfs import StoreConfig, open_store
 from tierfs.contracts import names
 from tierfs.contracts.errors import TierFSError
-from tierfs.contracts.info import DirectoryInfo
+from tierfs.contracts.reports.info import DirectoryInfo
 from tierfs.store.facade import SegmentStore
 
 

@@ -30,7 +30,7 @@ from tierfs.engine.backup import metadata_backup
 from tierfs.engine.backup.objects import KEEP_BACKUPS, BackupObjects, LogObject
 from tierfs.engine.backup.restore import restore_metadata
 from tierfs.engine.backup.transfer import export_metadata, import_metadata
-from tierfs.store.restore import restore_store
+from tierfs.store.datadir.restore import restore_store
 from tierfs.testing.harness import small_config, start_daemon
 
 KiB = 1 << 10

@@ -16,7 +16,7 @@ from tierfs.contracts.errors import MetadataDamagedError
 from tierfs.engine.backup import metadata_backup
 from tierfs.engine.backup.objects import BackupObjects, Lineage, LineageLink, LogObject, log_chain
 from tierfs.engine.metadata.change_log import CHANGE_LOG, ChangeBatch, decode, encode
-from tierfs.store.restore import restore_store
+from tierfs.store.datadir.restore import restore_store
 from tierfs.testing.harness import crash_copy, small_config
 
 # Snapshots an hour apart: only the change log can bring back what follows the first.

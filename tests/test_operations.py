@@ -19,10 +19,10 @@ import pytest
 from tierfs.contracts import operations as ops
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.errors import InvalidArgumentError, TierFSError
-from tierfs.contracts.fsck_report import FsckReport, Problem
-from tierfs.contracts.gc_report import LONG_TERM, TIER2, GcReport, OrphanObject
-from tierfs.contracts.info import DirectoryInfo, SegmentInfo, info_json
 from tierfs.contracts.operations import OPERATIONS
+from tierfs.contracts.reports.fsck import FsckReport, Problem
+from tierfs.contracts.reports.gc import LONG_TERM, TIER2, GcReport, OrphanObject
+from tierfs.contracts.reports.info import DirectoryInfo, SegmentInfo, info_json
 from tierfs.remote.remote_store import RemoteStore
 from tierfs.server.http_api import build_app
 from tierfs.store.facade import SegmentStore

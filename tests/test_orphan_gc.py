@@ -22,7 +22,7 @@ import trio
 from tierfs import open_store
 from tierfs.contracts.config import StoreConfig, load_config
 from tierfs.contracts.errors import InvalidArgumentError, Tier2Error
-from tierfs.contracts.gc_report import LONG_TERM, TIER2, GcReport
+from tierfs.contracts.reports.gc import LONG_TERM, TIER2, GcReport
 from tierfs.engine.object_keys import OffloadKeys, chunk_name, new_attempt_uuid
 from tierfs.engine.tier2.chunk_storage import ChunkStorage
 from tierfs.testing.crash import FLUSH_CHUNK_WRITTEN, crash_environment, wait_for_crash

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from tierfs import open_store
-from tierfs.contracts.gc_report import GcReport
+from tierfs.contracts.reports.gc import GcReport
 from tierfs.engine.object_keys import chunk_shape
 from tierfs.engine.tier2.chunk_storage import ChunkStorage, StoredObject
 from tierfs.engine.upkeep.removals import RemovalLog

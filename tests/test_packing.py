@@ -20,7 +20,7 @@ import trio
 
 from tierfs import open_store
 from tierfs.contracts.config import StoreConfig
-from tierfs.contracts.gc_report import TIER2
+from tierfs.contracts.reports.gc import TIER2
 from tierfs.engine.backup.transfer import export_metadata, import_metadata
 from tierfs.engine.object_keys import is_pack_name
 from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout

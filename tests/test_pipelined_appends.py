@@ -21,7 +21,7 @@ from tierfs.fsspec_impl import TierFileSystem
 
 from tierfs.contracts.datadir import append_socket_path
 from tierfs.contracts.errors import BadOffsetError, SegmentSealedError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.remote.append_pipeline import AppendPipeline
 from tierfs.testing.harness import Daemon, start_daemon
 from tierfs.testing.lossy_proxy import AnswerDroppingProxy, UnixSocketProxy, close_both

@@ -43,7 +43,7 @@ def _frame(spark: Any, fail_at: int, always: bool) -> Any:
 def _transactions_left(client: Any, directory: str) -> list[str]:
     """What is under ``<directory>/_tierfs_tx`` besides tombstones (empty sealed
     segments that keep late task attempts out)."""
-    from tierfs.contracts.info import SegmentInfo
+    from tierfs.contracts.reports.info import SegmentInfo
 
     try:
         entries = client.ls(f"{directory}/_tierfs_tx")

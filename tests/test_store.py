@@ -15,7 +15,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
 )
-from tierfs.contracts.info import DirectoryInfo, SegmentInfo
+from tierfs.contracts.reports.info import DirectoryInfo, SegmentInfo
 from tierfs.store.facade import SegmentStore
 
 

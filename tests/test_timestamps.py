@@ -19,7 +19,7 @@ import trio
 from tierfs import open_store
 from tierfs.blocks.checksums import crc32c
 from tierfs.contracts.errors import InvalidArgumentError, SegmentSealedError
-from tierfs.contracts.info import DirectoryInfo, SegmentInfo
+from tierfs.contracts.reports.info import DirectoryInfo, SegmentInfo
 from tierfs.engine.journal import frames as journal_format
 from tierfs.engine.journal import scan as journal_scan
 from tierfs.store.facade import SegmentStore

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from tierfs.contracts.config import StoreConfig as StoreConfig
 from tierfs.contracts.config import load_config as load_config
 from tierfs.contracts.errors import TierFSError as TierFSError
-from tierfs.contracts.info import DirectoryInfo as DirectoryInfo
-from tierfs.contracts.info import SegmentInfo as SegmentInfo
+from tierfs.contracts.reports.info import DirectoryInfo as DirectoryInfo
+from tierfs.contracts.reports.info import SegmentInfo as SegmentInfo
 from tierfs.contracts.version import __version__ as __version__
 
 if TYPE_CHECKING:

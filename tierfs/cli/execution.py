@@ -115,7 +115,7 @@ def _starting_daemon_client(data_dir: Path) -> TierClient | None:
 
 
 async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> int:
-    from tierfs.cli.commands import COMMANDS
+    from tierfs.cli.commands.store_commands import COMMANDS
 
     handler = COMMANDS[args.command]
     url = named_daemon_url(args)
@@ -164,23 +164,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"tierfs {args.command} works on a data dir, not through a daemon: "
                                    "give --data-dir instead of --url")
     if args.command == "umount":
-        from tierfs.cli.daemon_commands import umount_command
+        from tierfs.cli.commands.daemon import umount_command
 
         return umount_command(args)
     config = config_from_args(args)
     if args.command in ("serve", "mount"):
-        from tierfs.cli import daemon_commands
+        from tierfs.cli.commands import daemon as daemon_commands
         from tierfs.server.process_memory import limit_malloc_arenas
 
         limit_malloc_arenas()  # before any thread: the daemon's memory follows its budgets
         command = daemon_commands.serve_command if args.command == "serve" else daemon_commands.mount_command
         return command(args, config)
-    from tierfs.cli.ownership_commands import OWNERSHIP_COMMANDS
+    from tierfs.cli.commands.ownership import OWNERSHIP_COMMANDS
 
     if args.command in OWNERSHIP_COMMANDS:
         return OWNERSHIP_COMMANDS[args.command](args, config)
     if args.command in ("restore", "metadata"):
-        from tierfs.cli.metadata_commands import run_metadata_command
+        from tierfs.cli.commands.metadata import run_metadata_command
 
         return run_metadata_command(args, config)
     return trio.run(_run_store_command, args, config)

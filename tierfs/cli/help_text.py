@@ -32,7 +32,7 @@ environment:
   TIERFS_OFFLOAD_TO   long-term store URL (--offload-to)
   TIERFS_CONTAINERS   cluster mode: number of segment containers
   TIERFS_TAKEOVER     1: claim tier-2 even if another owner holds it (--takeover)
-  TIERFS_<SETTING>    any other setting of README's table, e.g. TIERFS_FLUSH_BYTES=4MiB,
+  TIERFS_<SETTING>    any other setting (docs/operations.md), e.g. TIERFS_FLUSH_BYTES=4MiB,
                       TIERFS_FLUSH_INTERVAL_S=500ms (sizes and durations take units)
   TIERFS_JOURNAL_AIO  0: the journal syncs from a thread instead of through Linux native AIO
   TIERFS_CRASH_AT     tests only: the daemon kills itself at that crash point

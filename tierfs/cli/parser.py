@@ -30,7 +30,7 @@ from typing import NoReturn
 from tierfs.cli.arguments import duration, host_port, policy_setting, size
 from tierfs.cli.global_options import add_global_options, with_global_options
 from tierfs.cli.help_text import command_epilog, main_epilog
-from tierfs.cli.tail_options import add_tail_arguments
+from tierfs.cli.tail.options import add_tail_arguments
 from tierfs.contracts.policy import POLICY_KEYS
 from tierfs.contracts.units import DURATION_HELP, SIZE_HELP
 

@@ -22,7 +22,7 @@ from tierfs.cli.execution import client_at, config_from_args, daemon_client, nam
 from tierfs.cli.global_options import add_global_options
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.datadir import LOCK_NAME, running_owner_pid
-from tierfs.contracts.info import DirectoryInfo
+from tierfs.contracts.reports.info import DirectoryInfo
 
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient

@@ -50,16 +50,16 @@ from tierfs.contracts.errors import (
     StoreClosedError,
     single_error,
 )
-from tierfs.contracts.fsck_report import FsckReport, Problem
-from tierfs.contracts.gc_report import GcReport
-from tierfs.contracts.info import Info, SegmentInfo
+from tierfs.contracts.reports.fsck import FsckReport, Problem
+from tierfs.contracts.reports.gc import GcReport
+from tierfs.contracts.reports.info import Info, SegmentInfo
+from tierfs.contracts.reports.statistics import StoreStatistics
 from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.client import TierClient
 from tierfs.remote.direct_read import DirectChunkReader, read_directly
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 from tierfs.remote.remote_store import RemoteStore
 from tierfs.store.served import HeldFile
-from tierfs.store.statistics import StoreStatistics
 
 T = TypeVar("T")
 # a read of another daemon's container at least this long takes its flushed bytes from

@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from tierfs.engine.read.block_cache import CacheStatistics
-from tierfs.store.statistics import StoreStatistics
+from tierfs.contracts.reports.statistics import CacheStatistics, StoreStatistics
 
 _LARGEST = {"epoch", "flush_lag_s", "offload_oldest_waiting_s"}
 

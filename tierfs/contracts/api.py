@@ -16,9 +16,9 @@ from __future__ import annotations
 import builtins
 from typing import Any, Protocol
 
-from tierfs.contracts.fsck_report import FsckReport
-from tierfs.contracts.gc_report import GcReport
-from tierfs.contracts.info import Info, SegmentInfo
+from tierfs.contracts.reports.fsck import FsckReport
+from tierfs.contracts.reports.gc import GcReport
+from tierfs.contracts.reports.info import Info, SegmentInfo
 from tierfs.contracts.writers import WriterSeq
 
 

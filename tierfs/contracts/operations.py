@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from tierfs.contracts.errors import InvalidArgumentError, TierFSError
-from tierfs.contracts.fsck_report import FsckReport, fsck_report_from_json, fsck_report_json
-from tierfs.contracts.gc_report import GcReport, gc_report_from_json, gc_report_json
-from tierfs.contracts.info import Info, SegmentInfo, info_from_json, info_json
 from tierfs.contracts.policy import parse_assignments
+from tierfs.contracts.reports.fsck import FsckReport, fsck_report_from_json, fsck_report_json
+from tierfs.contracts.reports.gc import GcReport, gc_report_from_json, gc_report_json
+from tierfs.contracts.reports.info import Info, SegmentInfo, info_from_json, info_json
 
 T = TypeVar("T")
 

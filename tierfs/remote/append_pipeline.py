@@ -37,7 +37,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tierfs.contracts.errors import BadOffsetError, ResponseLostError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.append_connection import AnswerLost, AppendConnection
 from tierfs.remote.client import TierClient

@@ -49,8 +49,8 @@ from tierfs.contracts.errors import (
     ResponseLostError,
     TierFSError,
 )
-from tierfs.contracts.info import Info, SegmentInfo, info_from_json
 from tierfs.contracts.operations import FORWARDED_HEADER, Operation
+from tierfs.contracts.reports.info import Info, SegmentInfo, info_from_json
 from tierfs.contracts.writers import WriterSeq
 from tierfs.remote.append_connection import AnswerLost, AppendConnection
 from tierfs.remote.connect_retry import OVERLOAD_RETRY_S, ConnectBackoff, refused_by_live_daemon

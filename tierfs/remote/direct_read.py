@@ -47,7 +47,7 @@ from tierfs.blocks.filesystems import open_filesystem
 from tierfs.blocks.verify import BlockAddress, verified_block
 from tierfs.contracts.arguments import check_read_window
 from tierfs.contracts.errors import ChunkUnavailable, DataCorruptionError, OffsetOutOfRangeError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.remote.client import TierClient
 
 DEFAULT_REMOTE_CACHE_BYTES = 64 << 20

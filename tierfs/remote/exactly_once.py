@@ -39,7 +39,7 @@ from tierfs.contracts.errors import (
     DaemonUnavailableError,
     ResponseLostError,
 )
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.client import TierClient
 

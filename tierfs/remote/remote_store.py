@@ -21,10 +21,10 @@ import trio
 from tierfs.contracts import operations as ops
 from tierfs.contracts.arguments import check_read_window
 from tierfs.contracts.errors import OffsetOutOfRangeError
-from tierfs.contracts.fsck_report import FsckReport
-from tierfs.contracts.gc_report import GcReport
-from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.operations import Operation
+from tierfs.contracts.reports.fsck import FsckReport
+from tierfs.contracts.reports.gc import GcReport
+from tierfs.contracts.reports.info import Info, SegmentInfo
 from tierfs.contracts.writers import WriterSeq
 from tierfs.remote.client import TierClient
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once

@@ -40,7 +40,7 @@ from collections.abc import Callable
 import trio
 
 from tierfs.contracts.errors import SegmentNotFoundError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.store.served import ServedStore
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ from tierfs.contracts.errors import (
     TierFSError,
     TruncatedError,
 )
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.server.follow_feed import Framing, SegmentFeed
 from tierfs.server.query import query_int, query_seconds
 from tierfs.store.served import ServedStore

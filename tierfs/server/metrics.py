@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tierfs.store.lost_found_files import held_bytes
+from tierfs.store.datadir.lost_found_files import held_bytes
 from tierfs.store.served import ServedStore
 
 CONTENT_TYPE = "text/plain; version=0.0.4"

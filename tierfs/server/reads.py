@@ -27,7 +27,7 @@ from starlette.responses import Response, StreamingResponse
 
 from tierfs.contracts import names
 from tierfs.contracts.errors import InvalidArgumentError, InvalidRangeError, TierFSError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.query import flag, query_int, query_seconds
 from tierfs.server.statuses import error_response

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tierfs.contracts.errors import AppendTooLargeError
-from tierfs.contracts.info import info_json
+from tierfs.contracts.reports.info import info_json
 from tierfs.contracts.writers import WriterSeq
 from tierfs.server.query import flag, query_int
 from tierfs.store.served import ServedStore

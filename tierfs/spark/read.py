@@ -39,8 +39,8 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from tierfs.contracts.errors import ChunkUnavailable, InvalidArgumentError
-from tierfs.contracts.info import SegmentInfo
 from tierfs.contracts.names import basename
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.remote.direct_read import DirectChunkReader, SegmentLayout
 from tierfs.spark.batches import OFFSET, PATH, BatchShape, line_batches, raw_batches, record_columns

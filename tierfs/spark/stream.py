@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from tierfs.contracts.errors import InvalidArgumentError, SegmentNotFoundError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.remote.client import TierClient
 from tierfs.spark.hook_errors import tierfs_errors
 from tierfs.spark.read import (

@@ -58,8 +58,8 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     TierFSError,
 )
-from tierfs.contracts.info import SegmentInfo
 from tierfs.contracts.names import basename, canonical, parent_of
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.remote.client import TierClient, discover_url
 from tierfs.spark.appends import PipelinedAppends, task_client
 from tierfs.spark.hook_errors import tierfs_errors

@@ -1,5 +1,4 @@
-"""The store façade: builds the engine's parts, hands each its narrow ports, and
-exposes the public async API (``SegmentStore``, ``open_store``)."""
-
-from tierfs.store.facade import SegmentStore as SegmentStore
-from tierfs.store.facade import open_store as open_store
+"""The store façade: builds the engine's parts, hands each its narrow ports, and exposes
+the public async API (``facade.SegmentStore``, ``facade.open_store``). ``served`` is the
+protocol the server and the mount are written against: importing it loads no engine
+module, so the front ends' types come without the engine."""

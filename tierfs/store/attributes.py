@@ -31,7 +31,7 @@ import stat as stat_bits
 from typing import Any
 
 from tierfs.contracts.errors import InvalidArgumentError
-from tierfs.contracts.info import DirectoryInfo, SegmentInfo
+from tierfs.contracts.reports.info import DirectoryInfo, SegmentInfo
 from tierfs.engine.clock import now_ns
 from tierfs.engine.record_types import DirectoryMeta, SegmentMeta, SegmentRow
 from tierfs.engine.segments.catalogue import ChunkCatalogue

@@ -29,7 +29,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
 )
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.engine.clock import now_ns
 from tierfs.engine.locks import holding
 from tierfs.engine.record_types import Chunk, SegmentMeta

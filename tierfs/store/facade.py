@@ -44,10 +44,11 @@ from tierfs.contracts.errors import (
     Tier2Error,
     single_error,
 )
-from tierfs.contracts.fsck_report import FsckReport
-from tierfs.contracts.gc_report import GcReport
-from tierfs.contracts.info import Info, SegmentInfo
 from tierfs.contracts.policy import Policy
+from tierfs.contracts.reports.fsck import FsckReport
+from tierfs.contracts.reports.gc import GcReport
+from tierfs.contracts.reports.info import Info, SegmentInfo
+from tierfs.contracts.reports.statistics import RecoveryReport, StoreStatistics
 from tierfs.contracts.writers import WriterSeq
 from tierfs.engine.appender import Appender
 from tierfs.engine.clock import WallClock, monotonic_s, now_ns
@@ -58,7 +59,6 @@ from tierfs.engine.ownership.tenure import Lease
 from tierfs.engine.read.block_cache import BlockCache
 from tierfs.engine.read.readahead import SegmentReader
 from tierfs.engine.record_types import Chunk
-from tierfs.engine.recovery.journal_replay import RecoveryReport
 from tierfs.engine.segments.growth import GrowthNotifier
 from tierfs.engine.segments.state import SegmentState
 from tierfs.engine.segments.table import SegmentTable
@@ -74,7 +74,7 @@ from tierfs.store.attributes import (
 from tierfs.store.fsck import fsck
 from tierfs.store.holds import SegmentHold
 from tierfs.store.opening import OpenedDataDir, open_data_dir
-from tierfs.store.statistics import StoreStatistics, collect_statistics
+from tierfs.store.statistics import collect_statistics
 from tierfs.store.wiring import Shared, build_parts
 
 log = logging.getLogger(__name__)

@@ -32,8 +32,8 @@ import trio
 from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import ChunkMissingError, InvalidArgumentError, Tier2Error, TierFSError
-from tierfs.contracts.fsck_report import FsckReport, Problem
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.fsck import FsckReport, Problem
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.recovery.lost_found import LostFoundEntry, entries
 from tierfs.engine.segments.catalogue import ChunkCatalogue

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from tierfs.contracts import names
 from tierfs.contracts.errors import SegmentNotFoundError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.engine.read.readahead import SegmentReader
 from tierfs.engine.read.reader import Reader
 from tierfs.engine.segments.state import SegmentState

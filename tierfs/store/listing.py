@@ -14,7 +14,7 @@ import trio
 
 from tierfs.contracts import names
 from tierfs.contracts.errors import SegmentNotFoundError
-from tierfs.contracts.info import Info, SegmentInfo
+from tierfs.contracts.reports.info import Info, SegmentInfo
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.segments.state import SegmentState
 from tierfs.engine.segments.table import SegmentTable

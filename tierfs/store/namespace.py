@@ -38,7 +38,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
 )
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.engine import records
 from tierfs.engine.clock import now_ns
 from tierfs.engine.flush.storage_writer import StorageWriter

@@ -45,6 +45,7 @@ from tierfs.contracts.errors import (
     NoSpaceError,
     WrongTier2Error,
 )
+from tierfs.contracts.reports.statistics import RecoveryReport
 from tierfs.engine.backup import seal as backup_seal
 from tierfs.engine.backup.metadata_backup import AdoptedBackup
 from tierfs.engine.backup.objects import LineageLink
@@ -61,7 +62,7 @@ from tierfs.engine.ownership.claims import (
 )
 from tierfs.engine.ownership.epoch_guard import guard_epoch
 from tierfs.engine.recovery.journal_repair import JournalRepair
-from tierfs.engine.recovery.journal_replay import RecoveryReport, recover_journal
+from tierfs.engine.recovery.journal_replay import recover_journal
 from tierfs.engine.segments.state import SegmentState
 from tierfs.engine.segments.table import SegmentTable
 from tierfs.engine.segments.tail import TailBudget

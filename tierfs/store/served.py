@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from tierfs.contracts.api import SegmentReaderAPI, SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig
-from tierfs.contracts.info import SegmentInfo
-from tierfs.store.statistics import StoreStatistics
+from tierfs.contracts.reports.info import SegmentInfo
+from tierfs.contracts.reports.statistics import StoreStatistics
 
 
 class StoreFence(Protocol):

@@ -1,5 +1,5 @@
-"""``StoreStatistics``: one frozen snapshot of the store's counters and gauges, read by
-the metrics endpoint, the FUSE statfs and the benchmarks.
+"""Collecting ``StoreStatistics`` (``contracts/reports/statistics.py``) from the store's
+parts: one frozen snapshot of their counters and gauges.
 
 Invariant: collecting a snapshot reads counters only; it changes nothing and does no I/O
 beyond the journal's file sizes.
@@ -7,47 +7,16 @@ beyond the journal's file sizes.
 
 from __future__ import annotations
 
-import dataclasses
-
+from tierfs.contracts.reports.statistics import RecoveryReport, StoreStatistics
 from tierfs.engine.appender import Appender
 from tierfs.engine.backup.metadata_backup import MetadataBackup
 from tierfs.engine.flush.storage_writer import StorageWriter
 from tierfs.engine.journal.log import Journal
-from tierfs.engine.read.block_cache import BlockCache, CacheStatistics
-from tierfs.engine.recovery.journal_replay import RecoveryReport
+from tierfs.engine.read.block_cache import BlockCache
 from tierfs.engine.segments.table import SegmentTable
 from tierfs.engine.segments.tail import TailBudget
 from tierfs.offload.offloader import Offloader
 from tierfs.offload.scheduler import PolicyScheduler
-
-
-@dataclasses.dataclass(frozen=True)
-class StoreStatistics:
-    epoch: int
-    segments: int
-    directories: int
-    appends: int
-    appended_bytes: int
-    journal_syncs: int
-    journal_bytes: int
-    journal_files: int
-    unflushed_bytes: int
-    flush_lag_s: float  # age of the oldest append not yet in tier-2
-    tail_memory_bytes: int
-    flushes: int
-    flushed_bytes: int
-    flush_failures: int
-    journal_files_deleted: int
-    offloaded_bytes: int
-    offloaded_chunks: int
-    offload_failures: int
-    offload_oldest_waiting_s: float  # age of the oldest chunk a policy wants offloaded
-    hot_copies_deleted: int
-    retention_deleted_bytes: int
-    metadata_backups: int  # metadata snapshots uploaded to tier-2 by this owner
-    metadata_backup_failures: int  # failed backup cycles (each retried next interval)
-    cache: CacheStatistics
-    recovery: RecoveryReport | None
 
 
 def collect_statistics(

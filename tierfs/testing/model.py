@@ -1,7 +1,7 @@
 """A reference model of a tierfs store: plain dicts of what should exist, for checking a
 real store (in-process or a daemon) under random operations (``testing/model_run.py``).
 
-The model is written from the documented API (contracts/api.py, README "Durability"),
+The model is written from the documented API (contracts/api.py, docs/operations.md "Durability"),
 not from the engine's code: each operation either returns what the real store must
 return or raises ``Expected(code)`` with the stable error ``code`` the real store must
 raise for the same bad call, having changed nothing (invariant 5).

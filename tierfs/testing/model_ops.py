@@ -30,7 +30,7 @@ import trio
 
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.errors import TierFSError
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.testing.model import Expected, ModelSegment, ReferenceModel
 
 DIRECTORIES = ["a", "b", "a/c"]

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import trio
 
 from tierfs.contracts.api import SegmentStoreAPI
-from tierfs.contracts.info import SegmentInfo
+from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.testing.harness import Daemon, small_config, start_daemon
 from tierfs.testing.model_ops import (
     KILLS,

@@ -17,24 +17,12 @@ Invariants:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import cachetools
 import trio
 
-
-@dataclasses.dataclass(frozen=True)
-class CacheStatistics:
-    hits: int
-    misses: int
-    evictions: int
-    used_bytes: int
-    capacity_bytes: int
-    gets: int  # ranged reads of tier-2 (a run of several blocks is one)
-    fetched_bytes: int
-    prefetches: int
-    run_gets: int  # of ``gets``: those that fetched a run of more than one block
+from tierfs.contracts.reports.statistics import CacheStatistics
 
 
 class _CountingLRU(cachetools.LRUCache[Hashable, bytes]):

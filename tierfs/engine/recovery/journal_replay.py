@@ -31,13 +31,13 @@ length, and the new epoch writes new chunks rather than appending to old ones.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from tierfs.contracts.errors import JournalCorruptionError
+from tierfs.contracts.reports.statistics import RecoveryReport
 from tierfs.engine.durable_files import fsync_directory
 from tierfs.engine.journal.frames import ReplayedCreate, ScanResult, list_files
 from tierfs.engine.journal.scan import JournalDamagedError, ReplayedFrame, scan
@@ -47,21 +47,6 @@ from tierfs.engine.segments.tail import TailBudget, TailEntry
 
 log = logging.getLogger(__name__)
 
-
-@dataclasses.dataclass(frozen=True)
-class RecoveryReport:
-    files_replayed: int
-    frames_replayed: int
-    bytes_replayed: int
-    frames_skipped: int
-    torn_bytes_cut: int
-    files_dropped: int
-    end_lsn: int
-    next_seq: int
-    segments_recreated: int = 0  # creations the metadata had lost (``recreate``)
-    unsynced_frames_dropped: int = 0  # whole frames after a torn one, never synced (a power loss)
-    damaged_stretches_moved: int = 0  # to lost+found by a repair
-    frames_moved: int = 0  # intact frames after a gap, to lost+found by a repair
 
 
 def recover_journal(

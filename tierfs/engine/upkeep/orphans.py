@@ -89,7 +89,7 @@ import trio
 
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
-from tierfs.contracts.gc_report import LONG_TERM, TIER2, GcReport, OrphanObject
+from tierfs.contracts.reports.gc import LONG_TERM, TIER2, GcReport, OrphanObject
 from tierfs.engine.object_keys import (
     ChunkShape,
     ObjectReferences,

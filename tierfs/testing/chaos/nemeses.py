@@ -1,6 +1,6 @@
 """The faults of a chaos run, one function each: it strikes while the writers write,
-heals the world (restarts, repairs, restores as an operator would with the commands the
-README gives) and tells the ledger what the promise lets the fault take
+heals the world (restarts, repairs, restores as an operator would with the commands
+docs/operations.md gives) and tells the ledger what the promise lets the fault take
 (``Ledger.forgive``). The runner then checks every acknowledged record.
 
 Each nemesis names the loss path of the data-safety issue it stands for, where there is

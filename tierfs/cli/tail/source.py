@@ -30,7 +30,7 @@ import trio
 
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.errors import SegmentNotFoundError
-from tierfs.contracts.info import Info, SegmentInfo
+from tierfs.contracts.reports.info import Info, SegmentInfo
 
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient

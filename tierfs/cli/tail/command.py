@@ -47,11 +47,11 @@ from typing import BinaryIO
 
 import trio
 
-from tierfs.cli.tail_options import FOLLOW_DESCRIPTOR, FOLLOW_NAME, TailOptions
-from tierfs.cli.tail_source import TailSource, source_for
+from tierfs.cli.tail.options import FOLLOW_DESCRIPTOR, FOLLOW_NAME, TailOptions
+from tierfs.cli.tail.source import TailSource, source_for
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.errors import InvalidNameError, NameTooLongError
-from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
+from tierfs.contracts.reports.info import DirectoryInfo, Info, SegmentInfo
 
 EXIT_OK, EXIT_FAILED = 0, 1
 PRINT_PIECE_BYTES = 4 << 20  # bytes are printed in pieces of at most this size

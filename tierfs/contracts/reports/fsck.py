@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tierfs.contracts.gc_report import OrphanObject, orphans_from_json, orphans_json
+from tierfs.contracts.reports.gc import OrphanObject, orphans_from_json, orphans_json
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,7 @@ def run_metadata_command(args: argparse.Namespace, config: StoreConfig) -> int:
 
 
 def _restore(config: StoreConfig) -> int:
-    from tierfs.store.restore import restore_store
+    from tierfs.store.datadir.restore import restore_store
 
     report = trio.run(restore_store, config)
     manifest = report.manifest
@@ -57,7 +57,7 @@ def _restore(config: StoreConfig) -> int:
 
 
 def _export(config: StoreConfig, file: str) -> int:
-    from tierfs.store.metadata_files import export_store_metadata
+    from tierfs.store.datadir.metadata_files import export_store_metadata
 
     if file == "-":
         rows = export_store_metadata(config, sys.stdout.buffer)
@@ -70,7 +70,7 @@ def _export(config: StoreConfig, file: str) -> int:
 
 
 def _import(config: StoreConfig, file: str) -> int:
-    from tierfs.store.metadata_files import import_store_metadata
+    from tierfs.store.datadir.metadata_files import import_store_metadata
 
     if file == "-":
         rows = import_store_metadata(config, sys.stdin.buffer)

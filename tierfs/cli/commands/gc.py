@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from tierfs.contracts.api import SegmentStoreAPI
-from tierfs.contracts.gc_report import OrphanObject
+from tierfs.contracts.reports.gc import OrphanObject
 from tierfs.contracts.units import format_duration
 
 EXIT_OK, EXIT_FAILED = 0, 1  # as cli/commands.py

@@ -24,18 +24,18 @@ from typing import Any
 
 import trio
 
-from tierfs.cli.defrag_command import defrag_command
+from tierfs.cli.commands.defrag import defrag_command
+from tierfs.cli.commands.gc import gc_command, print_orphans
+from tierfs.cli.commands.lost_found import lost_found_command
 from tierfs.cli.failures import EXIT_DAMAGED, EXIT_FAILED, EXIT_OK
-from tierfs.cli.gc_command import gc_command, print_orphans
-from tierfs.cli.lost_found_command import lost_found_command
 from tierfs.cli.quoting import quoted
 from tierfs.cli.streaming import append_command
-from tierfs.cli.tail import tail_command
+from tierfs.cli.tail.command import tail_command
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.errors import SegmentNotFoundError
-from tierfs.contracts.fsck_report import fsck_report_json
-from tierfs.contracts.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.policy import POLICY_KEYS, format_policy_value, parse_assignments
+from tierfs.contracts.reports.fsck import fsck_report_json
+from tierfs.contracts.reports.info import DirectoryInfo, Info, SegmentInfo
 from tierfs.contracts.size_text import human_size, readable_size
 
 CAT_PIECE_BYTES = 4 << 20  # cat streams in pieces: bounded memory, read-ahead keeps up

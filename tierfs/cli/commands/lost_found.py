@@ -27,10 +27,10 @@ import trio
 from tierfs.contracts.api import SegmentStoreAPI
 from tierfs.contracts.datadir import default_data_dir
 from tierfs.contracts.errors import AlreadyAppendedError, InvalidArgumentError
-from tierfs.contracts.gc_report import orphans_json
+from tierfs.contracts.reports.gc import orphans_json
 
 if TYPE_CHECKING:
-    from tierfs.store.lost_found_files import LostFoundEntry
+    from tierfs.store.datadir.lost_found_files import LostFoundEntry
 
 EXIT_OK = 0
 
@@ -42,7 +42,7 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 async def lost_found_command(args: argparse.Namespace, store: SegmentStoreAPI) -> int:
-    from tierfs.store.lost_found_files import held
+    from tierfs.store.datadir.lost_found_files import held
 
     data_dir = _data_dir(args)
     found = await trio.to_thread.run_sync(held, data_dir)
@@ -67,7 +67,7 @@ async def lost_found_command(args: argparse.Namespace, store: SegmentStoreAPI) -
 
 async def _restore(args: argparse.Namespace, store: SegmentStoreAPI, data_dir: Path,
                    found: list[LostFoundEntry]) -> int:
-    from tierfs.store.lost_found_files import restorable
+    from tierfs.store.datadir.lost_found_files import restorable
 
     wanted = args.entry.rstrip("/")
     entry = next((e for e in found if e.path.rstrip("/") in (wanted, f"lost+found/{wanted}")), None)

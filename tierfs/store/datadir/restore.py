@@ -24,7 +24,7 @@ import trio
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url
 from tierfs.contracts.errors import InvalidArgumentError
-from tierfs.contracts.fsck_report import FsckReport
+from tierfs.contracts.reports.fsck import FsckReport
 from tierfs.engine.backup.objects import BackupManifest
 from tierfs.engine.backup.restore import RestoredMetadata, restore_metadata
 from tierfs.store.facade import open_store

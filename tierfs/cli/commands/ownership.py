@@ -33,8 +33,8 @@ def _describe(claim: dict[str, Any]) -> str:
 
 
 def _takeover(args: argparse.Namespace, config: StoreConfig) -> int:
+    from tierfs.store.datadir.ownership import ownership_report
     from tierfs.store.facade import open_store
-    from tierfs.store.ownership import ownership_report
 
     previous = ownership_report(config)["current_owner"]
 
@@ -50,7 +50,7 @@ def _takeover(args: argparse.Namespace, config: StoreConfig) -> int:
 
 
 def _owner(args: argparse.Namespace, config: StoreConfig) -> int:
-    from tierfs.store.ownership import ownership_report
+    from tierfs.store.datadir.ownership import ownership_report
 
     report = ownership_report(config)
     if args.json:
