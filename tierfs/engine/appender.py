@@ -3,12 +3,15 @@ acknowledgement once its durability level allows; durable lengths (LAC) advance 
 journal reports synced LSNs.
 
 Where an append goes, in order: check it (size, expected offset, sealed, backlog);
-frame it into the journal (``Journal.add_append``: the offset is assigned here,
+frame it into the journal (``AppendLog.add_append``: the offset is assigned here,
 synchronously); keep it in the segment's tail (memory bounded by ``TailBudget``); count
 it in the storage writer's backlog; then PD waits for the fdatasync covering its frame,
 VD only for the write(2). ``on_durable`` (the journal's callback) advances each
 segment's durable length, wakes tail readers and growth listeners, and wakes the
 storage writer when a segment has ``flush_bytes`` pending.
+
+The appender is on ports (``ports``): the journal as an ``AppendLog``, the storage
+writer as a ``FlushBacklog``, the tenure as an ``AckGate``.
 
 An append with a writer identity (``WriterSeq``) that the segment already holds (its
 ``segments.writer_marks``) is not appended again: it is answered with its offset once the
@@ -49,9 +52,7 @@ from tierfs.contracts.errors import (
 )
 from tierfs.contracts.writers import WriterSeq
 from tierfs.engine.clock import monotonic_s
-from tierfs.engine.flush.storage_writer import StorageWriter
-from tierfs.engine.journal.log import Journal
-from tierfs.engine.ownership.tenure import Tenure
+from tierfs.engine.ports import AckGate, AppendLog, FlushBacklog
 from tierfs.engine.segments.growth import GrowthNotifier
 from tierfs.engine.segments.state import SegmentState
 from tierfs.engine.segments.tail import TailBudget, TailEntry
@@ -78,16 +79,16 @@ class Appender:
         self.appended_bytes = 0
         # The journal is built with ``on_durable`` as its callback, so the appender
         # exists first; the journal and the writer are attached once they do.
-        self._journal: Journal | None = None
-        self._writer: StorageWriter | None = None
-        self._tenure: Tenure | None = None
+        self._journal: AppendLog | None = None
+        self._writer: FlushBacklog | None = None
+        self._tenure: AckGate | None = None
         self._held_lsn = 0  # synced while the lease was lapsed: shown once it is renewed
         # SQLite metadata: ships the metadata changes to tier-2 (a tier2 acknowledgement
         # promises a restore finds the bytes); None with PostgreSQL
         self.ship_metadata: Callable[[], Awaitable[None]] | None = None
         self._monotonic_s = monotonic_s
 
-    def attach(self, journal: Journal, writer: StorageWriter, tenure: Tenure) -> None:
+    def attach(self, journal: AppendLog, writer: FlushBacklog, tenure: AckGate) -> None:
         """Called on the event loop once the journal and the writer exist."""
         self._journal = journal
         self._writer = writer

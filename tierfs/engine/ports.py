@@ -14,6 +14,15 @@ objects that have them. No part ever receives the façade.
 - ``CreationLog``: what a create needs of the journal: a creation frame written (in the
   page cache at once, on disk with the next sync) and a wait for that sync.
   Implemented by ``Journal``.
+- ``AppendLog``: what the appender needs of the journal: an append frame queued (its
+  LSNs assigned at once) and the waits for write(2) and for fdatasync.
+  Implemented by ``Journal``.
+- ``FlushBacklog``: what the appender needs of the storage writer: room in the backlog,
+  counting new bytes in it, a wake-up when a segment has enough to flush, and (for the
+  ``tier2`` durability level) a wait until tier-2 holds a segment's bytes.
+  Implemented by ``StorageWriter``.
+- ``AckGate``: whether this store may acknowledge right now (``check`` raises unless it
+  may), and the lease whose lapse holds durable lengths back. Implemented by ``Tenure``.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from tierfs.engine.ownership.tenure import Lease
 from tierfs.engine.record_types import Chunk
 from tierfs.engine.segments.state import SegmentState
 
@@ -76,3 +86,31 @@ class CreationLog(Protocol):
     async def wait_written(self, lsn: int) -> None: ...
 
     async def wait_durable(self, lsn: int) -> None: ...
+
+
+class AppendLog(Protocol):
+    written_lsn: int
+
+    def add_append(self, segment_id: int, offset: int, data: bytes, wall_ns: int = 0,
+                   writer: int = 0, writer_seq: int = 0) -> tuple[int, int]: ...
+
+    async def wait_written(self, lsn: int) -> None: ...
+
+    async def wait_durable(self, lsn: int) -> None: ...
+
+
+class FlushBacklog(Protocol):
+    def check_backlog(self, size: int) -> None: ...
+
+    def appended(self, seg: SegmentState, size: int) -> None: ...
+
+    def wake(self) -> None: ...
+
+    async def wait_flushed(self, seg: SegmentState, end: int) -> None: ...
+
+
+class AckGate(Protocol):
+    @property
+    def lease(self) -> Lease | None: ...
+
+    def check(self, name: str) -> None: ...
