@@ -32,6 +32,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from tierfs.engine.backup.metadata_backup import AdoptedBackup
 from tierfs.engine.backup.objects import LineageLink
 from tierfs.engine.journal.log import Journal
 from tierfs.engine.metadata.database import POSTGRESQL, open_database
+from tierfs.engine.metadata.replay import recreate_from_journal
 from tierfs.engine.metadata.segment_rows import SegmentRowReader
 from tierfs.engine.metadata.store import MetadataStore
 from tierfs.engine.ownership.claims import (
@@ -171,7 +173,7 @@ def open_data_dir(
             data_dir / "journal",
             store_record.journal_checkpoint_lsn,
             table.segment_by_id,
-            metadata.recreate_from_journal,
+            functools.partial(recreate_from_journal, metadata),
             tail_budget,
             config.max_append_bytes + 64,
             now_s=now_s,

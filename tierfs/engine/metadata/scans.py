@@ -27,46 +27,41 @@ _REFERENCE_FIELDS = operator.attrgetter("name", "offload_attempt_uuid", "offload
 _NEXT_CHUNK_SEQ = operator.attrgetter("next_chunk_seq")
 
 
-class WholeStoreScans:
-    """Part of ``MetadataStore``: the scans over every chunk and segment record."""
-
-    _db: Database
-
-    def hot_copies_pending(self) -> dict[tuple[int, int], int]:
-        """(segment id, chunk start) -> completion time (ns) of every offloaded chunk whose
-        chunk-store copy still exists. Read once at start-up over every chunk record, so
-        it reads the five fields it needs off the protobuf message and builds no
-        ``Chunk``."""
-        pending: dict[tuple[int, int], int] = {}
-        for (value,) in self._db.execute("SELECT value FROM chunks"):
-            segment_id, start, complete, hot_deleted, completed_ns = _HOT_COPY_FIELDS(
-                records.decode(records.ChunkRecord, value)
-            )
-            if complete and not hot_deleted:
-                pending[(segment_id, start)] = completed_ns
-        return pending
-
-    def object_references(self) -> ObjectReferences:
-        """Every object name the metadata references or queues, and each segment's next
-        chunk sequence, as of one instant: the store runs every call through one worker
-        thread, so no commit falls between these reads (orphan collection relies on it)."""
-        tier2: set[str] = set()
-        long_term: set[str] = set()
-        for (value,) in self._db.execute("SELECT value FROM chunks"):
-            name, attempt, hot_deleted = _REFERENCE_FIELDS(records.decode(records.ChunkRecord, value))
-            if not hot_deleted:  # its chunk-store copy is gone (a pack's is another's, or nobody's)
-                tier2.add(name)
-            if attempt:
-                long_term.update(OffloadKeys.for_attempt(name, attempt).both)
-        next_seq = {
-            segment_id: int(_NEXT_CHUNK_SEQ(records.decode(records.SegmentRecord, value)))
-            for segment_id, value in self._db.execute("SELECT id, value FROM segments")
-        }
-        queued = [n for (n,) in self._db.execute("SELECT name FROM garbage")]
-        prefix = LONG_TERM_GARBAGE_PREFIX
-        return ObjectReferences(
-            frozenset(tier2), frozenset(long_term),
-            frozenset(held_pack(n) for n in queued if not n.startswith(prefix)),  # a hold keeps its pack
-            frozenset(n[len(prefix):] for n in queued if n.startswith(prefix)),
-            next_seq,
+def hot_copies_pending(db: Database) -> dict[tuple[int, int], int]:
+    """(segment id, chunk start) -> completion time (ns) of every offloaded chunk whose
+    chunk-store copy still exists. Read once at start-up over every chunk record, so
+    it reads the five fields it needs off the protobuf message and builds no
+    ``Chunk``."""
+    pending: dict[tuple[int, int], int] = {}
+    for (value,) in db.execute("SELECT value FROM chunks"):
+        segment_id, start, complete, hot_deleted, completed_ns = _HOT_COPY_FIELDS(
+            records.decode(records.ChunkRecord, value)
         )
+        if complete and not hot_deleted:
+            pending[(segment_id, start)] = completed_ns
+    return pending
+
+def object_references(db: Database) -> ObjectReferences:
+    """Every object name the metadata references or queues, and each segment's next
+    chunk sequence, as of one instant: the store runs every call through one worker
+    thread, so no commit falls between these reads (orphan collection relies on it)."""
+    tier2: set[str] = set()
+    long_term: set[str] = set()
+    for (value,) in db.execute("SELECT value FROM chunks"):
+        name, attempt, hot_deleted = _REFERENCE_FIELDS(records.decode(records.ChunkRecord, value))
+        if not hot_deleted:  # its chunk-store copy is gone (a pack's is another's, or nobody's)
+            tier2.add(name)
+        if attempt:
+            long_term.update(OffloadKeys.for_attempt(name, attempt).both)
+    next_seq = {
+        segment_id: int(_NEXT_CHUNK_SEQ(records.decode(records.SegmentRecord, value)))
+        for segment_id, value in db.execute("SELECT id, value FROM segments")
+    }
+    queued = [n for (n,) in db.execute("SELECT name FROM garbage")]
+    prefix = LONG_TERM_GARBAGE_PREFIX
+    return ObjectReferences(
+        frozenset(tier2), frozenset(long_term),
+        frozenset(held_pack(n) for n in queued if not n.startswith(prefix)),  # a hold keeps its pack
+        frozenset(n[len(prefix):] for n in queued if n.startswith(prefix)),
+        next_seq,
+    )

@@ -45,8 +45,6 @@ from tierfs.engine import records
 from tierfs.engine.clock import now_ns
 from tierfs.engine.metadata.database import POSTGRESQL, Database, escape_like, open_database
 from tierfs.engine.metadata.migrations import migrate
-from tierfs.engine.metadata.replay import CreationReplay
-from tierfs.engine.metadata.scans import WholeStoreScans
 from tierfs.engine.object_keys import (
     garbage_names,
 )
@@ -54,7 +52,7 @@ from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta, Segmen
 from tierfs.engine.space_reserve import SpaceReserve
 
 
-class MetadataStore(WholeStoreScans, CreationReplay):
+class MetadataStore:
     """The metadata on a ``Database``: SQLite in the data dir, or PostgreSQL."""
 
     def __init__(self, db: Database) -> None:
@@ -148,9 +146,9 @@ class MetadataStore(WholeStoreScans, CreationReplay):
     def update_directory(self, name: str, record: DirectoryMeta) -> None:
         """Replace a directory's record ('' is the root)."""
         with self._db.transaction():
-            self._write_directories({name: record})
+            self.write_directories({name: record})
 
-    def _write_directories(self, updates: dict[str, DirectoryMeta] | None) -> None:
+    def write_directories(self, updates: dict[str, DirectoryMeta] | None) -> None:
         """Replace directory records inside the caller's transaction: the parents whose
         times a namespace change moves commit with the change."""
         for name, record in (updates or {}).items():
@@ -184,7 +182,7 @@ class MetadataStore(WholeStoreScans, CreationReplay):
                 self._next_id()
             for name in unnumbered:
                 loaded[name] = dataclasses.replace(loaded[name], directory_id=self._next_id())
-            self._write_directories({name: loaded[name] for name in unnumbered})
+            self.write_directories({name: loaded[name] for name in unnumbered})
         return loaded
 
     def _next_id(self) -> int:
@@ -219,7 +217,9 @@ class MetadataStore(WholeStoreScans, CreationReplay):
         row = self._db.execute("SELECT id, name, rev, value FROM segments WHERE name=?", (name,)).fetchone()
         return None if row is None else SegmentRow(row[0], row[1], row[2], records.load(SegmentMeta, row[3]))
 
-    def _name_taken(self, name: str) -> bool:
+    def name_taken(self, name: str) -> bool:
+        """Whether a directory or a segment has ``name`` (inside the caller's namespace
+        transaction, so the answer holds at its commit)."""
         return (
             self._db.execute("SELECT 1 FROM directories WHERE name=?", (name,)).fetchone()
             is not None
@@ -237,20 +237,20 @@ class MetadataStore(WholeStoreScans, CreationReplay):
         stamp = now_ns()
         with self._db.transaction(namespace=True):
             self._require_parent(parent)
-            if self._name_taken(name):
+            if self.name_taken(name):
                 raise SegmentExistsError(name)
             record = DirectoryMeta(created_ns=stamp, modified_ns=stamp, changed_ns=stamp, directory_id=self._next_id())
             self._db.execute(
                 "INSERT INTO directories (name, value) VALUES (?, ?)",
                 (name, records.dump(record)),
             )
-            self._write_directories(touched)
+            self.write_directories(touched)
         return record
 
     def rmdir(self, name: str, touched: dict[str, DirectoryMeta] | None = None) -> None:
         with self._db.transaction(namespace=True):
             self._remove_empty_directory(name)
-            self._write_directories(touched)
+            self.write_directories(touched)
 
     def _remove_empty_directory(self, name: str) -> None:
         pattern = escape_like(name) + "/%"
@@ -269,15 +269,15 @@ class MetadataStore(WholeStoreScans, CreationReplay):
     ) -> SegmentRow:
         """Insert a segment; the row's record is ``record`` with its new segment id.
         ``synced=False`` (SQLite): not on disk yet when this returns; the caller keeps
-        the creation in the journal until it is (``CreationReplay``)."""
+        the creation in the journal until it is (``replay.recreate_from_journal``)."""
         with self._db.transaction(namespace=True, synced=synced):
             self._require_parent(parent)
             row = self._insert_segment(name, record)
-            self._write_directories(touched)
+            self.write_directories(touched)
         return row
 
     def _insert_segment(self, name: str, record: SegmentMeta) -> SegmentRow:
-        if self._name_taken(name):
+        if self.name_taken(name):
             raise SegmentExistsError(name)
         segment_id = int(self._db.execute(
             "INSERT INTO segments (name, rev, value) VALUES (?, 1, ?) RETURNING id",
@@ -298,14 +298,14 @@ class MetadataStore(WholeStoreScans, CreationReplay):
         with self._db.transaction(namespace=True):
             garbage = self._remove_replaced(replaced, detach)
             row = self._insert_segment(replaced.name, record)
-            self._write_directories(touched)
+            self.write_directories(touched)
         return row, garbage
 
     def detach_segment(self, row: SegmentRow, touched: dict[str, DirectoryMeta] | None = None) -> str:
         """Move a held segment that is being deleted to its detached name (returned)."""
         with self._db.transaction(namespace=True):
             self._remove_replaced(row, detach=True)
-            self._write_directories(touched)
+            self.write_directories(touched)
         return detached_name(row.segment_id)
 
     def _remove_replaced(self, row: SegmentRow, detach: bool) -> list[str]:
@@ -366,7 +366,7 @@ class MetadataStore(WholeStoreScans, CreationReplay):
                 garbage = self._remove_replaced(replaced, detach_replaced)
             elif replaces_directory:
                 self._remove_empty_directory(new)
-            if self._name_taken(new):
+            if self.name_taken(new):
                 raise SegmentExistsError(new)
             if moving is not None and moved_record is not None:
                 cursor = self._db.execute("UPDATE segments SET name=?, value=?, rev=rev+1 WHERE id=? AND rev=?",
@@ -387,14 +387,14 @@ class MetadataStore(WholeStoreScans, CreationReplay):
                         f"WHERE name LIKE ? ESCAPE '\\'",
                         (new, len(old) + 1, pattern),
                     )
-            self._write_directories(touched)
+            self.write_directories(touched)
         return garbage, revision
 
     def delete_segment(self, row: SegmentRow, touched: dict[str, DirectoryMeta] | None = None) -> list[str]:
         """Delete a segment and its chunk records; queue its chunks for collection."""
         with self._db.transaction():
             names = self._delete_segment(row)
-            self._write_directories(touched)
+            self.write_directories(touched)
         return names
 
     def _delete_segment(self, row: SegmentRow) -> list[str]:

@@ -28,6 +28,7 @@ import trio
 
 from tierfs.engine.clock import now_ns
 from tierfs.engine.metadata.database import SQLITE
+from tierfs.engine.metadata.scans import hot_copies_pending, object_references
 from tierfs.engine.metadata.store import MetadataStore
 from tierfs.engine.object_keys import ObjectReferences
 from tierfs.engine.record_types import Chunk, SegmentMeta, SegmentRow
@@ -145,7 +146,7 @@ class ChunkCatalogue:
 
     async def object_references(self) -> ObjectReferences:
         """Every object name the metadata references or queues, at one instant."""
-        return await self.call(self.metadata.object_references)
+        return await self.call(object_references, self.metadata.database)
 
     async def prune_change_log(self, up_to_seq: int) -> None:
         """The changes up to ``up_to_seq`` are on tier-2 (``metadata.change_log``)."""
@@ -159,5 +160,5 @@ class ChunkCatalogue:
         """(segment id, chunk start) -> completion time (s) of every offloaded chunk whose
         chunk-store copy still exists (read once at start-up)."""
 
-        pending = await self.call(self.metadata.hot_copies_pending)
+        pending = await self.call(hot_copies_pending, self.metadata.database)
         return {key: completed_ns / 1e9 for key, completed_ns in pending.items()}

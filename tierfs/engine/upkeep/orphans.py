@@ -10,7 +10,7 @@ garbage are the ``GarbageCollector``'s; this module finds the ones nobody queued
 A sweep, in order:
 1. list every object of the chunk store and of the long-term store (sizes, mtimes);
 2. then read the metadata's references, in one call on the catalogue's worker thread
-   (``MetadataStore.object_references``): chunk names, offload keys of recorded
+   (``metadata.scans.object_references``): chunk names, offload keys of recorded
    attempts, queued garbage, every segment's ``next_chunk_seq``;
 3. keep only candidates: names of exactly a chunk's shape ``s<8 digits>/e<6
    digits>-c<8 digits>`` or a pack's ``packs/e<6 digits>-<32 hex digits>`` (chunk
