@@ -23,7 +23,8 @@ from readme_runner import blocks
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON_TREES = ("tests", "benchmarks", "examples", "tierfs", "fuse", "fsspec_impl")
-DOCUMENTS = ("README.md", "docs/API.md", "docs/RELIABILITY.md", "docs/PERFORMANCE.md")
+DOCUMENTS = ("README.md", "docs/mount.md", "docs/fsspec-and-spark.md", "docs/operations.md", "docs/several-hosts.md",
+             "docs/API.md", "docs/RELIABILITY.md", "docs/PERFORMANCE.md")
 PROGRAM_CALLS = {"run", "Popen", "check_output", "check_call", "call", "run_process", "which", "_require",
                  "execvp", "execv", "execlp"}
 SHELL_WORDS = {"if", "then", "else", "elif", "fi", "for", "in", "do", "done", "while", "until", "case", "esac",

@@ -1,7 +1,7 @@
 """Real tools on a real mount (issue 17 items 1, 2 and 9): timestamps, modes and owners
 that are kept, POSIX rename, and the tools that depend on them: ``touch -d`` + ``stat``,
 ``rsync -a`` twice, ``os.replace``, ``sed -i``, ``vim -es``, ``git``, ``chmod``/``chown``,
-``tar -p``. What each of these needs is in README's "Tools on the mount" table.
+``tar -p``. What each of these needs is in docs/mount.md's "Tools on the mount" table.
 """
 
 from __future__ import annotations
@@ -324,20 +324,20 @@ def open_files_below(directory: Path) -> list[str]:
 
 
 def test_the_readme_table_names_these_tests() -> None:
-    """README's "Tools on the mount" table: every row names a test that exists, and
-    every test here is in the table."""
+    """docs/mount.md's "Tools on the mount" table: every row names a test that exists,
+    and every test here is in the table."""
     repo = Path(__file__).resolve().parent.parent
-    readme = (repo / "README.md").read_text()
-    section = readme.split("### Tools on the mount", 1)[1].split("\n## ", 1)[0]
+    guide = (repo / "docs" / "mount.md").read_text()
+    section = guide.split("\n## Tools on the mount\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "| Test |" not in line]
     named = {name.strip("` ") for line in rows
              for name in line.rstrip(" |").rsplit("|", 1)[1].split("(")[0].split(",")}
     sources = "".join((repo / "tests" / f"test_{name}.py").read_text() for name in ("fuse_tools", "fuse", "fuse_identity"))
     defined = {name for name in named if f"def {name}(" in sources}
-    assert named == defined, f"README names tests that do not exist: {named - defined}"
+    assert named == defined, f"docs/mount.md names tests that do not exist: {named - defined}"
     here = {line.split("(")[0][4:] for line in Path(__file__).read_text().splitlines()
             if line.startswith("def test_") and "readme" not in line}
-    assert here <= named, f"tests missing from README's table: {here - named}"
+    assert here <= named, f"tests missing from docs/mount.md's table: {here - named}"
 
 
 def test_ls_la_shows_dot_entries_and_nlink_counts_subdirectories(mount: Mount) -> None:

@@ -1,5 +1,6 @@
-"""The README's cluster trial ("Running on several hosts"), run as written: a throw-away
-PostgreSQL, two cluster daemons, a write through one and a read through the other."""
+"""The cluster trial of docs/several-hosts.md ("Many daemons, one namespace"), run as
+written: a throw-away PostgreSQL, two cluster daemons, a write through one and a read
+through the other."""
 
 from __future__ import annotations
 
@@ -13,18 +14,19 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+GUIDE = REPO / "docs" / "several-hosts.md"
 
 
 def _trial_block() -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Running on several hosts"):]
+    guide = GUIDE.read_text()
+    section = guide[guide.index("## Many daemons, one namespace"):]
     section = section[section.index("as a trial"):]
     match = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert match, "no sh block after 'as a trial' in README's 'Running on several hosts'"
+    assert match, "no sh block after 'as a trial' in docs/several-hosts.md's 'Many daemons, one namespace'"
     return match.group(1)
 
 
-def test_the_readme_cluster_trial_runs_as_written(postgres_server: object, tmp_path: Path) -> None:
+def test_the_documented_cluster_trial_runs_as_written(postgres_server: object, tmp_path: Path) -> None:
     del postgres_server  # the suite's server proves PostgreSQL is installed; the trial starts its own
     shutil.rmtree("/tmp/tierfs-trial", ignore_errors=True)
     Path("/tmp/tierfs-pg.url").unlink(missing_ok=True)
