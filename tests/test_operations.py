@@ -29,6 +29,11 @@ from tierfs.store.facade import SegmentStore
 
 # One call per operation, as a client of the API makes it: (positional, keyword).
 SAMPLE_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
+    "stat": (("a/b",), {}),
+    "ls": (("a",), {}),
+    "layout": (("s",), {}),
+    "create": (("a/s",), {"durability": "vd", "make_parents": True}),
+    "delete": (("s",), {}),
     "mkdir": (("a/b",), {"parents": True, "exist_ok": True}),
     "rmdir": (("a",), {}),
     "mv": (("a/x", "b/y"), {}),
@@ -211,3 +216,27 @@ async def test_a_refused_operation_changes_nothing(api: httpx.AsyncClient, store
     assert response.status_code == 400
     assert await store.read("s") == b"source" and await store.read("t") == b""
     assert (await store.get_policy(""))["set"] == {}
+
+
+async def test_the_rest_routes_follow_from_the_table(api: httpx.AsyncClient, store: SegmentStore) -> None:
+    """stat, ls, layout, create and delete at their REST routes answer as their
+    ``/v1/op`` form does, with the query string read as the body would be."""
+    assert {op.name for op in OPERATIONS.values() if op.rest} == {"stat", "ls", "layout", "create", "delete"}
+    created = await api.put("/v1/segments/d%2Fs", params={"durability": "vd", "parents": "1"})
+    assert created.status_code == 201, created.text
+    assert created.json() == info_json(await store.stat("d/s")) and created.json()["durability"] == "vd"
+    await store.append("d/s", b"hello")
+    await store.flush("d/s")
+    for route, op in (("/v1/stat/d%2Fs", "stat"), ("/v1/ls/d", "ls"), ("/v1/layout/d%2Fs", "layout")):
+        rest = await api.get(route)
+        by_op = await api.post(f"/v1/op/{op}", json={"path": route.rpartition("/")[2].replace("%2F", "/")})
+        assert rest.status_code == by_op.status_code == 200, (rest.text, by_op.text)
+        assert rest.json() == by_op.json()
+    assert len((await api.get("/v1/layout/d%2Fs")).json()) == 1
+    refused = await api.put("/v1/segments/t", params={"parents": "maybe"})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == "query parameter parents must be 1 or 0 (true/false), not 'maybe'"
+    assert (await api.get("/v1/stat/t")).json()["error"]["code"] == "not_found"  # the refusal changed nothing
+    deleted = await api.delete("/v1/segments/d%2Fs")
+    assert (deleted.status_code, deleted.content) == (204, b"")
+    assert (await api.get("/v1/ls/d")).json() == []

@@ -369,13 +369,10 @@ class ClusterStore:
             kept_newer_epoch=sum(r.kept_newer_epoch for r in reports), failed=[f for r in reports for f in r.failed],
             kept_older_owner=[o for r in reports for o in r.kept_older_owner])
 
-    # ------------------------------------------------------------ what the server needs
     async def chunk_layout(self, name: str) -> builtins.list[dict[str, Any]]:
-        async def layout(store: SegmentStoreAPI) -> builtins.list[dict[str, Any]]:
-            if isinstance(store, RemoteStore):
-                return await trio.to_thread.run_sync(store.client.layout, name)
-            return await store.chunk_layout(name)  # type: ignore[attr-defined, no-any-return]
-        return await self._read_at(name, layout)
+        return await self._read_at(name, lambda store: store.chunk_layout(name))
+
+    # ------------------------------------------------------------ what the server needs
 
     def statistics(self) -> StoreStatistics:
         return summed_statistics([store.statistics() for store in self.host.stores.values()])

@@ -58,6 +58,10 @@ class SegmentStoreAPI(Protocol):
 
     async def stat(self, name: str) -> Info: ...
 
+    async def chunk_layout(self, name: str) -> builtins.list[dict[str, Any]]:
+        """A segment's chunks: name, URL, segment offset range, block CRCs (direct reads)."""
+        ...
+
     async def list(self, name: str = "") -> builtins.list[Info]:
         """Entries directly inside a directory, sorted by name."""
         ...

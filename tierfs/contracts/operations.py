@@ -1,12 +1,17 @@
-"""The operation table: every ``POST /v1/op/{name}`` operation, once.
+"""The operation table: the data API's operations, once. Every one is served as
+``POST /v1/op/{name}``; the namespace ones (stat, ls, layout, create, delete) also at
+their REST route (``Rest``: ``GET /v1/stat/{path}``, ``PUT /v1/segments/{path}``, ...),
+whose query-string keys are the operation's other parameters. Only appends and reads,
+which carry bytes, have routes of their own.
 
 An ``Operation`` names the ``SegmentStoreAPI`` method it calls, its parameters (the
-JSON body's keys, their wire types, what an absent key means and how each is passed to
-the method) and how its result travels. The daemon turns a body into a call with
-``call_arguments`` and the result into JSON with ``result.encode``; a client does the
-reverse with ``body_of`` and ``result.decode``. Adding an operation is one entry here
-and the engine method it calls (plus its line in ``SegmentStoreAPI`` and the one-line
-``RemoteStore`` method that make it typed).
+JSON body's or query string's keys, their wire types, what an absent key means and how
+each is passed to the method) and how its result travels. The daemon turns a body into
+a call with ``call_arguments`` and the result into JSON with ``result.encode``; a client
+does the reverse with ``body_of`` and ``result.decode``. Adding an operation is one
+entry here and the engine method it calls (plus its line in ``SegmentStoreAPI`` and the
+one-line ``RemoteStore`` method that make it typed): the daemon's routes and the
+client's call follow from the entry.
 
 Invariants:
 - The wire format is docs/API.md's: no key is required (an absent name is "", which
@@ -73,6 +78,17 @@ class Param:
 
 
 @dataclasses.dataclass(frozen=True)
+class Rest:
+    """An operation's REST route: ``{method} {prefix}/{path}``, the operation's first
+    parameter (``path``) in the URL, the others in the query string; ``status`` on
+    success (204: no body)."""
+
+    method: str
+    prefix: str
+    status: int = 200
+
+
+@dataclasses.dataclass(frozen=True)
 class Operation(Generic[T]):
     name: str  # the {op} of /v1/op/{op}
     method: str  # the SegmentStoreAPI method it calls
@@ -82,6 +98,7 @@ class Operation(Generic[T]):
     # the client waits for the answer as long as it takes (no read timeout): work that
     # grows with the store (fsck) or waits for tier-2 to answer (flush)
     unbounded: bool = False
+    rest: Rest | None = None
 
     def call_arguments(self, body: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The method's positional and keyword arguments for a request body (checked)."""
@@ -166,6 +183,20 @@ def _setting_strings(assignments: dict[str, int | None]) -> list[str]:
     return [f"{key}={'none' if value is None else value}" for key, value in assignments.items()]
 
 
+def _optional_text(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"a string or null was expected, not {value!r}")
+    return value
+
+
+def _json_list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise TierFSError(f"expected a JSON list, got {value!r}")
+    return value
+
+
 def _segment_info(data: Any) -> SegmentInfo:
     info = info_from_json(data)
     if not isinstance(info, SegmentInfo):
@@ -179,6 +210,8 @@ NAME: Codec[str] = Codec("name", _same, _same)  # checked by the engine
 OPTIONAL_NAME: Codec[str | None] = Codec("name or null (every segment)", _same, _same)
 FLAG: Codec[bool] = Codec("bool", bool, _boolean)
 TEXT: Codec[str] = Codec("string", _same, str)  # durability: checked by the engine
+# absent, null or '' is None (the store's default durability)
+OPTIONAL_TEXT: Codec[str | None] = Codec("string or null", _same, _optional_text)
 OFFSET: Codec[int | None] = Codec("int or null", _same, _same)  # checked by the engine
 SOURCES: Codec[list[str]] = Codec(
     "list of names",
@@ -194,6 +227,10 @@ POLICY_SETTINGS: Codec[dict[str, int | None]] = Codec(
 
 # ---------------------------------------------------------------- result types
 INFO: Codec[Info] = Codec("segment or directory info", info_json, info_from_json)
+INFOS: Codec[list[Info]] = Codec(
+    "list of infos", lambda infos: [info_json(i) for i in infos], lambda data: [info_from_json(i) for i in data]
+)
+CHUNK_LAYOUT: Codec[list[dict[str, Any]]] = Codec("list of chunks", _same, _json_list)
 NOTHING: Codec[None] = Codec('{"ok": true}', lambda _: {"ok": True}, lambda _: None)
 SEGMENT_INFO: Codec[SegmentInfo] = Codec("segment info", info_json, _segment_info)
 DURABLE_LENGTH: Codec[int] = Codec(
@@ -205,6 +242,24 @@ GC_REPORT: Codec[GcReport] = Codec("gc report", gc_report_json, gc_report_from_j
 
 _PATH = Param("path", NAME, "")
 _OPTIONAL_PATH = Param("path", OPTIONAL_NAME, None)
+
+# ---------------------------------------------------------------- the namespace (REST routes too)
+STAT = Operation("stat", "stat", (_PATH,), INFO, "a segment's or directory's info",
+                 rest=Rest("GET", "/v1/stat"))
+LS = Operation("ls", "list", (_PATH,), INFOS, "the entries directly inside a directory, by name",
+               rest=Rest("GET", "/v1/ls"))
+LAYOUT = Operation("layout", "chunk_layout", (_PATH,), CHUNK_LAYOUT,
+                   "a segment's chunks: name, URL, offset range, block CRCs (direct reads)",
+                   rest=Rest("GET", "/v1/layout"))
+CREATE = Operation(
+    "create", "create",
+    (_PATH, Param("durability", OPTIONAL_TEXT, None, keywords=("durability",)),
+     Param("parents", FLAG, False, keywords=("make_parents",))),
+    SEGMENT_INFO, "create an empty segment (pd, vd or tier2; default: the store's); with parents "
+    "also the missing directories", rest=Rest("PUT", "/v1/segments", 201),
+)
+DELETE = Operation("delete", "delete", (_PATH,), NOTHING, "delete a segment",
+                   rest=Rest("DELETE", "/v1/segments", 204))
 
 # ---------------------------------------------------------------- the operations
 MKDIR = Operation(
@@ -278,7 +333,7 @@ DEFRAG = Operation(
 OPERATIONS: dict[str, Operation[Any]] = {
     op.name: op
     for op in (
-        MKDIR, RMDIR, MV, REWRITE, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, SET_ATTRIBUTES, FSCK, GC,
+        STAT, LS, LAYOUT, CREATE, DELETE, MKDIR, RMDIR, MV, REWRITE, SEAL, UNSEAL, SYNC, FLUSH, SET_DURABILITY, SET_ATTRIBUTES, FSCK, GC,
         OFFLOAD, OFFLOAD_STATUS, POLICY_SET, POLICY_GET, CONCAT, DEFRAG,
     )
 }

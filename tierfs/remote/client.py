@@ -35,6 +35,7 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
+from tierfs.contracts import operations as ops
 from tierfs.contracts.datadir import (
     APPEND_SOCKET_NAME,
     FOLLOW_SOCKET_NAME,
@@ -50,7 +51,7 @@ from tierfs.contracts.errors import (
     TierFSError,
 )
 from tierfs.contracts.operations import FORWARDED_HEADER, Operation
-from tierfs.contracts.reports.info import Info, SegmentInfo, info_from_json
+from tierfs.contracts.reports.info import Info, SegmentInfo
 from tierfs.contracts.writers import WriterSeq
 from tierfs.remote.append_connection import AnswerLost, AppendConnection
 from tierfs.remote.connect_retry import OVERLOAD_RETRY_S, ConnectBackoff, refused_by_live_daemon
@@ -197,25 +198,19 @@ class TierClient:
         return values
 
     def stat(self, name: str) -> Info:
-        return info_from_json(self._request("GET", f"/v1/stat/{self._path(name)}").json())
+        return self.call(ops.STAT, name)
 
     def ls(self, name: str = "") -> list[Info]:
-        return [info_from_json(e) for e in self._request("GET", f"/v1/ls/{self._path(name)}").json()]
+        return self.call(ops.LS, name)
 
     def layout(self, name: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._request("GET", f"/v1/layout/{self._path(name)}").json()
-        return result
+        return self.call(ops.LAYOUT, name)
 
     def create(self, name: str, durability: str | None = None, parents: bool = False) -> SegmentInfo:
-        params = {"parents": "1" if parents else "0"}
-        if durability:
-            params["durability"] = durability
-        info = info_from_json(self._request("PUT", f"/v1/segments/{self._path(name)}", params=params).json())
-        assert isinstance(info, SegmentInfo)
-        return info
+        return self.call(ops.CREATE, name, durability=durability, make_parents=parents)
 
     def delete(self, name: str) -> None:
-        self._request("DELETE", f"/v1/segments/{self._path(name)}")
+        self.call(ops.DELETE, name)
 
     def op(self, operation: str, **args: Any) -> Any:
         """``POST /v1/op/{operation}`` with ``args`` as the JSON body; the JSON answer."""
@@ -223,9 +218,15 @@ class TierClient:
 
     def call(self, operation: Operation[T], *args: Any, **kwargs: Any) -> T:
         """``operation``'s API method, called with the API's arguments and result
-        (``contracts.operations`` encodes them); an ``unbounded`` one without a read
-        timeout."""
+        (``contracts.operations`` encodes them): at its REST route where it has one,
+        else ``POST /v1/op``; an ``unbounded`` one without a read timeout."""
         body = operation.body_of(args, kwargs)
+        if operation.rest is not None:
+            path = self._path(body.pop("path", ""))
+            query = {key: ("1" if value else "0") if isinstance(value, bool) else str(value)
+                     for key, value in body.items() if value is not None}
+            answer = self._request(operation.rest.method, f"{operation.rest.prefix}/{path}", params=query)
+            return operation.result.decode(answer.json() if answer.content else None)
         if not operation.unbounded:
             return operation.result.decode(self.op(operation.name, **body))
         unbounded = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)

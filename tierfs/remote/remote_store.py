@@ -58,7 +58,7 @@ class RemoteStore:
 
     # ------------------------------------------------------------ segments and reads
     async def create(self, name: str, *, durability: str | None = None, make_parents: bool = False) -> SegmentInfo:
-        return await self._call(lambda: self.client.create(name, durability, make_parents))
+        return await self.op(ops.CREATE, name, durability=durability, make_parents=make_parents)
 
     async def append(self, name: str, data: bytes, *, expected_offset: int | None = None,
                      writer: WriterSeq | None = None) -> int:
@@ -81,13 +81,16 @@ class RemoteStore:
         return RemoteReader(self, name)
 
     async def stat(self, name: str) -> Info:
-        return await self._call(lambda: self.client.stat(name))
+        return await self.op(ops.STAT, name)
 
     async def list(self, name: str = "") -> builtins.list[Info]:
-        return await self._call(lambda: self.client.ls(name))
+        return await self.op(ops.LS, name)
+
+    async def chunk_layout(self, name: str) -> builtins.list[dict[str, Any]]:
+        return await self.op(ops.LAYOUT, name)
 
     async def delete(self, name: str) -> None:
-        await self._call(lambda: self.client.delete(name))
+        await self.op(ops.DELETE, name)
 
     async def wait_for_data(self, name: str, offset: int, timeout_s: float) -> int:
         _, durable = await self._call(lambda: self.client.follow_once(name, offset, timeout_s, 1))

@@ -5,21 +5,21 @@ Routes (all under the daemon's Unix socket, or TCP with a bearer token):
 
     GET    /v1/health                         liveness + epoch
     GET    /metrics                           Prometheus text format
-    GET    /v1/stat/{path}                    segment or directory info (JSON)
-    GET    /v1/ls/{path}                      entries of a directory (JSON list)
-    GET    /v1/layout/{path}                  chunk layout for direct readers
-    PUT    /v1/segments/{path}                create (?durability=pd|vd|tier2&parents=1)
+    GET    /v1/stat/{path}                    segment or directory info (JSON)     }
+    GET    /v1/ls/{path}                      entries of a directory (JSON list)   } from the
+    GET    /v1/layout/{path}                  chunk layout for direct readers      } operation
+    PUT    /v1/segments/{path}                create (?durability=&parents=1)      } table
+    DELETE /v1/segments/{path}                delete                               }
+    POST   /v1/op/{op}                        every operation of the table, JSON body
     POST   /v1/segments/{path}                append the body (?expected_offset=N) -> {"offset"}
     GET    /v1/segments/{path}                read; standard Range header; ?unconfirmed=1;
                                               ?follow=1&offset=N&timeout=S long-polls;
                                               ?follow=1&stream=1&offset=N streams the
                                               growth in one long-lived response
-    DELETE /v1/segments/{path}                delete
-    POST   /v1/op/{op}                        an operation of contracts.operations, JSON body
 
-Each group of handlers is its own module: ``segment_routes`` (namespace, append),
-``reads`` (reads, follow), ``follow_stream`` (streamed follows), ``op_route`` (the
-operation table), ``metrics``; errors become statuses in ``statuses`` only.
+Each group of handlers is its own module: ``segment_routes`` (health, append),
+``reads`` (reads, follow), ``follow_stream`` (streamed follows), ``op_route`` (every
+route of the operation table), ``metrics``; errors become statuses in ``statuses`` only.
 
 Invariants:
 - Errors are JSON ``{"error": {"code", "message", "details"}}``; ``STATUS_BY_CODE``
@@ -48,7 +48,7 @@ from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.operations import FORWARDED_HEADER
 from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.metrics import MetricsRoute
-from tierfs.server.op_route import OperationRoute
+from tierfs.server.op_route import operation_routes
 from tierfs.server.reads import ReadRoutes
 from tierfs.server.segment_routes import SegmentRoutes
 from tierfs.server.statuses import error_response, tierfs_error, unexpected_error
@@ -78,14 +78,9 @@ def build_app(store: ServedStore, streams: FollowStreams | None = None) -> ASGIA
     routes = [
         Route("/v1/health", segments.health),
         Route("/metrics", MetricsRoute(store).get),
-        Route("/v1/stat/{path:name}", segments.stat),
-        Route("/v1/ls/{path:name}", segments.ls),
-        Route("/v1/layout/{path:name}", segments.layout),
-        Route("/v1/segments/{path:name}", segments.create, methods=["PUT"]),
         Route("/v1/segments/{path:name}", segments.append, methods=["POST"]),
         Route("/v1/segments/{path:name}", reads.read, methods=["GET"]),
-        Route("/v1/segments/{path:name}", segments.delete, methods=["DELETE"]),
-        Route("/v1/op/{op}", OperationRoute(store).post, methods=["POST"]),
+        *operation_routes(store),
     ]
     return ForwardedMarker(Starlette(
         routes=routes,

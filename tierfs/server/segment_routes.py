@@ -1,12 +1,11 @@
-"""The HTTP API's namespace and write routes: health, stat, ls, layout, create, append,
-delete (reads are in ``reads``, ``/v1/op`` in ``op_route``).
+"""The HTTP API's health and append routes (reads are in ``reads``; every other route
+follows from the operation table, in ``op_route``).
 
 Invariants:
 - An append is one request body, one atomic record: the body is refused as soon as it
   is known to exceed ``max_append_bytes`` (declared or streamed), before anything is
   written.
-- Names are checked by the store (``names.canonical``); nothing here touches the
-  journal or chunks.
+- Names are checked by the store (``names.canonical``).
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tierfs.contracts.errors import AppendTooLargeError
-from tierfs.contracts.reports.info import info_json
 from tierfs.contracts.writers import WriterSeq
-from tierfs.server.query import flag, query_int
+from tierfs.server.query import query_int
 from tierfs.store.served import ServedStore
 
 
@@ -28,24 +26,6 @@ class SegmentRoutes:
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "epoch": self._store.epoch, "fenced": self._store.fence.fenced,
                              "max_append_bytes": self._store.config.max_append_bytes})
-
-    async def stat(self, request: Request) -> Response:
-        return JSONResponse(info_json(await self._store.stat(request.path_params["path"])))
-
-    async def ls(self, request: Request) -> Response:
-        entries = await self._store.list(request.path_params["path"])
-        return JSONResponse([info_json(e) for e in entries])
-
-    async def layout(self, request: Request) -> Response:
-        return JSONResponse(await self._store.chunk_layout(request.path_params["path"]))
-
-    async def create(self, request: Request) -> Response:
-        info = await self._store.create(
-            request.path_params["path"],
-            durability=request.query_params.get("durability") or None,
-            make_parents=flag(request, "parents"),
-        )
-        return JSONResponse(info_json(info), status_code=201)
 
     async def append(self, request: Request) -> Response:
         limit = self._store.config.max_append_bytes
@@ -64,6 +44,3 @@ class SegmentRoutes:
         )
         return JSONResponse({"offset": offset, "length": len(body)})
 
-    async def delete(self, request: Request) -> Response:
-        await self._store.delete(request.path_params["path"])
-        return Response(status_code=204)

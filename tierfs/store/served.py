@@ -6,9 +6,8 @@ offer them, so the server and the mount are written once.
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from tierfs.contracts.api import SegmentReaderAPI, SegmentStoreAPI
 from tierfs.contracts.config import StoreConfig
@@ -35,10 +34,6 @@ class ServedStore(SegmentStoreAPI, Protocol):
     def fence(self) -> StoreFence: ...
 
     def statistics(self) -> StoreStatistics: ...
-
-    async def chunk_layout(self, name: str) -> builtins.list[dict[str, Any]]:
-        """Chunks of a segment: name, URL, segment offset range, CRCs (direct reads)."""
-        ...
 
 
 class HeldFile(Protocol):
