@@ -12,8 +12,8 @@ import trio.testing
 from tierfs.engine.journal.aio import AioFdatasync
 from tierfs.engine.journal.frames import FRAME_OVERHEAD, ScanResult, encode_append, list_files
 from tierfs.engine.journal.log import Journal
+from tierfs.engine.journal.rounds import LsnWaiters, SyncJob
 from tierfs.engine.journal.scan import scan
-from tierfs.engine.journal.sync_thread import LsnWaiters, SyncJob
 
 
 def _scan(directory: Path) -> tuple[list, ScanResult]:

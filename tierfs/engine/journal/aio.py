@@ -12,8 +12,9 @@ thread (``journal.sync_thread.SyncThread``) instead.
 
 Invariants:
 - ``AioRounds`` offers what ``SyncThread`` offers (request, take_report, in flight,
-  probably_done, stop): one round in flight at a time, rounds in order, a round's
-  target durable only once its fdatasync completed without error.
+  probably_done, stop), on the same bookkeeping (``journal.rounds.RoundBook``): one
+  round in flight at a time, rounds in order, a round's target durable only once its
+  fdatasync completed without error.
 - A round that must also sync and close rolled files or fsync the directory runs the
   journal's blocking sync in a worker thread instead (once per file roll).
 - A file descriptor with an fdatasync in flight is never closed: ``stop`` waits for it.
@@ -27,12 +28,11 @@ import logging
 import os
 import platform
 import threading
-import time
 from collections.abc import Callable
 
 import trio
 
-from tierfs.engine.journal.sync_thread import TYPICAL_SYNC_GROWTH, SyncJob, SyncReport
+from tierfs.engine.journal.rounds import RoundBook, SyncJob, SyncReport
 
 log = logging.getLogger(__name__)
 
@@ -204,18 +204,8 @@ class AioRounds:
         self._take_job = take_job
         self._run_job = run_job
         self._on_report = on_report
-        self._requested_lsn = synced_lsn
-        self._forced = False
-        self._covered_lsn = synced_lsn
-        self._synced_lsn = synced_lsn
-        self._rounds = 0
-        self._busy_s = 0.0
-        self._error: OSError | None = None
-        self._stopped = False
+        self._book = RoundBook(synced_lsn)
         self._job: SyncJob | None = None
-        self.in_flight = False
-        self._round_started_s = 0.0
-        self._typical_sync_s = float("inf")
         self._round_done = trio.Event()
         self._nursery: trio.Nursery | None = None
 
@@ -231,7 +221,7 @@ class AioRounds:
                     self.poll()
         finally:
             with trio.CancelScope(shield=True):
-                self._stopped = True
+                self._book.stopped = True
                 while self.in_flight:
                     if self._job is None:  # a thread round: it reports by itself
                         await self._round_done.wait()
@@ -244,27 +234,24 @@ class AioRounds:
     def request(self, lsn: int, *, force: bool = False, hand_over: bool = False) -> bool:
         """Ask for everything written up to ``lsn`` to become durable; a round starts at
         once if none is in flight. Never blocks (``hand_over`` has nothing to do)."""
-        if lsn > self._requested_lsn:
-            self._requested_lsn = lsn
-        elif not force or self._forced:
-            return False
-        if force:
-            self._forced = True
-        elif lsn <= self._covered_lsn:
-            return False
-        if not self.in_flight and not self._stopped:
+        book = self._book
+        if book.ask(lsn, force=force) and not book.in_flight and not book.stopped:
             self._start()
         return False
 
     def take_report(self) -> SyncReport:
-        return SyncReport(self._synced_lsn, self._rounds, self._error, self._busy_s)
+        return self._book.report()
+
+    @property
+    def in_flight(self) -> bool:
+        return self._book.in_flight
 
     @property
     def in_flight_bytes(self) -> int:
-        return self._covered_lsn - self._synced_lsn if self.in_flight else 0
+        return self._book.in_flight_bytes
 
     def probably_done(self) -> bool:
-        return time.monotonic() - self._round_started_s >= self._typical_sync_s
+        return self._book.probably_done()
 
     def next_round_due(self, queued_bytes: int) -> bool:
         """Should the loop write its queue and start a round now (mid-batch)? Yes when
@@ -295,10 +282,7 @@ class AioRounds:
     def _start(self) -> None:
         with self._lock:
             job = self._take_job()
-        self._forced = False
-        self._covered_lsn = max(job.target_lsn, self._covered_lsn)
-        self.in_flight = True
-        self._round_started_s = time.monotonic()
+        self._book.started(job)
         if job.rolled_fds or job.directory_dirty:
             assert self._nursery is not None
             self._nursery.start_soon(self._thread_round, job)
@@ -322,18 +306,10 @@ class AioRounds:
                 self._finish(None)
 
     def _finish(self, error: OSError | None) -> None:
-        took_s = time.monotonic() - self._round_started_s  # until the loop noticed: at most
-        self._typical_sync_s = min(took_s, self._typical_sync_s * TYPICAL_SYNC_GROWTH)
-        self._busy_s += took_s
-        self.in_flight = False
-        if error is None:
-            self._synced_lsn = self._covered_lsn
-            self._rounds += 1
-            if not self._stopped and (self._requested_lsn > self._covered_lsn or self._forced):
-                self._start()  # the disk first, then the loop's bookkeeping
-        else:
-            self._error = error
-            self._stopped = True  # a failed journal syncs nothing more
+        book = self._book
+        book.finished(book.covered_lsn, error)  # timed until the loop noticed: at most
+        if book.wanted():
+            self._start()  # the disk first, then the loop's bookkeeping
         self._round_done.set()
         self._round_done = trio.Event()
         self._on_report()

@@ -55,8 +55,9 @@ from tierfs.engine.journal.frames import (
     read_range,
     write_all,
 )
+from tierfs.engine.journal.rounds import LsnWaiters, SyncJob
 from tierfs.engine.journal.space import RECLAIM_AFTER_BYTES, SpaceReserver
-from tierfs.engine.journal.sync_thread import LsnWaiters, SyncJob, SyncThread
+from tierfs.engine.journal.sync_thread import SyncThread
 from tierfs.engine.space_reserve import SpaceReserve, is_no_space
 
 log = logging.getLogger(__name__)
