@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import trio
 
-from tierfs.engine.journal.rounds import RoundBook, SyncJob, SyncReport
+from tierfs.engine.journal.rounds import BookedRounds, RoundBook, SyncJob, SyncReport
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class AioFdatasync:
         os.close(self.eventfd)
 
 
-class AioRounds:
+class AioRounds(BookedRounds):
     """Sync rounds driven from the event loop through ``AioFdatasync`` (see module).
 
     ``splits_woken`` is False: the appenders a round woke form one round. Split in two
@@ -241,17 +241,6 @@ class AioRounds:
 
     def take_report(self) -> SyncReport:
         return self._book.report()
-
-    @property
-    def in_flight(self) -> bool:
-        return self._book.in_flight
-
-    @property
-    def in_flight_bytes(self) -> int:
-        return self._book.in_flight_bytes
-
-    def probably_done(self) -> bool:
-        return self._book.probably_done()
 
     def next_round_due(self, queued_bytes: int) -> bool:
         """Should the loop write its queue and start a round now (mid-batch)? Yes when

@@ -117,6 +117,25 @@ class RoundBook:
         return time.monotonic() - self.round_started_s >= self.typical_sync_s
 
 
+class BookedRounds:
+    """What both back-ends show the journal of their book: whether a round is in flight,
+    the bytes it makes durable, and whether it has probably returned (it has run as long
+    as a typical fdatasync)."""
+
+    _book: RoundBook
+
+    @property
+    def in_flight(self) -> bool:
+        return self._book.in_flight
+
+    @property
+    def in_flight_bytes(self) -> int:
+        return self._book.in_flight_bytes
+
+    def probably_done(self) -> bool:
+        return self._book.probably_done()
+
+
 class LsnWaiters:
     """Tasks parked until an LSN is durable, woken in LSN order (on the loop)."""
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import trio
 
-from tierfs.engine.journal.rounds import RoundBook, SyncJob, SyncReport
+from tierfs.engine.journal.rounds import BookedRounds, RoundBook, SyncJob, SyncReport
 
 # The longest the event loop waits for the sync thread to take a round it hands over
 # (the thread needs the GIL for a few microseconds to start one): past it the loop goes
@@ -35,7 +35,7 @@ from tierfs.engine.journal.rounds import RoundBook, SyncJob, SyncReport
 HAND_OVER_WAIT_S = 0.001
 
 
-class SyncThread:
+class SyncThread(BookedRounds):
     """One long-lived thread that runs sync rounds back to back while asked for.
 
     ``splits_woken``: the journal splits the appenders a round woke into two rounds
@@ -110,20 +110,6 @@ class SyncThread:
                 self._hand_over.release()  # ours: re-taken, or never released (timed out)
             self._hand_over_lsn = None
         return True
-
-    @property
-    def in_flight(self) -> bool:
-        """Read on the loop: a round is running."""
-        return self._book.in_flight
-
-    @property
-    def in_flight_bytes(self) -> int:
-        return self._book.in_flight_bytes
-
-    def probably_done(self) -> bool:
-        """The round in flight has run as long as a typical fdatasync: the thread is
-        likely waiting for the GIL to report it and start the next."""
-        return self._book.probably_done()
 
     def next_round_due(self, queued_bytes: int) -> bool:
         """Should the loop write its queue and hand the round over now (mid-batch)? Yes
