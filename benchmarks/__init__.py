@@ -1,18 +1,15 @@
 """tierfs benchmarks: ``python -m benchmarks <name>`` from the repository root.
 
-A plain package of the source tree, never installed (setup.py leaves it out): each
-module is one scenario that measures tierfs next to the physical ceiling of the same
-machine, in the same run. Daemons and mounts come from the one harness shipped with
-tierfs (``tierfs.testing.harness``), the S3 server from ``s3server`` (s3rver, pinned in
-``package.json`` here). tierfs itself must be installed (``pip install -e .``): its
-``tierfs.fuse`` and ``tierfs.fsspec_impl`` exist only through the installed mapping.
+A plain package of the source tree, never installed (setup.py leaves it out); tierfs
+itself must be installed (``pip install -e .``): ``tierfs.fuse`` and ``tierfs.fsspec_impl``
+exist only through the installed mapping. Each command is one scenario measuring tierfs
+next to a ceiling or a peer in the same run; ``harness/`` is what they share.
 
 Invariant: the repository root is never left on ``sys.path``. ``python -m`` puts the
-current directory there so that this package can be found; the root holds a folder
-named ``fuse`` that would take over ``import fuse`` (fusepy, used by ``fsspec.fuse``),
-so it is removed again below, before anything else is imported. Submodules are still
-found through this package's ``__path__``, and child processes started by the
-benchmarks get the root through ``child_command`` / ``child_environment``.
+current directory there; the root holds a folder named ``fuse`` that would take over
+``import fuse`` (fusepy, used by ``fsspec.fuse``), so it is removed below, before anything
+else is imported. Submodules are still found through this package's ``__path__``, and
+child processes get the root through ``child_command`` / ``child_environment``.
 """
 
 from __future__ import annotations

@@ -3,15 +3,12 @@
 Run it from the repository root (or with the root on ``PYTHONPATH``), with tierfs
 installed in the interpreter (``.venv/bin/python -m benchmarks append --seconds 1``).
 
-Each benchmark is a module of this package that provides:
-
-- ``HELP``: a one-line summary for ``--help``;
-- ``add_arguments(parser)``: its own options;
-- ``run(args) -> int``: run it, print its report, return the exit code.
-
-A benchmark module must import cheaply (optional heavy dependencies, e.g. for FUSE or
-Spark, are imported inside ``run``), because building the parser imports every
-registered module. Add a benchmark by adding its module name to ``BENCHMARKS``.
+Each benchmark is one scenario: a module of this package, or the ``command`` module of a
+sub-package when the scenario has helper modules (a child process, a report), that
+provides ``HELP`` (a one-line summary), ``add_arguments(parser)`` and ``run(args) ->
+int``; the machinery they share is ``benchmarks.harness``. A benchmark module must import cheaply (heavy optional
+dependencies, e.g. for FUSE or Spark, are imported inside ``run``), because building the
+parser imports every registered module. Add one by adding its module to ``BENCHMARKS``.
 """
 
 from __future__ import annotations
@@ -21,21 +18,21 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand name -> module.
+# Subcommand name -> module. The names are cited by docs/PERFORMANCE.md: keep them.
 BENCHMARKS: dict[str, str] = {
     "append": "benchmarks.append",
     "read": "benchmarks.read",
-    "fsspec": "benchmarks.fsspec_api",
-    "fuse": "benchmarks.fuse_mount",
+    "fsspec": "benchmarks.fsspec.command",
+    "fuse": "benchmarks.fuse.command",
     "offload": "benchmarks.offload",
     "s3faults": "benchmarks.s3faults",
-    "spark": "benchmarks.spark",
+    "spark": "benchmarks.spark.command",
     "instructions": "benchmarks.instructions",
-    "cluster": "benchmarks.cluster",
-    "peers": "benchmarks.peers",
-    "followers": "benchmarks.followers",
-    "scale": "benchmarks.scale",
-    "mixed": "benchmarks.mixed",
+    "cluster": "benchmarks.cluster.command",
+    "peers": "benchmarks.peers.command",
+    "followers": "benchmarks.followers.command",
+    "scale": "benchmarks.scale.command",
+    "mixed": "benchmarks.mixed.command",
     "tail": "benchmarks.tail_latency",
 }
 
@@ -43,18 +40,13 @@ BENCHMARKS: dict[str, str] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="tierfs benchmarks: tierfs next to the physical ceilings of the same "
-        "machine, measured in the same run.",
+        description="tierfs benchmarks: tierfs next to the physical ceilings of the same machine, measured in the same run.",
     )
     subcommands = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     for name, module_name in BENCHMARKS.items():
         module = importlib.import_module(module_name)
-        subparser = subcommands.add_parser(
-            name,
-            help=module.HELP,
-            description=module.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        subparser = subcommands.add_parser(name, help=module.HELP, description=module.__doc__,
+                                           formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(subparser)
         subparser.set_defaults(run=module.run)
     return parser

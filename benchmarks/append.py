@@ -1,455 +1,229 @@
 """Append benchmark: tierfs 1 KiB appends next to the raw ceilings of the same disk.
 
-Everything runs in one process, in one run, in a fresh directory on one filesystem
-(under ``--dir``, default the current directory; RAM-backed filesystems are refused
-because fdatasync costs nothing there). Each measurement runs for ``--seconds`` after a
-short warm-up; only operations started inside that window count, and each one is timed
-with ``time.perf_counter``. Each ceiling runs right before the tierfs cases compared
-with it, so the two figures of a ratio are measured seconds apart.
+One process, a fresh directory under ``--dir``; each measurement runs ``--seconds``
+after a short warm-up, only operations started inside the window count, and each
+ceiling runs right before the tierfs cases compared with it. tierfs: ``store.append``
+on a fresh store with the default configuration per case (its background flush to
+tier-2 on the same disk included), PD and VD, 1 writer, 32 tasks on their own segments,
+32 sharing one; every task keeps one append in flight.
 
-tierfs (``await store.append(segment, 1 KiB)`` is what is timed), a fresh store with the
-default configuration per case, so the background flush to tier-2 (``<data_dir>/chunks``
-on the same disk) is part of what is measured:
+Ceilings, plain ``os`` calls on a file opened as the journal opens its files: (a) write
+1 KiB + fdatasync, the floor of one durable append; (b) write 32 KiB + fdatasync, what
+group commit of 32 writers can reach; (c) write 1 KiB without sync, all a VD append
+needs. Targets (issue 2): PD 32 writers >= 0.5 x (b)'s records/s; PD 1 writer p50 <= 3 x
+(a)'s p50; VD 1 writer >= 0.25 x (c)'s rate.
 
-- PD (returns after the group-commit fdatasync covering the record) and VD (returns
-  after write(2));
-- 1 writer; 32 concurrent trio tasks, each appending to its own segment; 32 tasks
-  sharing one segment. Every task keeps one append in flight (closed loop).
-
-Raw ceilings, plain ``os`` calls on one thread, on a file opened as the journal opens
-its files (``O_APPEND``, growing, not preallocated):
-
-- (a) write 1 KiB + fdatasync per record: the latency floor of one durable append;
-- (b) write 32 KiB + fdatasync: 32 records per sync, the throughput ceiling of group
-  commit with 32 writers (each has one record in flight, so one sync can carry at
-  most 32 of them);
-- (c) write 1 KiB, no sync: copying a record into the page cache, all a VD append has
-  to do (its file is synced after the window, untimed, so its dirty pages do not slow
-  the next measurement).
-
-Why these are the right comparisons: a PD append cannot return before its bytes are
-written and synced, so (a) bounds its latency and (b) bounds what group commit of 32
-writers can reach; a VD append cannot be cheaper than the write(2) that carries it, so
-(c) bounds it. Whatever tierfs spends beyond them is engine overhead (framing, CRC,
-bookkeeping, task scheduling, the worker-thread hop of fdatasync, the background flush
-to tier-2), which is what the ratios expose. Disks differ by orders of magnitude and
-the machine is shared and noisy, so absolute figures say little; ratios to ceilings
-measured seconds apart on the same disk are what the targets (issue 2) are set on:
-
-- PD, 32 writers on their own segments: appends/s >= 50 % of (b)'s record rate;
-- PD, 1 writer: p50 latency <= 3 x (a)'s p50;
-- VD, 1 writer: appends/s >= 25 % of (c)'s rate.
-
-The report also gives records per journal sync (group-commit batch size), the number of
-tier-2 flushes in each window, how the journal ran its fdatasyncs (native AIO, or its
-sync thread where AIO is missing or ``TIERFS_JOURNAL_AIO=0``), and the CPU bound: the
-shares of the window the measuring thread (for tierfs, the event loop, which runs every
-append) spent on a CPU and runnable but waiting for one (the scheduler's accounting in
-``/proc/thread-self/schedstat``; other tenants of a shared machine show up there) and
-its CPU time per record. Every append runs on the event loop, so the PD 32 and VD 1
-targets cannot exceed one append per the loop's CPU time per append: that bound is
-printed beside them, against the same ceiling. A missed target is reported, not an
-error: the exit code is 0 either way.
+Also reported: records per journal sync, flushes, the fdatasync path, and the CPU bound:
+the measuring thread's (tierfs: the event loop's, which runs every append) share of the
+window on a CPU and waiting for one (``schedstat``) and its CPU per record; a rate target
+cannot exceed one append per that CPU, and that bound is printed beside PD 32 and VD 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import shutil
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from time import perf_counter
-from typing import Any, TextIO
+from typing import Any
 
 import trio
 
-from benchmarks.append_timing import (
-    Measurement,
-    Window,
-    summarize,
-    thread_cpu_s,
-    with_cpu_shares,
-)
-from benchmarks.common import (
-    EXIT_USAGE,
-    Check,
+from benchmarks.harness import procfs
+from benchmarks.harness.figures import Check, percentile
+from benchmarks.harness.scenario import (
+    Report,
+    UsageError,
     add_scratch_arguments,
-    checks_json,
-    format_checks,
-    run_in_scratch,
+    run_scenario,
+    table,
 )
-from tierfs import StoreConfig, open_store
-from tierfs.store.facade import SegmentStore
 
 HELP = "1 KiB appends (PD/VD, 1 and 32 writers) vs raw write/fdatasync ceilings"
-
 RECORD_BYTES = 1024
 WRITERS = 32
-BATCH_RECORDS = 32  # records per fdatasync in ceiling (b): one per concurrent writer
 MAX_WARMUP_S = 0.5
-WARMUP_FRACTION = 0.2  # warm-up is this share of --seconds, at most MAX_WARMUP_S
+RAW = {"a": ("raw (a) write 1 KiB + fdatasync", 1, True), "b": ("raw (b) write 32 KiB + fdatasync", WRITERS, True),
+       "c": ("raw (c) write 1 KiB, no sync", 1, False)}  # key: (label, records per write, fdatasync)
+# tierfs cases right after the ceiling they are compared with: (durability, writers, shared segment)
+CASES = {"a": [("pd", 1, False)], "b": [("pd", WRITERS, False), ("pd", WRITERS, True)],
+         "c": [("vd", 1, False), ("vd", WRITERS, False), ("vd", WRITERS, True)]}
 
 
-# ----------------------------------------------------------------- raw ceilings
-@dataclasses.dataclass(frozen=True)
-class RawCase:
-    key: str
+@dataclasses.dataclass
+class Window:
+    """The measured window; keeps the latencies of operations started inside it."""
+
+    measure_from_s: float
+    stop_at_s: float
+    latencies_s: list[float] = dataclasses.field(default_factory=list)
+    last_end_s: float = 0.0
+    cpu_at_open: tuple[float, float] | None = None  # the thread's schedstat as the window opened
+
+    def open(self) -> None:
+        self.cpu_at_open = procfs.thread_times()
+
+    def record(self, start_s: float, end_s: float) -> None:
+        if start_s >= self.measure_from_s:
+            self.latencies_s.append(end_s - start_s)
+            self.last_end_s = max(self.last_end_s, end_s)
+
+
+@dataclasses.dataclass
+class Measurement:
     label: str
-    records_per_write: int
-    sync: bool  # fdatasync after every write
+    records: int
+    elapsed_s: float
+    p50_us: float
+    p99_us: float
+    syncs: int | None = None
+    sync_busy_s: float | None = None  # time an fdatasync (tierfs: a journal round) was in flight
+    on_cpu_s: float | None = None  # the measuring thread (tierfs: the event loop)
+    waiting_s: float | None = None  # runnable, waiting for a CPU
+    flushes: int | None = None
+    sync_backend: str | None = None
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.elapsed_s if self.elapsed_s > 0 else math.nan
+
+    @property
+    def cpu_us_per_record(self) -> float | None:
+        return self.on_cpu_s / self.records * 1e6 if self.on_cpu_s is not None and self.records else None
 
 
-RAW_CASES = (
-    RawCase("raw_write_fdatasync", "raw (a) write 1 KiB + fdatasync", 1, sync=True),
-    RawCase(
-        "raw_batched_fdatasync",
-        f"raw (b) write {BATCH_RECORDS} KiB + fdatasync",
-        BATCH_RECORDS,
-        sync=True,
-    ),
-    RawCase("raw_write", "raw (c) write 1 KiB, no sync", 1, sync=False),
-)
+def summarize(label: str, window: Window, records_per_operation: int = 1, **figures: Any) -> Measurement:
+    ordered = sorted(window.latencies_s)
+    end = procfs.thread_times()
+    start = window.cpu_at_open
+    measurement = Measurement(label, len(ordered) * records_per_operation, window.last_end_s - window.measure_from_s,
+                              percentile(ordered, 0.5) * 1e6, percentile(ordered, 0.99) * 1e6, **figures)
+    if end is not None and start is not None:
+        measurement.on_cpu_s, measurement.waiting_s = end[0] - start[0], end[1] - start[1]
+    return measurement
 
 
-def time_loop(operation: Callable[[], None], window: Window) -> tuple[Window, tuple[float, float]]:
-    """Run ``operation`` until the window closes; also returns the thread's CPU clock
-    (``thread_cpu_s``) as the window opened."""
-    start_s = perf_counter()
-    at_open: tuple[float, float] | None = None
-    while window.is_open(start_s):
-        if at_open is None and start_s >= window.measure_from_s:
-            at_open = thread_cpu_s()
-        operation()
-        end_s = perf_counter()
-        window.record(start_s, end_s)
-        start_s = end_s
-    return window, at_open or thread_cpu_s()
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-@contextmanager
-def journal_like_file(path: Path) -> Iterator[int]:
-    """A new file opened the way the journal opens its files."""
+def measure_raw(key: str, path: Path, warmup_s: float, duration_s: float) -> Measurement:
+    label, records, sync = RAW[key]
+    buffer = b"r" * (RECORD_BYTES * records)
+    sync_s = 0.0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
     try:
-        yield fd
+        start_s = perf_counter()
+        window = Window(start_s + warmup_s, start_s + warmup_s + duration_s)
+        while start_s < window.stop_at_s:
+            if window.cpu_at_open is None and start_s >= window.measure_from_s:
+                window.open()
+            view = memoryview(buffer)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync:
+                synced_s = perf_counter()
+                os.fdatasync(fd)
+                sync_s += perf_counter() - synced_s if synced_s >= window.measure_from_s else 0.0
+            end_s = perf_counter()
+            window.record(start_s, end_s)
+            start_s = end_s
+        figures = summarize(label, window, records, **({"syncs": len(window.latencies_s), "sync_busy_s": sync_s}
+                                                         if sync else {}))
+        os.fdatasync(fd)  # untimed: what (c) left dirty is written now, not during the next measurement
     finally:
         os.close(fd)
+    return figures
 
 
-def measure_raw(case: RawCase, path: Path, warmup_s: float, duration_s: float) -> Measurement:
-    """Records/s counts 1 KiB records; latencies are per write (+ fdatasync)."""
-    buffer = b"r" * (RECORD_BYTES * case.records_per_write)
-    syncs_s: list[tuple[float, float]] = []  # (start, duration) of each fdatasync
-    with journal_like_file(path) as fd:
+async def measure_store(durability: str, writers: int, shared: bool, data_dir: Path, warmup_s: float,
+                        duration_s: float) -> Measurement:
+    from tierfs import StoreConfig, open_store
 
-        def operation() -> None:
-            write_all(fd, buffer)
-            if case.sync:
-                start_s = perf_counter()
-                os.fdatasync(fd)
-                syncs_s.append((start_s, perf_counter() - start_s))
-
-        window, cpu_at_open = time_loop(operation, Window.after_warmup(warmup_s, duration_s))
-        cpu_at_close = thread_cpu_s()
-        # Untimed: write back what (c) left dirty now, not during the next measurement.
-        os.fdatasync(fd)
-    syncs = len(window.latencies_s) if case.sync else None
-    measurement = summarize(
-        case.label, window, records_per_operation=case.records_per_write, syncs=syncs
-    )
-    in_window = [took_s for start_s, took_s in syncs_s if start_s >= window.measure_from_s]
-    if in_window and window.elapsed_s > 0:
-        measurement = dataclasses.replace(
-            measurement,
-            sync_busy_share=sum(in_window) / window.elapsed_s,
-            sync_mean_us=sum(in_window) / len(in_window) * 1e6,
-        )
-    return with_cpu_shares(measurement, cpu_at_open, cpu_at_close, window.elapsed_s)
-
-
-# ----------------------------------------------------------------------- tierfs
-@dataclasses.dataclass(frozen=True)
-class StoreCase:
-    key: str
-    label: str
-    durability: str
-    writers: int
-    shared_segment: bool
-    ceiling: str  # key of the RawCase this case is compared with (and run right after)
-
-    def segment_names(self) -> list[str]:
-        if self.shared_segment:
-            return ["bench/shared"] * self.writers
-        return [f"bench/seg{index}" for index in range(self.writers)]
-
-
-def _store_case(durability: str, writers: int, shared: bool, ceiling: str) -> StoreCase:
-    if writers == 1:
-        suffix, detail = "1_writer", "1 writer"
-    else:
-        suffix = f"{writers}_writers" + ("_shared" if shared else "")
-        detail = f"{writers} writers, " + ("1 segment" if shared else "own segments")
-    return StoreCase(
-        key=f"tierfs_{durability}_{suffix}",
-        label=f"tierfs {durability.upper()} {detail}",
-        durability=durability,
-        writers=writers,
-        shared_segment=shared,
-        ceiling=ceiling,
-    )
-
-
-STORE_CASES = (
-    _store_case("pd", 1, False, ceiling="raw_write_fdatasync"),
-    _store_case("pd", WRITERS, False, ceiling="raw_batched_fdatasync"),
-    _store_case("pd", WRITERS, True, ceiling="raw_batched_fdatasync"),
-    _store_case("vd", 1, False, ceiling="raw_write"),
-    _store_case("vd", WRITERS, False, ceiling="raw_write"),
-    _store_case("vd", WRITERS, True, ceiling="raw_write"),
-)
-
-
-async def append_loop(store: SegmentStore, segment: str, payload: bytes, window: Window) -> None:
-    start_s = perf_counter()
-    while window.is_open(start_s):
-        await store.append(segment, payload)
-        end_s = perf_counter()
-        window.record(start_s, end_s)
-        start_s = end_s
-
-
-async def measure_store(
-    case: StoreCase, data_dir: Path, warmup_s: float, duration_s: float
-) -> Measurement:
-    """A fresh store; ``case.writers`` tasks append 1 KiB records in a closed loop."""
+    segments = ["bench/shared"] * writers if shared else [f"bench/seg{i}" for i in range(writers)]
+    label = f"tierfs {durability.upper()} " + (
+        "1 writer" if writers == 1 else f"{writers} writers, " + ("1 segment" if shared else "own segments"))
     payload = b"t" * RECORD_BYTES
-    segments = case.segment_names()
-    config = StoreConfig(data_dir=data_dir, durability=case.durability)
-    async with open_store(config) as store:
+    async with open_store(StoreConfig(data_dir=data_dir, durability=durability)) as store:
         for segment in dict.fromkeys(segments):
-            await store.create(segment, durability=case.durability, make_parents=True)
-        window = Window.after_warmup(warmup_s, duration_s)
+            await store.create(segment, durability=durability, make_parents=True)
+        start = perf_counter()
+        window = Window(start + warmup_s, start + warmup_s + duration_s)
+
+        async def loop(segment: str) -> None:
+            start_s = perf_counter()
+            while start_s < window.stop_at_s:
+                await store.append(segment, payload)
+                end_s = perf_counter()
+                window.record(start_s, end_s)
+                start_s = end_s
+
         async with trio.open_nursery() as nursery:
             for segment in segments:
-                nursery.start_soon(append_loop, store, segment, payload, window)
+                nursery.start_soon(loop, segment)
             await trio.sleep(max(0.0, window.measure_from_s - perf_counter()))
-            before = store.statistics()
-            journal_sync = store.journal.sync_backend
-            busy_before_s = store.journal.sync_busy_s
-            cpu_at_open = thread_cpu_s()
-        cpu_at_close = thread_cpu_s()
+            before, busy_before_s = store.statistics(), store.journal.sync_busy_s
+            window.open()
         after = store.statistics()
-        busy_s = store.journal.sync_busy_s - busy_before_s
-    measurement = summarize(case.label, window, syncs=after.journal_syncs - before.journal_syncs)
-    measurement = dataclasses.replace(
-        measurement,
-        tier2_flushes=after.flushes - before.flushes,
-        unflushed_bytes_at_end=after.unflushed_bytes,
-        journal_sync=journal_sync,
-    )
-    rounds = after.journal_syncs - before.journal_syncs
-    if rounds and window.elapsed_s > 0:
-        measurement = dataclasses.replace(
-            measurement,
-            sync_busy_share=busy_s / window.elapsed_s,
-            sync_mean_us=busy_s / rounds * 1e6,
-        )
-    return with_cpu_shares(measurement, cpu_at_open, cpu_at_close, window.elapsed_s)
-
-
-# ------------------------------------------------------------------------ run
-def run_order() -> list[RawCase | StoreCase]:
-    """Each ceiling right before the tierfs cases compared with it, so a ratio's two
-    figures are measured seconds apart even when the disk's speed drifts."""
-    order: list[RawCase | StoreCase] = []
-    for raw_case in RAW_CASES:
-        order.append(raw_case)
-        order.extend(case for case in STORE_CASES if case.ceiling == raw_case.key)
-    return order
-
-
-def measure(
-    case: RawCase | StoreCase, path: Path, warmup_s: float, duration_s: float
-) -> Measurement:
-    if isinstance(case, RawCase):
-        return measure_raw(case, path, warmup_s, duration_s)
-    return trio.run(measure_store, case, path, warmup_s, duration_s)
+        return summarize(label, window, syncs=after.journal_syncs - before.journal_syncs,
+                         sync_busy_s=store.journal.sync_busy_s - busy_before_s, flushes=after.flushes - before.flushes,
+                         sync_backend=store.journal.sync_backend)
 
 
 def run_all(directory: Path, duration_s: float) -> dict[str, Measurement]:
-    """Every measurement, in ``directory``; returned ceilings first, then tierfs."""
-    warmup_s = min(MAX_WARMUP_S, WARMUP_FRACTION * duration_s)
-    results: dict[str, Measurement] = {}
-    for case in run_order():
-        path = directory / case.key
-        results[case.key] = measure(case, path, warmup_s, duration_s)
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    return {case.key: results[case.key] for case in (*RAW_CASES, *STORE_CASES)}
+    if not duration_s > 0:
+        raise UsageError("--seconds must be > 0")
+    warmup_s = min(MAX_WARMUP_S, 0.2 * duration_s)
+    found: dict[str, Measurement] = {}
+    for key in RAW:
+        found[key] = measure_raw(key, directory / key, warmup_s, duration_s)
+        (directory / key).unlink()
+        for durability, writers, shared in CASES[key]:
+            case = f"{durability}{writers}{'s' if shared else ''}"
+            found[case] = trio.run(measure_store, durability, writers, shared, directory / case, warmup_s, duration_s)
+            shutil.rmtree(directory / case)
+    return found
 
 
-# --------------------------------------------------------------------- targets
-def evaluate_targets(results: dict[str, Measurement]) -> list[Check]:
-    pd_many = results[f"tierfs_pd_{WRITERS}_writers"]
-    pd_one = results["tierfs_pd_1_writer"]
-    vd_one = results["tierfs_vd_1_writer"]
-    return [
-        Check(
-            f"PD {WRITERS} writers appends/s / raw (b) records/s",
-            pd_many.records_per_s / results["raw_batched_fdatasync"].records_per_s,
-            0.50,
-            at_least=True,
-        ),
-        Check(
-            "PD 1 writer p50 / raw (a) p50",
-            pd_one.p50_latency_us / results["raw_write_fdatasync"].p50_latency_us,
-            3.0,
-            at_least=False,
-        ),
-        Check(
-            "VD 1 writer appends/s / raw (c) writes/s",
-            vd_one.records_per_s / results["raw_write"].records_per_s,
-            0.25,
-            at_least=True,
-        ),
-    ]
+def report(duration_s: float, m: dict[str, Measurement]) -> Report:
+    def optional(value: float | None, spec: str) -> str:
+        return "-" if value is None or math.isnan(value) else format(value, spec)
 
-
-@dataclasses.dataclass(frozen=True)
-class LoopBound:
-    """What a CPU-bound target could reach with its event loop on a CPU all the time:
-    one append per ``loop_us_per_append``, against the same ceiling as the target."""
-
-    case: str
-    loop_us_per_append: float
-    ceiling: str
-    ratio: float
-
-
-def loop_bounds(results: dict[str, Measurement]) -> list[LoopBound]:
-    """The bound of each rate target whose appends all run on the event loop."""
-    bounds: list[LoopBound] = []
-    for case_key, ceiling_key in (
-        (f"tierfs_pd_{WRITERS}_writers", "raw_batched_fdatasync"),
-        ("tierfs_vd_1_writer", "raw_write"),
-    ):
-        loop_us = results[case_key].cpu_us_per_record
-        ceiling = results[ceiling_key]
+    rows = [[x.label, f"{x.records_per_s:,.0f}", x.p50_us, x.p99_us,
+             optional(x.records / x.syncs if x.syncs else None, ",.1f"),
+             optional(x.sync_busy_s / x.syncs * 1e6 if x.syncs and x.sync_busy_s is not None else None, ",.0f"),
+             optional(x.sync_busy_s / x.elapsed_s if x.sync_busy_s is not None else None, ".0%"),
+             optional(x.flushes, ","), optional(x.on_cpu_s / x.elapsed_s if x.on_cpu_s is not None else None, ".0%"),
+             optional(x.waiting_s / x.elapsed_s if x.waiting_s is not None else None, ".0%"),
+             optional(x.cpu_us_per_record, ".1f")] for x in m.values()]
+    backends = sorted({x.sync_backend for x in m.values() if x.sync_backend})
+    legend = [f"{duration_s:g} s per measurement; latencies per operation (raw (b): per 32 KiB write + fdatasync); "
+              f"journal fdatasyncs through: {', '.join(backends) or '-'}",
+              "sync us / disk: mean fdatasync (tierfs: journal round) / share of the window one was in flight; "
+              "flushes: to tier-2 in the window;",
+              "on CPU / waits: shares of the window the measuring thread (tierfs: its event loop) ran / was runnable "
+              "and waited; CPU us: its CPU per record"]
+    bounds = []
+    for case, ceiling in ((f"pd{WRITERS}", "b"), ("vd1", "c")):
+        loop_us = m[case].cpu_us_per_record
         if loop_us:
-            bounds.append(LoopBound(
-                results[case_key].label, loop_us, ceiling.label, 1e6 / loop_us / ceiling.records_per_s
-            ))
-    return bounds
+            bounds.append(f"bound: {m[case].label} with its event loop on a CPU all the time ({loop_us:.1f} us per "
+                          f"append): {1e6 / loop_us / m[ceiling].records_per_s:.3f} x {m[ceiling].label}")
+    checks = [Check(f"PD {WRITERS} writers appends/s / raw (b) records/s",
+                    m[f"pd{WRITERS}"].records_per_s / m["b"].records_per_s, 0.50, True, "x"),
+              Check("PD 1 writer p50 / raw (a) p50", m["pd1"].p50_us / m["a"].p50_us, 3.0, False, "x"),
+              Check("VD 1 writer appends/s / raw (c) writes/s", m["vd1"].records_per_s / m["c"].records_per_s,
+                    0.25, True, "x")]
+    header = ["measurement", "records/s", "p50 us", "p99 us", "records/sync", "sync us", "disk", "flushes",
+              "on CPU", "waits", "CPU us"]
+    return Report(f"append benchmark: {RECORD_BYTES}-byte records", [legend, table(header, rows), bounds], checks,
+                  {"seconds_per_measurement": duration_s,
+                   "measurements": {k: {**dataclasses.asdict(x), "records_per_s": x.records_per_s} for k, x in m.items()}})
 
 
-# ---------------------------------------------------------------------- report
-def _optional(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def format_table(results: dict[str, Measurement]) -> list[str]:
-    header = (
-        f"{'measurement':<38} {'records/s':>10} {'p50 us':>8} {'p99 us':>9} "
-        f"{'records/sync':>12} {'sync us':>7} {'disk':>5} {'flushes':>7} {'on CPU':>6} {'waits':>6}"
-        f" {'CPU us':>6}"
-    )
-    lines = [header, "-" * len(header)]
-    for m in results.values():
-        lines.append(
-            f"{m.label:<38} {m.records_per_s:>10,.0f} {m.p50_latency_us:>8,.1f} "
-            f"{m.p99_latency_us:>9,.1f} {_optional(m.records_per_sync, ',.1f'):>12} "
-            f"{_optional(m.sync_mean_us, ',.0f'):>7} {_optional(m.sync_busy_share, '.0%'):>5} "
-            f"{_optional(m.tier2_flushes, ','):>7} {_optional(m.on_cpu_share, '.0%'):>6} "
-            f"{_optional(m.cpu_wait_share, '.0%'):>6} {_optional(m.cpu_us_per_record, '.1f'):>6}"
-        )
-    return lines
-
-
-def print_report(
-    machine: dict[str, Any],
-    duration_s: float,
-    results: dict[str, Measurement],
-    targets: list[Check],
-    out: TextIO,
-) -> None:
-    fs = machine["filesystem"]
-    print(
-        f"append benchmark: {RECORD_BYTES}-byte records, {machine['cpus']} CPUs, "
-        f"{fs['fs_type']} on {fs['device']} ({machine['directory']})",
-        file=out,
-    )
-    backends = sorted({m.journal_sync for m in results.values() if m.journal_sync})
-    print(
-        f"{duration_s:g} s per measurement; latencies are per operation (raw (b): per "
-        f"{BATCH_RECORDS} KiB write + fdatasync);\nflushes: tier-2 flushes in the window; "
-        f"journal fdatasyncs through: {', '.join(backends) or '-'};\nsync us / disk: mean "
-        f"fdatasync (tierfs: journal round) time / share of the window one was in flight;\n"
-        f"on CPU / waits: shares "
-        f"of the window the measuring thread (tierfs: its event loop) ran on a CPU / was "
-        f"runnable but waited for one;\nCPU us: its CPU time per record",
-        file=out,
-    )
-    print(file=out)
-    for line in format_table(results):
-        print(line, file=out)
-    print(file=out)
-    for line in format_checks(targets, name_width=46):
-        print(line, file=out)
-    print(file=out)
-    for bound in loop_bounds(results):
-        print(
-            f"bound: {bound.case} with its event loop on a CPU all the time "
-            f"({bound.loop_us_per_append:.1f} us per append): {bound.ratio:.3f} x {bound.ceiling}",
-            file=out,
-        )
-
-
-def report_json(
-    machine: dict[str, Any],
-    duration_s: float,
-    results: dict[str, Measurement],
-    targets: list[Check],
-) -> dict[str, Any]:
-    return {
-        "benchmark": "append",
-        "record_bytes": RECORD_BYTES,
-        "seconds_per_measurement": duration_s,
-        "machine": machine,
-        "measurements": {key: dataclasses.asdict(m) for key, m in results.items()},
-        "targets": checks_json(targets),
-        "loop_bounds": [dataclasses.asdict(bound) for bound in loop_bounds(results)],
-    }
-
-
-# ------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--seconds", type=float, default=3.0, help="duration of each measurement (default 3)"
-    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     add_scratch_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.seconds > 0:
-        print("--seconds must be > 0", file=sys.stderr)
-        return EXIT_USAGE
-    seconds = args.seconds
-    return run_in_scratch(
-        "append", args.dir, args.json,
-        lambda directory: run_all(directory, seconds),
-        evaluate_targets,
-        lambda machine, results, targets, out: print_report(machine, seconds, results, targets, out),
-        lambda machine, results, targets: report_json(machine, seconds, results, targets),
-    )
+    return run_scenario("append", args, lambda directory: report(args.seconds, run_all(directory, args.seconds)))

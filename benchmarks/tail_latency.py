@@ -1,31 +1,20 @@
-"""Tail latency (issue 20, item 4): ``python -m benchmarks tail``.
+"""Tail latency (issue 20, item 4): how long a line takes from its append to a follower's
+screen. ``--lines`` (1,000) lines are appended at ``--rate`` (100 a second), one per PD
+append through the daemon's API, to one segment of a tierfs mount; a thread reads each
+follower's stdout and times every line as it arrives. Followers, one after the other:
 
-How long a line takes from its append to a follower's screen. ``--lines`` lines
-(1,000) are appended at a steady ``--rate`` (100 a second), one line per append, PD,
-through the daemon's API, to one segment of a tierfs mount (the daemon serves the
-mount and the API). Each line carries its phase and sequence number; a thread reads
-the follower's stdout and times every line as it arrives. Followers, each measured on
-its own, one after the other, in the same run:
+- (t) ``tierfs tail -f -n 0`` (what the README shows): the daemon's streamed follow;
+- (g) GNU ``tail -f -s S -n 0`` (``--gnu-sleep``, 0.01 s) of the segment on the mount:
+  GNU tail polls a FUSE file every ``-s``;
+- (c) the ceiling: GNU ``tail -f -s S -n 0`` of a plain file fed one ``write(2)`` per
+  line (inotify wakes it; no daemon, no durability).
 
-- (t) ``tierfs tail -f -n 0`` (a subprocess, what the README shows): the daemon's
-  streamed follow, woken by the growth notification;
-- (g) GNU ``tail -f -s S -n 0`` (``--gnu-sleep``, 0.01 s) of the same segment through
-  the tierfs mount: GNU tail treats every FUSE file as remote and polls each ``-s``;
-- (c) the ceiling: GNU ``tail -f -s S -n 0`` of a plain file in the scratch directory,
-  fed with one write(2) per line (inotify wakes tail; no daemon, no durability);
-- (s) where (t)'s time goes: ``TierClient.follow`` in this process, the same stream
-  without tail's process and pipe.
-
-Per follower: latency from the append's acknowledgement (the write(2)'s return for
-(c)) to the line read from the follower, and from just before the append was sent,
-p50/p99/max (a line may arrive before its acknowledgement does: both leave the daemon
-at once, so the p50 from the acknowledgement is near zero or below); the follower's
-CPU time (its start included); and the append itself, send to acknowledgement (a PD
-append returns after fdatasync, and no follower may see a line before that, so it
-bounds the latency from the send). Printed: the ratios (t)/(g) and (t)/(c) of p50 and
-p99 from the send, and of p99 from the acknowledgement; the target: (t) p99 from the
-acknowledgement <= 20 ms. Before each phase, warm-up lines are appended every 50 ms
-until the follower prints one.
+Per follower: the latency from the append's acknowledgement to the line (a line may
+arrive before its acknowledgement: both leave the daemon at once) and from just before
+the append was sent, p50/p99/max; the follower's CPU; the append's own round trip (a
+PD append returns after fdatasync and no follower may see a line before that, so it
+bounds the latency from the send). Target: (t) p99 from the acknowledgement <= 20 ms.
+Before each phase warm-up lines are appended every 50 ms until the follower prints one.
 """
 
 from __future__ import annotations
@@ -40,17 +29,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
 
-from benchmarks.common import (
-    Check,
-    Latency,
+from benchmarks.harness import procfs
+from benchmarks.harness.figures import Check, Latency
+from benchmarks.harness.scenario import (
+    Report,
+    UsageError,
     add_scratch_arguments,
-    checks_json,
-    format_checks,
-    run_in_scratch,
+    run_scenario,
+    table,
 )
-from tierfs.contracts.info import SegmentInfo
 from tierfs.testing.harness import HarnessError, Mount, process_environment
 
 HELP = "append-to-screen latency of tierfs tail -f next to GNU tail -f on the mount and on a local file"
@@ -59,7 +47,6 @@ SEGMENT = "bench/tail.log"
 WARMUP_INTERVAL_S = 0.05  # a warm-up line this often until the follower prints one
 START_TIMEOUT_S = 30.0  # a follower prints its first line within ~1 s; 30 s rides out a loaded host
 DRAIN_TIMEOUT_S = 10.0  # after the last append, every line arrives within this (or is missing)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,11 +95,6 @@ class LineTimes:
                      len(self.sent) - len(got), cpu_s)
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
-
-
 def _read_pipe(fd: int, times: LineTimes) -> None:
     while data := os.read(fd, 65536):
         times.take(data, time.monotonic())
@@ -127,7 +109,7 @@ def _follower_process(command: list[str], times: LineTimes) -> Iterator[Callable
     reader = threading.Thread(target=_read_pipe, args=(proc.stdout.fileno(), times), daemon=True)
     reader.start()
     try:
-        yield lambda: _cpu_s(proc.pid)
+        yield lambda: procfs.cpu_s(proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -156,29 +138,6 @@ def _run_lines(times: LineTimes, append: Callable[[bytes], None], lines: int, ra
         time.sleep(0.01)
 
 
-def _measure_client_follow(mount: Mount, append: Callable[[bytes], None], lines: int, rate: float) -> Phase:
-    """(s): the daemon's streamed follow read in this process, from the current end."""
-    times = LineTimes("s", lines)
-    follower = mount.client()
-    info = follower.stat(SEGMENT)
-    assert isinstance(info, SegmentInfo)
-
-    def follow() -> None:
-        with contextlib.suppress(Exception):  # the stream ends with the mount's daemon
-            for piece in follower.follow(SEGMENT, info.length):
-                times.take(piece, time.monotonic())
-                if len(times.seen) == lines:
-                    return
-
-    thread = threading.Thread(target=follow, daemon=True)
-    thread.start()
-    try:
-        _run_lines(times, append, lines, rate)
-    finally:
-        follower.close()
-    return times.phase("(s) TierClient.follow, this process", 0.0)
-
-
 def measure(directory: Path, lines: int, rate: float, gnu_sleep_s: float) -> Results:
     phases: dict[str, Phase] = {}
     data_dir, mountpoint = directory / "data", directory / "mnt"
@@ -200,7 +159,6 @@ def measure(directory: Path, lines: int, rate: float, gnu_sleep_s: float) -> Res
             with _follower_process(command, times) as cpu_s:
                 _run_lines(times, append, lines, rate)
                 phases[key] = times.phase(label, cpu_s())
-        phases["s"] = _measure_client_follow(mount, append, lines, rate)
         client.close()
     finally:
         mount.unmount()
@@ -219,47 +177,26 @@ def measure(directory: Path, lines: int, rate: float, gnu_sleep_s: float) -> Res
     return Results(lines, rate, gnu_sleep_s, phases)
 
 
-def evaluate(r: Results) -> list[Check]:
-    return [Check("(t) tierfs tail -f p99, ack -> screen", r.phases["t"].from_ack.p99_us / 1000,
-                  TARGET_P99_MS, at_least=False, unit="ms"),
-            Check("(t) lines missing", r.phases["t"].missing, 0, at_least=False)]
+def report(r: Results) -> Report:
+    def ratio(value: float, reference: float) -> str:
+        """``n/a`` when the reference is no positive time (every line missing, or lines
+        that arrived before their acknowledgement)."""
+        return f"{value / reference:.2f}x" if reference > 0 else "n/a"
 
-
-def _ratio(value: float, reference: float) -> str:
-    """``value / reference`` as ``1.23x``; ``n/a`` when the reference is not a positive time
-    (a phase with every line missing, or lines that arrived before their acknowledgement)."""
-    return f"{value / reference:.2f}x" if reference > 0 else "n/a"
-
-
-def print_report(machine: dict[str, Any], r: Results, checks: list[Check], out: TextIO) -> None:
-    print(f"tail latency: {r.lines} lines at {r.rate:g}/s per follower, PD appends through the API; "
-          f"{machine['cpus']} CPUs, {machine['filesystem']['fs_type']} on {machine['filesystem']['device']}", file=out)
-    print(file=out)
-    header = (f"{'follower':<40} {'ack->screen p50':>15} {'p99':>8} {'max':>8}   "
-              f"{'sent->screen p50':>16} {'p99':>8}  {'missing':>7}  {'CPU s':>6}   {'append p50':>11} {'p99':>6}")
-    print(header, file=out)
-    print("-" * len(header), file=out)
-    for phase in r.phases.values():
-        a, s = phase.from_ack, phase.from_send
-        print(f"{phase.label:<40} {a.p50_us / 1000:>12.2f} ms {a.p99_us / 1000:>8.2f} {a.max_us / 1000:>8.2f}   "
-              f"{s.p50_us / 1000:>13.2f} ms {s.p99_us / 1000:>8.2f}  {phase.missing:>7}  {phase.cpu_s:>6.2f}   "
-              f"{phase.append.p50_us / 1000:>8.2f} ms {phase.append.p99_us / 1000:>6.2f}", file=out)
-    print(file=out)
+    rows = [[p.label, p.from_ack.p50_us / 1e3, p.from_ack.p99_us / 1e3, p.from_ack.max_us / 1e3, p.from_send.p50_us / 1e3,
+             p.from_send.p99_us / 1e3, p.missing, f"{p.cpu_s:.2f}", p.append.p50_us / 1e3, p.append.p99_us / 1e3]
+            for p in r.phases.values()]
     t = r.phases["t"]
-    for key, name in (("g", "GNU tail on the mount"), ("c", "GNU tail on a local file (ceiling)")):
-        other = r.phases[key]
-        print(f"(t)/({key}) {name}: sent->screen p50 {_ratio(t.from_send.p50_us, other.from_send.p50_us)}, "
-              f"p99 {_ratio(t.from_send.p99_us, other.from_send.p99_us)}; "
-              f"ack->screen p99 {_ratio(t.from_ack.p99_us, other.from_ack.p99_us)}", file=out)
-    print(file=out)
-    for line in format_checks(checks):
-        print(line, file=out)
-
-
-def report_json(machine: dict[str, Any], r: Results, checks: list[Check]) -> dict[str, Any]:
-    return {"machine": machine, "lines": r.lines, "rate": r.rate, "gnu_sleep_s": r.gnu_sleep_s,
-            "phases": {key: dataclasses.asdict(phase) for key, phase in r.phases.items()},
-            "checks": checks_json(checks)}
+    ratios = [f"(t)/({key}) {name}: sent->screen p50 {ratio(t.from_send.p50_us, o.from_send.p50_us)}, p99 "
+              f"{ratio(t.from_send.p99_us, o.from_send.p99_us)}; ack->screen p99 {ratio(t.from_ack.p99_us, o.from_ack.p99_us)}"
+              for key, name in (("g", "GNU tail on the mount"), ("c", "GNU tail on a local file (ceiling)"))
+              for o in [r.phases[key]]]
+    checks = [Check("(t) tierfs tail -f p99, ack -> screen", t.from_ack.p99_us / 1000, TARGET_P99_MS, False, "ms"),
+              Check("(t) lines missing", t.missing, 0, False)]
+    header = ["follower (ms)", "ack->screen p50", "p99", "max", "sent->screen p50", "p99", "missing", "CPU s",
+              "append p50", "p99"]
+    return Report(f"tail latency: {r.lines} lines at {r.rate:g}/s per follower, PD appends through the API",
+                  [table(header, rows, 2), ratios], checks, {"results": r})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -270,11 +207,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.lines < 1 or args.rate <= 0 or args.gnu_sleep <= 0:
-        print("--lines, --rate and --gnu-sleep must be > 0", file=sys.stderr)
-        return 2
-    return run_in_scratch(
-        "tail", args.dir, args.json,
-        lambda directory: measure(directory, args.lines, args.rate, args.gnu_sleep),
-        evaluate, print_report, report_json, errors=(HarnessError, OSError),
-    )
+    def measured(directory: Path) -> Report:
+        if args.lines < 1 or args.rate <= 0 or args.gnu_sleep <= 0:
+            raise UsageError("--lines, --rate and --gnu-sleep must be > 0")
+        return report(measure(directory, args.lines, args.rate, args.gnu_sleep))
+
+    return run_scenario("tail", args, measured, errors=(HarnessError, OSError))

@@ -1,0 +1,181 @@
+"""Scale: what opening the store, ``stat``, ``ls`` and recovery cost as the store grows,
+next to the floor of the same work (issue 19, item 6). Each measurement runs in a fresh
+process (``probe.py``), so its open time and peak RSS are its own.
+
+1. ``--segments`` (1k..1M) filled through the metadata (``harness.stores``), opened and
+   closed once (the first backup and the seal a grown store has), then a restart: open
+   time, RSS, ``stat`` of 2,000 names from the metadata and again from memory, ``ls`` of
+   ``small/`` and ``big/``, backups taken; floor: the same lookups as bare SQLite queries.
+2. ``--chunks`` (100..100k) per segment: open, the first read (loads the chunk list),
+   300 random 4 KiB reads, ``stat``; floor: ``pread`` of the same chunk files.
+3. ``ls -l`` of ``--ls-entries`` (100k) on a fresh mount and again; ceiling: as many
+   empty files on the scratch disk.
+4. Recovery of ``--recover-mib`` (512) unflushed VD appends of 1 and 64 KiB after a
+   crash: open time and peak RSS against ``tail_memory_bytes`` + 150 MiB.
+
+Targets (issue 19): open <= 0.3 s and stat p99 <= 150 µs at the largest store; ``ls -l``
+on the mount <= 3 s; recovery peak RSS within its bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness.child import run_once
+from benchmarks.harness.figures import Check, Latency, MiB
+from benchmarks.harness.scenario import Report, add_scratch_arguments, run_scenario
+from benchmarks.harness.stores import fill_segments
+
+HELP = "store open, stat and ls from 1k to 1M segments, reads from 100 to 100k chunks, recovery memory"
+CHUNK_BYTES = 4096
+RSS_SLACK_MIB = 150
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_scratch_arguments(parser)
+    parser.add_argument("--segments", default="1000,10000,100000,1000000", help="store sizes, comma-separated")
+    parser.add_argument("--big-dir", type=int, default=100_000, help="segments in the one big directory")
+    parser.add_argument("--chunks", default="100,1000,10000,100000", help="chunks per segment, comma-separated")
+    parser.add_argument("--ls-entries", type=int, default=100_000, help="entries of the directory ls -l lists")
+    parser.add_argument("--recover-mib", type=int, default=512, help="unflushed journal to recover")
+
+
+def probe(*args: str) -> dict[str, Any]:
+    return run_once("benchmarks.scale.probe", *args)
+
+
+def fill_chunks(data_dir: Path, count: int) -> list[Path]:
+    """A store with one segment ``chunked/seg`` of ``count`` 4 KiB chunk files."""
+    from tierfs.blocks.checksums import block_crcs_of
+    from tierfs.engine import records
+    from tierfs.engine.metadata.store import MetadataStore
+    from tierfs.engine.object_keys import chunk_name
+    from tierfs.engine.record_types import Chunk, DirectoryMeta, SegmentMeta
+
+    data_dir.mkdir(parents=True)
+    meta, now, rng = MetadataStore.sqlite(data_dir / "metadata.sqlite"), time.time_ns(), random.Random(count)
+    chunk_records, paths = [], []
+    for seq in range(1, count + 1):
+        name, data = chunk_name(1, 0, seq), rng.randbytes(CHUNK_BYTES)
+        path = data_dir / "chunks" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        paths.append(path)
+        crcs = block_crcs_of(data)
+        chunk_records.append(Chunk(name=name, segment_id=1, start_offset=(seq - 1) * CHUNK_BYTES, length=CHUNK_BYTES,
+                                   crc32c=crcs.whole, block_crc32c=tuple(crcs.blocks), created_ns=now))
+    record = SegmentMeta(segment_id=1, durability="pd", flushed_length=count * CHUNK_BYTES, chunk_count=count,
+                         created_ns=now, modified_ns=now, next_chunk_seq=count + 1)
+    with meta.database.transaction():
+        meta.database.execute("INSERT INTO directories (name, value) VALUES (?, ?)",
+                              ("chunked", records.dump(DirectoryMeta(created_ns=now))))
+        meta.database.execute("INSERT INTO segments (id, name, rev, value) VALUES (1, 'chunked/seg', 1, ?)",
+                              (records.dump(record),))
+        meta.database.executemany("INSERT INTO chunks (segment_id, start_offset, value) VALUES (1, ?, ?)",
+                                  ((c.start_offset, records.dump(c)) for c in chunk_records))
+    meta.close()
+    return paths
+
+
+def pread_floor(paths: list[Path]) -> Latency:
+    samples = []
+    for path in random.Random(4).sample(paths, min(300, len(paths))):
+        started = time.perf_counter()
+        fd = os.open(path, os.O_RDONLY)
+        os.pread(fd, 4096, 0)
+        os.close(fd)
+        samples.append(time.perf_counter() - started)
+    return Latency.of(samples)
+
+
+def ls_l_s(directory: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(["ls", "-l", str(directory)], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def measure(directory: Path, args: argparse.Namespace) -> Report:
+    from tierfs.testing.harness import Mount
+
+    segments, chunk_rows, recovered = [], [], []
+    for total in (int(s) for s in args.segments.split(",")):
+        data_dir, names_file = directory / f"segments-{total}", directory / f"names-{total}.txt"
+        names_file.write_text("\n".join(fill_segments(data_dir, total, args.big_dir)))
+        first = probe("first-open", str(data_dir))
+        segments.append({"segments": total, **first, **probe("namespace", str(data_dir), str(names_file))})
+        shutil.rmtree(data_dir)
+    for count in (int(s) for s in args.chunks.split(",")):
+        paths = fill_chunks(directory / f"chunks-{count}", count)
+        chunk_rows.append({"chunks": count, **probe("chunks", str(directory / f"chunks-{count}"), "chunked/seg"),
+                           "pread_floor": pread_floor(paths).__dict__})
+        shutil.rmtree(directory / f"chunks-{count}")
+    fill_segments(directory / "ls-store", args.ls_entries + 10, args.ls_entries)
+    (directory / "ls-plain").mkdir()
+    for i in range(args.ls_entries):
+        (directory / "ls-plain" / f"s{i:07d}").touch()
+    listing = {"entries": args.ls_entries, "ceiling_s": [ls_l_s(directory / "ls-plain") for _ in range(2)]}
+    mount = Mount(directory / "ls-store", directory / "ls-mnt", verbose=False)
+    try:
+        listing["fresh_s"], listing["again_s"] = ls_l_s(mount.path("big")), ls_l_s(mount.path("big"))
+    finally:
+        mount.unmount()
+    for append_bytes in (1024, 64 * 1024):
+        data_dir = directory / f"recover-{append_bytes}"
+        probe("fill-journal", str(data_dir), str(args.recover_mib), str(append_bytes))
+        os.sync()
+        started, journal_bytes = time.perf_counter(), 0
+        for path in sorted((data_dir / "journal").iterdir()):
+            with open(path, "rb") as f:
+                while piece := f.read(8 * MiB):
+                    journal_bytes += len(piece)
+        read_s = time.perf_counter() - started
+        recovered.append({"append_bytes": append_bytes, "journal_bytes": journal_bytes, "read_s": read_s,
+                          **probe("recover", str(data_dir))})
+        shutil.rmtree(data_dir)
+    return report(segments, chunk_rows, listing, recovered, args)
+
+
+def report(segments: list[dict[str, Any]], chunk_rows: list[dict[str, Any]], listing: dict[str, Any],
+           recovered: list[dict[str, Any]], args: argparse.Namespace) -> Report:
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1e3:,.1f} ms"
+
+    def pair(latency: dict[str, float]) -> str:
+        return f"{latency['p50_us']:.0f}/{latency['p99_us']:.0f}"
+
+    lines = ["1. segments: open, stat (first time / again / SQLite floor, p50/p99 µs), ls"]
+    lines += [f"  {r['segments']:>9,}: open {ms(r['open_s'])}, RSS {r['rss_after_open_bytes'] / MiB:.0f} MiB (peak "
+              f"{r['peak_bytes'] / MiB:.0f}); stat {pair(r['stat_cold'])}, {pair(r['stat_warm'])}, floor "
+              f"{pair(r['stat_floor'])}; ls of 10 {r['ls_small']['p50_us']:.0f} µs, ls of {r['ls_big_entries']:,} "
+              f"{ms(r['ls_big_s'])}; first open and close {r['first_open_close_s']:.2f} s ({r['first_backups']} backup, "
+              f"{'sealed' if r['sealed'] else 'no seal'}), backups while probing {r['backups_while_probing']}"
+              for r in segments]
+    lines.append("2. chunks per segment: open, first read, random 4 KiB reads (p50/p99 µs) vs pread floor")
+    lines += [f"  {r['chunks']:>9,}: open {ms(r['open_s'])}, first read {ms(r['first_read_s'])}, read "
+              f"{pair(r['read'])} (floor {pair(r['pread_floor'])}), stat {pair(r['stat'])}" for r in chunk_rows]
+    lines.append(f"3. ls -l of {listing['entries']:,} entries: the mount fresh {listing['fresh_s']:.2f} s, again "
+                 f"{listing['again_s']:.2f} s; the scratch disk {listing['ceiling_s'][-1]:.2f} s (mount/disk "
+                 f"{listing['fresh_s'] / listing['ceiling_s'][-1]:.1f}x)")
+    lines.append(f"4. recovery of {args.recover_mib} MiB of unflushed VD appends")
+    lines += [f"  {r['append_bytes']:>6} B appends: open {r['open_s']:.2f} s (reading the journal: {r['read_s']:.2f} s), "
+              f"peak RSS {r['peak_bytes'] / MiB:.0f} MiB (bound {r['tail_memory_bytes'] / MiB + RSS_SLACK_MIB:.0f})"
+              for r in recovered]
+    largest = segments[-1]
+    checks = [Check(f"open at {largest['segments']:,} segments", largest["open_s"], 0.3, False, "s"),
+              Check(f"stat p99 at {largest['segments']:,} segments", largest["stat_cold"]["p99_us"], 150, False, "µs"),
+              Check(f"ls -l of {listing['entries']:,} on the mount, fresh", listing["fresh_s"], 3.0, False, "s"),
+              *(Check(f"recovery peak RSS, {r['append_bytes']} B appends", r["peak_bytes"] / MiB,
+                      r["tail_memory_bytes"] / MiB + RSS_SLACK_MIB, False, "MiB") for r in recovered)]
+    return Report("scale benchmark", [lines], checks, {"segments": segments, "chunks": chunk_rows, "ls": listing,
+                                                       "recovery": recovered})
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_scenario("scale", args, lambda directory: measure(directory, args))
