@@ -1,15 +1,13 @@
 """tierfs benchmarks: ``python -m benchmarks <name>`` from the repository root.
 
-A plain package of the source tree, never installed (setup.py leaves it out); tierfs
-itself must be installed (``pip install -e .``): ``tierfs.fuse`` and ``tierfs.fsspec_impl``
-exist only through the installed mapping. Each command is one scenario measuring tierfs
-next to a ceiling or a peer in the same run; ``harness/`` is what they share.
+A plain package of the source tree, never installed; tierfs itself must be installed
+(``pip install -e .``). Each command is one scenario measuring tierfs next to a ceiling
+or a peer in the same run; ``harness/`` is what they share.
 
-Invariant: the repository root is never left on ``sys.path``. ``python -m`` puts the
-current directory there; the root holds a folder named ``fuse`` that would take over
-``import fuse`` (fusepy, used by ``fsspec.fuse``), so it is removed below, before anything
-else is imported. Submodules are still found through this package's ``__path__``, and
-child processes get the root through ``child_command`` / ``child_environment``.
+Invariant: the repository root is never left on ``sys.path``: it holds a folder named
+``fuse`` that would take over ``import fuse`` (fusepy, used by ``fsspec.fuse``), so it is
+removed below, before anything else is imported. Child processes get the root through
+``child_command`` / ``child_environment``.
 """
 
 from __future__ import annotations
@@ -33,18 +31,13 @@ sys.path[:] = [entry for entry in sys.path if not _is_repository_root(entry)]
 
 
 def child_command(module: str, *args: str) -> list[str]:
-    """The command line that runs ``module`` of this package (``benchmarks.x``) in a new
-    interpreter, with the environment from ``child_environment``."""
-    if module != __name__ and not module.startswith(f"{__name__}."):
-        raise ValueError(f"{module!r} is not a module of the {__name__} package")
+    """The command line that runs ``module`` (``benchmarks.x``) in a new interpreter."""
     return [sys.executable, "-m", module, *args]
 
 
 def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's environment) with the repository root first on
-    PYTHONPATH, so ``python -m benchmarks.x`` works from any directory; the child's own
-    import of this package removes it from ``sys.path`` again."""
+    PYTHONPATH, so ``python -m benchmarks.x`` works from any directory."""
     result = dict(os.environ if env is None else env)
-    rest = result.get("PYTHONPATH", "")
-    result["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPOSITORY_ROOT), rest) if p)
+    result["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPOSITORY_ROOT), result.get("PYTHONPATH", "")) if p)
     return result

@@ -1,22 +1,19 @@
 """Append benchmark: tierfs 1 KiB appends next to the raw ceilings of the same disk.
 
-One process, a fresh directory under ``--dir``; each measurement runs ``--seconds``
-after a short warm-up, only operations started inside the window count, and each
-ceiling runs right before the tierfs cases compared with it. tierfs: ``store.append``
-on a fresh store with the default configuration per case (its background flush to
-tier-2 on the same disk included), PD and VD, 1 writer, 32 tasks on their own segments,
-32 sharing one; every task keeps one append in flight.
+Each measurement runs ``--seconds`` after a short warm-up (only operations started inside
+the window count), each ceiling right before the tierfs cases compared with it. Ceilings,
+``os`` calls on a file opened as the journal opens its files: (a) write 1 KiB +
+fdatasync, the floor of one durable append; (b) write 32 KiB + fdatasync, what group
+commit of 32 writers can reach; (c) write 1 KiB, no sync, all a VD append needs. tierfs:
+``store.append`` on a fresh store, default configuration (its background flush on the
+same disk included): PD 1 writer, PD 32 tasks on their own segments, VD 1 writer, each
+task one append in flight. Targets (issue 2): PD 32 >= 0.5 x (b)'s records/s; PD 1 p50
+<= 3 x (a)'s; VD 1 >= 0.25 x (c)'s rate.
 
-Ceilings, plain ``os`` calls on a file opened as the journal opens its files: (a) write
-1 KiB + fdatasync, the floor of one durable append; (b) write 32 KiB + fdatasync, what
-group commit of 32 writers can reach; (c) write 1 KiB without sync, all a VD append
-needs. Targets (issue 2): PD 32 writers >= 0.5 x (b)'s records/s; PD 1 writer p50 <= 3 x
-(a)'s p50; VD 1 writer >= 0.25 x (c)'s rate.
-
-Also reported: records per journal sync, flushes, the fdatasync path, and the CPU bound:
-the measuring thread's (tierfs: the event loop's, which runs every append) share of the
-window on a CPU and waiting for one (``schedstat``) and its CPU per record; a rate target
-cannot exceed one append per that CPU, and that bound is printed beside PD 32 and VD 1.
+Also: records per journal sync, flushes, the fdatasync path, and the CPU bound: the
+measuring thread's (tierfs: the event loop's, which runs every append) share of the
+window on a CPU and waiting for one (``schedstat``) and its CPU per record; a rate cannot
+exceed one append per that CPU, the bound printed beside PD 32 and VD 1.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ import argparse
 import dataclasses
 import math
 import os
-import shutil
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -34,23 +30,17 @@ import trio
 
 from benchmarks.harness import procfs
 from benchmarks.harness.figures import Check, percentile
-from benchmarks.harness.scenario import (
-    Report,
-    UsageError,
-    add_scratch_arguments,
-    run_scenario,
-    table,
-)
+from benchmarks.harness.scenario import Report, UsageError, table
+from tierfs import StoreConfig, open_store
 
 HELP = "1 KiB appends (PD/VD, 1 and 32 writers) vs raw write/fdatasync ceilings"
 RECORD_BYTES = 1024
 WRITERS = 32
 MAX_WARMUP_S = 0.5
-RAW = {"a": ("raw (a) write 1 KiB + fdatasync", 1, True), "b": ("raw (b) write 32 KiB + fdatasync", WRITERS, True),
-       "c": ("raw (c) write 1 KiB, no sync", 1, False)}  # key: (label, records per write, fdatasync)
-# tierfs cases right after the ceiling they are compared with: (durability, writers, shared segment)
-CASES = {"a": [("pd", 1, False)], "b": [("pd", WRITERS, False), ("pd", WRITERS, True)],
-         "c": [("vd", 1, False), ("vd", WRITERS, False), ("vd", WRITERS, True)]}
+# ceiling: (label, records per write, fdatasync), then the tierfs case compared with it: (durability, writers)
+CASES = {"a": ("raw (a) write 1 KiB + fdatasync", 1, True, "pd", 1),
+         "b": ("raw (b) write 32 KiB + fdatasync", WRITERS, True, "pd", WRITERS),
+         "c": ("raw (c) write 1 KiB, no sync", 1, False, "vd", 1)}
 
 
 @dataclasses.dataclass
@@ -63,13 +53,16 @@ class Window:
     last_end_s: float = 0.0
     cpu_at_open: tuple[float, float] | None = None  # the thread's schedstat as the window opened
 
-    def open(self) -> None:
-        self.cpu_at_open = procfs.thread_times()
-
     def record(self, start_s: float, end_s: float) -> None:
         if start_s >= self.measure_from_s:
             self.latencies_s.append(end_s - start_s)
             self.last_end_s = max(self.last_end_s, end_s)
+
+    def summary(self, label: str, records_per_operation: int = 1, **figures: Any) -> Measurement:
+        ordered, end = sorted(self.latencies_s), procfs.thread_times()
+        on_cpu = [e - s for e, s in zip(end, self.cpu_at_open, strict=True)] if end and self.cpu_at_open else [None] * 2
+        return Measurement(label, len(ordered) * records_per_operation, self.last_end_s - self.measure_from_s,
+                           percentile(ordered, 0.5) * 1e6, percentile(ordered, 0.99) * 1e6, *on_cpu, **figures)
 
 
 @dataclasses.dataclass
@@ -79,10 +72,10 @@ class Measurement:
     elapsed_s: float
     p50_us: float
     p99_us: float
-    syncs: int | None = None
-    sync_busy_s: float | None = None  # time an fdatasync (tierfs: a journal round) was in flight
     on_cpu_s: float | None = None  # the measuring thread (tierfs: the event loop)
     waiting_s: float | None = None  # runnable, waiting for a CPU
+    syncs: int | None = None
+    sync_busy_s: float | None = None  # time an fdatasync (tierfs: a journal round) was in flight
     flushes: int | None = None
     sync_backend: str | None = None
 
@@ -95,28 +88,16 @@ class Measurement:
         return self.on_cpu_s / self.records * 1e6 if self.on_cpu_s is not None and self.records else None
 
 
-def summarize(label: str, window: Window, records_per_operation: int = 1, **figures: Any) -> Measurement:
-    ordered = sorted(window.latencies_s)
-    end = procfs.thread_times()
-    start = window.cpu_at_open
-    measurement = Measurement(label, len(ordered) * records_per_operation, window.last_end_s - window.measure_from_s,
-                              percentile(ordered, 0.5) * 1e6, percentile(ordered, 0.99) * 1e6, **figures)
-    if end is not None and start is not None:
-        measurement.on_cpu_s, measurement.waiting_s = end[0] - start[0], end[1] - start[1]
-    return measurement
-
-
 def measure_raw(key: str, path: Path, warmup_s: float, duration_s: float) -> Measurement:
-    label, records, sync = RAW[key]
-    buffer = b"r" * (RECORD_BYTES * records)
-    sync_s = 0.0
+    label, records, sync, _, _ = CASES[key]
+    buffer, sync_s = b"r" * (RECORD_BYTES * records), 0.0
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
     try:
         start_s = perf_counter()
         window = Window(start_s + warmup_s, start_s + warmup_s + duration_s)
         while start_s < window.stop_at_s:
             if window.cpu_at_open is None and start_s >= window.measure_from_s:
-                window.open()
+                window.cpu_at_open = procfs.thread_times()
             view = memoryview(buffer)
             while view:
                 view = view[os.write(fd, view):]
@@ -127,24 +108,22 @@ def measure_raw(key: str, path: Path, warmup_s: float, duration_s: float) -> Mea
             end_s = perf_counter()
             window.record(start_s, end_s)
             start_s = end_s
-        figures = summarize(label, window, records, **({"syncs": len(window.latencies_s), "sync_busy_s": sync_s}
-                                                         if sync else {}))
+        found = window.summary(label, records, **({"syncs": len(window.latencies_s), "sync_busy_s": sync_s}
+                                                  if sync else {}))
         os.fdatasync(fd)  # untimed: what (c) left dirty is written now, not during the next measurement
     finally:
         os.close(fd)
-    return figures
+    path.unlink()
+    return found
 
 
-async def measure_store(durability: str, writers: int, shared: bool, data_dir: Path, warmup_s: float,
+async def measure_store(durability: str, writers: int, data_dir: Path, warmup_s: float,
                         duration_s: float) -> Measurement:
-    from tierfs import StoreConfig, open_store
-
-    segments = ["bench/shared"] * writers if shared else [f"bench/seg{i}" for i in range(writers)]
-    label = f"tierfs {durability.upper()} " + (
-        "1 writer" if writers == 1 else f"{writers} writers, " + ("1 segment" if shared else "own segments"))
+    segments = [f"bench/seg{i}" for i in range(writers)]
+    label = f"tierfs {durability.upper()} {writers} writer{'s' if writers > 1 else ''}"
     payload = b"t" * RECORD_BYTES
     async with open_store(StoreConfig(data_dir=data_dir, durability=durability)) as store:
-        for segment in dict.fromkeys(segments):
+        for segment in segments:
             await store.create(segment, durability=durability, make_parents=True)
         start = perf_counter()
         window = Window(start + warmup_s, start + warmup_s + duration_s)
@@ -162,52 +141,30 @@ async def measure_store(durability: str, writers: int, shared: bool, data_dir: P
                 nursery.start_soon(loop, segment)
             await trio.sleep(max(0.0, window.measure_from_s - perf_counter()))
             before, busy_before_s = store.statistics(), store.journal.sync_busy_s
-            window.open()
+            window.cpu_at_open = procfs.thread_times()
         after = store.statistics()
-        return summarize(label, window, syncs=after.journal_syncs - before.journal_syncs,
-                         sync_busy_s=store.journal.sync_busy_s - busy_before_s, flushes=after.flushes - before.flushes,
-                         sync_backend=store.journal.sync_backend)
-
-
-def run_all(directory: Path, duration_s: float) -> dict[str, Measurement]:
-    if not duration_s > 0:
-        raise UsageError("--seconds must be > 0")
-    warmup_s = min(MAX_WARMUP_S, 0.2 * duration_s)
-    found: dict[str, Measurement] = {}
-    for key in RAW:
-        found[key] = measure_raw(key, directory / key, warmup_s, duration_s)
-        (directory / key).unlink()
-        for durability, writers, shared in CASES[key]:
-            case = f"{durability}{writers}{'s' if shared else ''}"
-            found[case] = trio.run(measure_store, durability, writers, shared, directory / case, warmup_s, duration_s)
-            shutil.rmtree(directory / case)
-    return found
+        return window.summary(label, syncs=after.journal_syncs - before.journal_syncs,
+                              sync_busy_s=store.journal.sync_busy_s - busy_before_s,
+                              flushes=after.flushes - before.flushes, sync_backend=store.journal.sync_backend)
 
 
 def report(duration_s: float, m: dict[str, Measurement]) -> Report:
-    def optional(value: float | None, spec: str) -> str:
-        return "-" if value is None or math.isnan(value) else format(value, spec)
+    def share(value: float | None, of: float | None, spec: str) -> str:
+        return "-" if value is None or not of or math.isnan(value / of) else format(value / of, spec)
 
-    rows = [[x.label, f"{x.records_per_s:,.0f}", x.p50_us, x.p99_us,
-             optional(x.records / x.syncs if x.syncs else None, ",.1f"),
-             optional(x.sync_busy_s / x.syncs * 1e6 if x.syncs and x.sync_busy_s is not None else None, ",.0f"),
-             optional(x.sync_busy_s / x.elapsed_s if x.sync_busy_s is not None else None, ".0%"),
-             optional(x.flushes, ","), optional(x.on_cpu_s / x.elapsed_s if x.on_cpu_s is not None else None, ".0%"),
-             optional(x.waiting_s / x.elapsed_s if x.waiting_s is not None else None, ".0%"),
-             optional(x.cpu_us_per_record, ".1f")] for x in m.values()]
+    rows = [[x.label, f"{x.records_per_s:,.0f}", x.p50_us, x.p99_us, share(x.records, x.syncs, ",.1f"),
+             share(x.sync_busy_s and x.sync_busy_s * 1e6, x.syncs, ",.0f"), share(x.sync_busy_s, x.elapsed_s, ".0%"),
+             "-" if x.flushes is None else f"{x.flushes:,}", share(x.on_cpu_s, x.elapsed_s, ".0%"),
+             share(x.waiting_s, x.elapsed_s, ".0%"), share(x.cpu_us_per_record, 1, ".1f")] for x in m.values()]
     backends = sorted({x.sync_backend for x in m.values() if x.sync_backend})
     legend = [f"{duration_s:g} s per measurement; latencies per operation (raw (b): per 32 KiB write + fdatasync); "
-              f"journal fdatasyncs through: {', '.join(backends) or '-'}",
-              "sync us / disk: mean fdatasync (tierfs: journal round) / share of the window one was in flight; "
-              "flushes: to tier-2 in the window;",
-              "on CPU / waits: shares of the window the measuring thread (tierfs: its event loop) ran / was runnable "
-              "and waited; CPU us: its CPU per record"]
-    bounds = []
-    for case, ceiling in ((f"pd{WRITERS}", "b"), ("vd1", "c")):
-        loop_us = m[case].cpu_us_per_record
-        if loop_us:
-            bounds.append(f"bound: {m[case].label} with its event loop on a CPU all the time ({loop_us:.1f} us per "
-                          f"append): {1e6 / loop_us / m[ceiling].records_per_s:.3f} x {m[ceiling].label}")
+              f"journal fdatasyncs through: {', '.join(backends) or '-'}; sync us / disk: mean fdatasync (tierfs: "
+              "journal round) / share of the window one was in flight; flushes: to tier-2 in the window; on CPU / "
+              "waits: shares of the window the measuring thread (tierfs: its event loop) ran / was runnable and "
+              "waited; CPU us: its CPU per record"]
+    bounds = [f"bound: {m[case].label} with its event loop on a CPU all the time ({loop_us:.1f} us per append): "
+              f"{1e6 / loop_us / m[ceiling].records_per_s:.3f} x {m[ceiling].label}"
+              for case, ceiling in ((f"pd{WRITERS}", "b"), ("vd1", "c")) if (loop_us := m[case].cpu_us_per_record)]
     checks = [Check(f"PD {WRITERS} writers appends/s / raw (b) records/s",
                     m[f"pd{WRITERS}"].records_per_s / m["b"].records_per_s, 0.50, True, "x"),
               Check("PD 1 writer p50 / raw (a) p50", m["pd1"].p50_us / m["a"].p50_us, 3.0, False, "x"),
@@ -222,8 +179,14 @@ def report(duration_s: float, m: dict[str, Measurement]) -> Report:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
-    add_scratch_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    return run_scenario("append", args, lambda directory: report(args.seconds, run_all(directory, args.seconds)))
+def measure(directory: Path, args: argparse.Namespace) -> Report:
+    if not args.seconds > 0:
+        raise UsageError("--seconds must be > 0")
+    warmup_s, found = min(MAX_WARMUP_S, 0.2 * args.seconds), {}
+    for key, (_, _, _, durability, writers) in CASES.items():
+        found[key] = measure_raw(key, directory / key, warmup_s, args.seconds)
+        found[f"{durability}{writers}"] = trio.run(measure_store, durability, writers,
+                                                   directory / f"{durability}{writers}", warmup_s, args.seconds)
+    return report(args.seconds, found)

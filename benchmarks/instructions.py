@@ -1,36 +1,30 @@
-"""Instructions per operation on the engine's hot paths, counted by callgrind.
+"""Instructions per operation on the engine's hot paths, counted by callgrind: exact where
+wall-clock figures on a shared 2-core machine move by tens of percent, so two versions of
+tierfs can be compared by running it in each checkout. Operations: ``vd-append``, a 1
+KiB append to a VD segment, and ``warm-read``, a 4 KiB read at a random offset of a
+flushed 16 MiB segment whose blocks are all cached.
 
-Wall-clock figures on a shared 2-core machine move by tens of percent from run to run;
-instruction counts do not (the same binary, inputs and environment give the same count).
-So two versions of tierfs can be compared exactly: run it in each checkout, one after
-the other. Operations (``--ops``): ``vd-append``, a 1 KiB append to a VD segment, and
-``warm-read``, a 4 KiB read at a random offset of a flushed 16 MiB segment whose blocks
-are all cached.
-
-Each runs in a child process under ``valgrind --tool=callgrind`` twice, with ``--small``
-and ``--small + --count`` operations after the same set-up; the difference of the two
-totals over ``--count`` is one operation, set-up and interpreter start cancelled out.
-The ceiling beside it is the same loop with the engine call replaced by one trio
-checkpoint: what any trio-based Python operation costs at the least. Needs valgrind.
+Each runs in a child process (``python -m benchmarks.instructions OP N CEILING DIR``)
+under ``valgrind --tool=callgrind`` twice, with ``--small`` and ``--small + --count``
+operations after the same set-up; the difference of the two totals over ``--count`` is
+one operation. The ceiling beside it is the same loop with the engine call replaced by
+one trio checkpoint: what any trio-based Python operation costs at the least.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.harness.scenario import (
-    Report,
-    UsageError,
-    add_scratch_arguments,
-    run_scenario,
-    table,
-)
+import trio
+
+from benchmarks import child_command, child_environment
+from benchmarks.harness.scenario import Report, UsageError, positive, table
+from tierfs import StoreConfig, open_store
 
 HELP = "CPU instructions per VD append and per warm 4 KiB read (callgrind; exact, not timed)"
 OPERATIONS = ("vd-append", "warm-read")
@@ -38,18 +32,11 @@ SEGMENT_BYTES = 16 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ops", nargs="+", choices=OPERATIONS, default=list(OPERATIONS))
-    parser.add_argument("--small", type=int, default=1000, help="operations in the short run")
-    parser.add_argument("--count", type=int, default=5000, help="extra operations in the long run")
-    parser.add_argument("--child", nargs=3, metavar=("OP", "N", "CEILING"), help=argparse.SUPPRESS)
-    add_scratch_arguments(parser)
+    parser.add_argument("--small", type=positive, default=1000, help="operations in the short run")
+    parser.add_argument("--count", type=positive, default=5000, help="extra operations in the long run")
 
 
 async def child(op: str, n: int, ceiling: bool, scratch: Path) -> None:
-    import trio
-
-    from tierfs import StoreConfig, open_store
-
     async with open_store(StoreConfig(data_dir=scratch, durability="vd" if op == "vd-append" else "pd")) as store:
         await store.create("s")
         if op == "warm-read":
@@ -69,10 +56,10 @@ async def child(op: str, n: int, ceiling: bool, scratch: Path) -> None:
 
 def instructions(op: str, n: int, ceiling: bool, scratch: Path) -> int:
     data_dir = scratch / f"{op}-{n}-{int(ceiling)}"
-    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m", "benchmarks",
-               "instructions", "--dir", str(data_dir), "--child", op, str(n), "1" if ceiling else "0"]
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+               *child_command("benchmarks.instructions", op, str(n), str(int(ceiling)), str(data_dir))]
     data_dir.mkdir()
-    done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+    done = subprocess.run(command, capture_output=True, text=True, env=child_environment())
     shutil.rmtree(data_dir)
     if done.returncode != 0:
         raise RuntimeError(f"callgrind run failed: {done.stderr[-2000:]}")
@@ -86,7 +73,7 @@ def measure(scratch: Path, args: argparse.Namespace) -> Report:
     if shutil.which("valgrind") is None:
         raise UsageError("instructions: valgrind is not installed (apt-get install valgrind)")
     rows, found = [], {}
-    for op in args.ops:
+    for op in OPERATIONS:
         per_op = [(instructions(op, args.small + args.count, ceiling, scratch)
                    - instructions(op, args.small, ceiling, scratch)) / args.count for ceiling in (False, True)]
         found[op] = {"tierfs": per_op[0], "ceiling": per_op[1]}
@@ -95,11 +82,7 @@ def measure(scratch: Path, args: argparse.Namespace) -> Report:
                   [table(["operation", "tierfs", "ceiling", "tierfs - ceiling"], rows)], [], {"instructions": found})
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.child:
-        import trio
+if __name__ == "__main__":
+    import trio
 
-        op, n, ceiling = args.child
-        trio.run(child, op, int(n), ceiling == "1", args.dir)
-        return 0
-    return run_scenario("instructions", args, lambda scratch: measure(scratch, args))
+    trio.run(child, sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", Path(sys.argv[4]))

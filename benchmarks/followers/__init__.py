@@ -1,3 +1,1 @@
-"""The ``followers`` benchmark: ``command`` (the load, the checks, the report), ``child``
-(the follower processes) and ``fanout`` (the minimal fan-out server, the ceiling).
-"""
+"""The ``followers`` benchmark (``command``; its follower processes and the ceiling ``child``)."""

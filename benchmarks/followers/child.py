@@ -1,23 +1,27 @@
-"""A follower process of the ``followers`` benchmark: ``python -m benchmarks.followers.child``
-(JSON lines on stdin and stdout, ``harness.child``).
+"""The processes of the ``followers`` benchmark: followers (JSON lines, ``harness.child``)
+and the ceiling, a fan-out server.
 
-Request 1: ``{"source": "tierfs" | "reference", "address", "segments", "followers"
-(the segment index of each), "ready_timeout_s", "sample_every", "clients": "threads" |
-"trio", "via": "follow" | "api"}``. With ``threads`` a thread per follower: for tierfs
-``TierClient.follow(segment, 0)`` on one shared client (as an fsspec filesystem is shared
-in a process); for the reference a Unix socket to ``fanout.py`` announcing the segment.
-With ``trio`` one thread runs a trio task per follower, which speaks the streamed follow
-itself (h11 for the response head, the chunked body by hand) on the daemon's follow
-socket or its API socket: a thousand threads on 2 cores put a thousand wake-ups in the
-run queue every few appends, and every process (the daemon too) waits behind them.
-Answer: ``{"ready", "waited_s", "errors"}`` once every follower has line 0.
+A follower process: request 1 (``source``, ``address``, ``segments``, ``followers``: the
+segment of each, ``clients``, ``via``, ``sample_every``, ``ready_timeout_s``) starts the
+followers: with ``threads`` a thread each (tierfs: ``TierClient.follow`` on one shared
+client, as an fsspec filesystem is shared; the reference: a Unix socket to the fan-out
+server); with ``trio`` a trio task each in one thread, speaking the streamed follow
+itself (h11 for the head, the chunked body by hand) on the follow or the API socket: a
+thousand threads on 2 cores put a thousand wake-ups in the run queue every few appends.
+It answers once every follower has line 0. Request 2 (``last_seq``, ``deadline_s``)
+waits for the last line and answers the counts, the latency histogram (from each line's
+append to its arrival, one monotonic clock), the errors and the sampled followers'
+arrivals. Every follower checks every line: each sequence number once, in order.
 
-Request 2: ``{"last_seq", "deadline_s"}``: wait until every follower has that line,
-then answer the counts, the latency histogram (``BUCKET_NS`` buckets, from each line's
-append to its arrival, one monotonic clock for the machine), the errors, and the arrival
-of each line at every ``sample_every``-th follower (the parent measures from the append's
-acknowledgement). Every follower checks every line: each sequence number exactly once,
-in order.
+``python -m benchmarks.followers.child fanout SOCKET`` is the ceiling instead: a minimal
+fan-out server (trio, a Unix socket, backlog 4096 as the daemon's). A connection
+announces itself with ``A <segment>`` (an appender: what it sends is appended to that
+segment's log in memory, each line acknowledged with one byte) or ``F <segment>`` (a
+follower: sent that log from the start, then each growth). Each follower has one task
+that waits for growth and sends what it has not sent yet, so a busy server coalesces
+appends into one send, as the daemon's streams do. No HTTP, store, journal or checksums:
+what is left is Python waking a task per follower and a ``send`` per wake-up. It prints
+``{"ready": true}`` once it listens and runs until its stdin is closed.
 """
 
 from __future__ import annotations
@@ -33,9 +37,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import trio
+
+from tierfs.contracts.datadir import follow_socket_path
+from tierfs.remote.client import TierClient
+
 BUCKET_NS = 100_000  # 0.1 ms
 THREAD_STACK_BYTES = 256 << 10  # a follower thread needs little stack; a thousand of them
 RECV_BYTES = 1 << 16
+BACKLOG = 4096
 STREAM_IDLE_S = 300  # the longest the daemon may keep a stream without a byte; runs are shorter
 
 
@@ -86,10 +96,6 @@ def follow_reference(path: str, segment_index: int, follower: Follower) -> None:
 
 def follow_all_trio(request: dict[str, Any], followers: list[Follower]) -> None:
     """A trio task per follower, until the process ends (run it in a daemon thread)."""
-    import trio
-
-    from tierfs.contracts.datadir import follow_socket_path
-
     address = request["address"]
     api_socket = Path(address[len("unix://"):])
     path = str(api_socket if request["via"] == "api" else follow_socket_path(api_socket.parent))
@@ -161,8 +167,58 @@ def errors_of(followers: list[Follower]) -> dict[str, int]:
     return dict(Counter(f.error.split(" at ")[0] for f in followers if f.error))  # without the socket path
 
 
-def answer(message: dict[str, Any]) -> None:
-    print(json.dumps(message), flush=True)
+class Log:
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.grew = trio.Event()
+
+    def append(self, piece: bytes) -> None:
+        self.data += piece
+        self.grew.set()
+        self.grew = trio.Event()
+
+
+async def serve_connection(stream: trio.SocketStream, logs: dict[int, Log]) -> None:
+    announced = b""
+    while not announced.endswith(b"\n"):
+        piece = await stream.receive_some(1)
+        if not piece:
+            return
+        announced += piece
+    kind, index_text = announced.split()
+    log = logs.setdefault(int(index_text), Log())
+    if kind == b"A":
+        while piece := await stream.receive_some(RECV_BYTES):
+            log.append(piece)
+            await stream.send_all(b"+" * piece.count(b"\n"))  # one acknowledgement per line
+        return
+    sent = 0
+    try:
+        while True:
+            while sent == len(log.data):
+                await log.grew.wait()
+            end = len(log.data)
+            await stream.send_all(bytes(log.data[sent:end]))
+            sent = end
+    except trio.BrokenResourceError:
+        return
+
+
+async def fanout(path: str) -> None:
+    logs: dict[int, Log] = {}
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.bind(path)
+    sock.listen(BACKLOG)
+    print('{"ready": true}', flush=True)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        async with stream:
+            await serve_connection(stream, logs)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, handle, [trio.SocketListener(sock)])
+        await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)  # until the parent closes it
+        nursery.cancel_scope.cancel()
 
 
 def main() -> int:
@@ -172,8 +228,6 @@ def main() -> int:
     if request["clients"] == "trio":
         threads = [threading.Thread(target=follow_all_trio, args=(request, followers), daemon=True)]
     elif request["source"] == "tierfs":
-        from tierfs.remote.client import TierClient
-
         client = TierClient(request["address"])
         threads = [threading.Thread(target=f.guarded, args=(follow_tierfs, client, request["segments"][index], f),
                                     daemon=True) for index, f in zip(request["followers"], followers, strict=True)]
@@ -186,7 +240,8 @@ def main() -> int:
     for thread in threads:
         thread.start()
     waited_s = wait_until(followers, 0, request["ready_timeout_s"])
-    answer({"ready": sum(f.next_seq > 0 for f in followers), "waited_s": waited_s, "errors": errors_of(followers)})
+    ready = sum(f.next_seq > 0 for f in followers)
+    print(json.dumps({"ready": ready, "waited_s": waited_s, "errors": errors_of(followers)}), flush=True)
     line = sys.stdin.readline()
     if not line:
         return 0
@@ -195,14 +250,15 @@ def main() -> int:
     histogram: Counter[int] = Counter()
     for f in followers:
         histogram.update(f.histogram)
-    answer({"followers": len(followers), "lines": sum(f.lines for f in followers),
-            "complete": sum(f.lines == finish["last_seq"] + 1 and not f.disorder and f.error is None for f in followers),
-            "pieces": sum(f.pieces for f in followers), "disorder": sum(f.disorder for f in followers),
-            "errors": errors_of(followers), "histogram": {str(b): n for b, n in histogram.items()}, "drain_s": waited_s,
-            "samples": [[segment, seq, arrived_ns] for segment, f in zip(request["followers"], followers, strict=True)
-                        if f.arrivals is not None for seq, arrived_ns in f.arrivals]})
+    print(json.dumps({
+        "followers": len(followers), "lines": sum(f.lines for f in followers),
+        "complete": sum(f.lines == finish["last_seq"] + 1 and not f.disorder and f.error is None for f in followers),
+        "pieces": sum(f.pieces for f in followers), "disorder": sum(f.disorder for f in followers),
+        "errors": errors_of(followers), "histogram": {str(b): n for b, n in histogram.items()}, "drain_s": waited_s,
+        "samples": [[segment, seq, arrived_ns] for segment, f in zip(request["followers"], followers, strict=True)
+                    if f.arrivals is not None for seq, arrived_ns in f.arrivals]}), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(trio.run(fanout, sys.argv[2]) if sys.argv[1:2] == ["fanout"] else main())

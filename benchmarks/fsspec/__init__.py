@@ -1,4 +1,1 @@
-"""The ``fsspec`` benchmark: ``command`` (reads and appends through the daemon next to the
-engine), ``child`` (the process reading through ``tierfs://``) and ``writes`` (the write
-rounds).
-"""
+"""The ``fsspec`` benchmark (``command``; the reading process ``child``)."""

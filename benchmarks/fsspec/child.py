@@ -5,7 +5,8 @@ command per stdin line with one JSON line (``harness.child``).
 Commands: ``hash`` (the segment through fsspec, sha256), ``scan_open`` ((a), (d):
 ``fsspec.open`` then ``f.read(n)`` until EOF), ``scan_pread`` ((r)), ``small_reads``
 (4 KiB ``cat_file`` at given offsets) and ``socket_sink`` ((c): bytes from a Unix socket,
-each piece into a new ``bytearray``). Only the reading is timed; every scan reports this process's CPU.
+each piece into a new ``bytearray``). Only the reading is timed; every scan reports this
+process's CPU.
 
 (r), the ceiling of (a), does what (a) must do per block and nothing else: with the
 layout the daemon hands out (asked once, untimed), each chunk file opened once, every
@@ -20,24 +21,20 @@ import hashlib
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
 from benchmarks.harness.child import serve
 from benchmarks.harness.figures import Latency
+from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
 
 
-def _timed(fs: Any, pieces: Callable[[], Iterator[int]]) -> dict[str, Any]:
-    """Time ``pieces()`` (which yields the length of each piece it read): seconds, bytes,
-    CPU, and what ``fs`` fetched from the daemon and from the chunk files meanwhile."""
-    fetched = (fs.bytes_fetched_daemon, fs.bytes_fetched_direct) if fs is not None else (0, 0)
+def timed(pieces: Iterator[int]) -> dict[str, Any]:
+    """Seconds, bytes and CPU of reading ``pieces`` (each the length of a piece read)."""
     cpu_before, start_s = sum(os.times()[:2]), perf_counter()
-    nbytes = sum(pieces())
-    seconds, cpu_s = perf_counter() - start_s, sum(os.times()[:2]) - cpu_before
-    daemon, direct = (fs.bytes_fetched_daemon - fetched[0], fs.bytes_fetched_direct - fetched[1]) if fs else (0, nbytes)
-    return {"seconds": seconds, "nbytes": nbytes, "cpu_s": cpu_s, "fetched_daemon_bytes": daemon,
-            "fetched_direct_bytes": direct}
+    nbytes = sum(pieces)
+    return {"seconds": perf_counter() - start_s, "nbytes": nbytes, "cpu_s": sum(os.times()[:2]) - cpu_before}
 
 
 class Reader:
@@ -46,7 +43,6 @@ class Reader:
 
         self.path, self.url = segment, f"tierfs://{segment}"
         self.fs = fsspec.filesystem("tierfs")  # finds the daemon through TIERFS_DATA_DIR
-        self.fs_daemon = fsspec.filesystem("tierfs", direct_reads=False)
 
     def hash(self, read_bytes: int) -> dict[str, Any]:
         import fsspec
@@ -61,21 +57,11 @@ class Reader:
     def scan_open(self, read_bytes: int, direct: bool = True) -> dict[str, Any]:
         import fsspec
 
-        # untimed: the open stats the segment; fsspec.open reuses the cached instance, whose counters count
-        f = fsspec.open(self.url, "rb", **({} if direct else {"direct_reads": False})).open()
-
-        def pieces() -> Iterator[int]:
-            while data := f.read(read_bytes):
-                yield len(data)
-
-        try:
-            return _timed(self.fs if direct else self.fs_daemon, pieces)
-        finally:
-            f.close()
+        # untimed: the open stats the segment
+        with fsspec.open(self.url, "rb", **({} if direct else {"direct_reads": False})) as f:
+            return timed(len(data) for data in iter(lambda: f.read(read_bytes), b""))
 
     def scan_pread(self) -> dict[str, Any]:
-        from tierfs.blocks.checksums import BLOCK_BYTES, crc32c
-
         chunks = []
         for chunk in self.fs.chunk_layout(self.path):  # untimed, as (a)'s open
             if not chunk["url"].startswith("file://"):
@@ -95,7 +81,7 @@ class Reader:
                 finally:
                     os.close(fd)
 
-        return _timed(None, pieces)
+        return timed(pieces())
 
     def small_reads(self, offsets: list[int], length: int) -> dict[str, Any]:
         latencies_s = []
@@ -122,7 +108,7 @@ class Reader:
 
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(path)
-            return _timed(None, pieces)
+            return timed(pieces())
 
 
 def main(segment: str) -> int:

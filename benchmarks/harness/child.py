@@ -1,13 +1,10 @@
 """Benchmark child processes: ``python -m benchmarks.<module> ...`` in a fresh interpreter
 (its memory, caches and GIL its own), answering JSON lines.
 
-Invariants:
-- A child runs this interpreter and finds this package wherever the benchmark was
-  started from (``child_command`` / ``child_environment``).
-- Its stdout carries answers only, one JSON object per line; its stderr goes to a log
-  file, quoted when it fails.
-- ``JsonLineChild.close`` ends it (EOF on stdin, then SIGKILL): it never outlives the
-  benchmark.
+Invariants: a child runs this interpreter and finds this package wherever the benchmark
+was started from (``child_command`` / ``child_environment``); its stdout carries answers
+only, one JSON object per line, its stderr goes to a log file quoted when it fails;
+``JsonLineChild.close`` ends it (EOF on stdin, then SIGKILL): it never outlives the run.
 """
 
 from __future__ import annotations
@@ -17,16 +14,12 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from benchmarks import child_command, child_environment
 
 CLOSE_TIMEOUT_S = 30.0
 LOG_TAIL_CHARS = 4000
-
-
-class ChildFailed(RuntimeError):
-    """A child process ended without answering (the message quotes its stderr)."""
 
 
 class JsonLineChild:
@@ -46,16 +39,21 @@ class JsonLineChild:
     def answer(self) -> dict[str, Any]:
         """The child's next line of JSON."""
         assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
+        if not (line := self.process.stdout.readline()):
             log = self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
-            raise ChildFailed(f"the child process {self.process.args!r} failed:\n{log}")
+            raise RuntimeError(f"the child process {self.process.args!r} failed:\n{log}")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
     def request(self, message: Mapping[str, Any]) -> dict[str, Any]:
         self.send(message)
         return self.answer()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -81,6 +79,6 @@ def run_once(module: str, *args: str, timeout_s: float = 3600.0) -> dict[str, An
     done = subprocess.run(child_command(module, *args), env=child_environment(), capture_output=True, text=True,
                           timeout=timeout_s)
     if done.returncode != 0:
-        raise ChildFailed(f"{module} {' '.join(args)} failed: {done.stderr[-LOG_TAIL_CHARS:]}")
+        raise RuntimeError(f"{module} {' '.join(args)} failed: {done.stderr[-LOG_TAIL_CHARS:]}")
     answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return answer

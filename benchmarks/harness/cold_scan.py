@@ -1,15 +1,13 @@
-"""A cold sequential read of a segment in a fresh process (``read`` and ``offload``):
-``python -m benchmarks.harness.cold_scan`` opens the store the request describes (empty
-block cache), sets its S3 client up with one untimed HEAD, reads the segment front to
-back in 1 MiB reads through one reader, and answers the scan's seconds and CPU, the
-block cache's counters, its peak RSS, and what one cold 4 KiB read at a random offset
-fetches afterwards (the cache emptied first).
+"""A cold sequential read of a segment in a fresh process (``read``, ``offload``): it
+opens the store the request describes (empty block cache), sets its S3 client up with
+one untimed HEAD, reads the segment in 1 MiB reads through one reader, and answers the
+scan's seconds and CPU, the cache's counters, its peak RSS, and what one cold 4 KiB read
+at a random offset fetches afterwards (the cache emptied first).
 
 Why a process per scan, started before the parent allocates anything: Linux carries
-ru_maxrss across exec, so a child started early inherits only the parent's small
-import-time peak and its ru_maxrss after the scan is its own; and a closed store sits in
-reference cycles until the cyclic collector runs, so a second scan in the same process
-would start with the first one's cache resident.
+ru_maxrss across exec (a child started early inherits only a small peak), and a closed
+store sits in reference cycles until collected (a second scan would start with the first
+one's cache resident).
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ from benchmarks.harness import procfs
 from benchmarks.harness.child import JsonLineChild, serve
 from benchmarks.harness.figures import Throughput
 from benchmarks.harness.stores import sequential_scan
+from tierfs import StoreConfig, open_store
 
 RANDOM_READ_BYTES = 4096
 
@@ -36,12 +35,8 @@ RANDOM_READ_BYTES = 4096
 class ColdScan:
     throughput: Throughput
     cache: dict[str, int]  # BlockCache.statistics() after the scan
-    reads: int
     cache_budget_bytes: int
-    inherited_peak_rss_bytes: int  # ru_maxrss when the child started
-    rss_before_scan_bytes: int
     peak_rss_bytes: int  # ru_maxrss right after the scan
-    high_water_rss_bytes: int  # VmHWM right after the scan: this address space's own peak
     scan_cpu_s: float  # all the child's threads during the scan
     scan_system_cpu_s: float
     scan_minor_faults: int  # pages faulted in during the scan (the cache's fresh memory)
@@ -55,13 +50,8 @@ def spec(config: Any, name: str, size: int, **settings: Any) -> dict[str, Any]:
             "config": {"tier2_url": config.tier2_url, "tier2_options": dict(config.tier2_options), **settings}}
 
 
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-
-
 async def set_up_client(store: Any, name: str) -> float:
-    """One HEAD of the first chunk where it lives (tier-2, or the long-term store once
-    offloaded): sets up the S3 client, loads the chunk list, leaves the cache alone."""
+    """One HEAD of the first chunk (tier-2, or the long-term store): the client set up, cache untouched."""
     start_s = perf_counter()
     first = (await store.chunk_layout(name))[0]
     long_term = store.offloader.long_term
@@ -72,21 +62,16 @@ async def set_up_client(store: Any, name: str) -> float:
     return perf_counter() - start_s
 
 
-async def cold_scan(request: dict[str, Any], inherited_peak: int) -> ColdScan:
-    from tierfs import StoreConfig, open_store
-
+async def cold_scan(request: dict[str, Any]) -> ColdScan:
     config = StoreConfig(data_dir=Path(request["data_dir"]), **request["config"])
     name, size = request["segment"], request["size"]
     async with open_store(config) as store:
         setup_s = await set_up_client(store, name)
-        rss_before = procfs.memory_bytes()["VmRSS"]
         cpu_before_s, usage_before = procfs.self_cpu_s(), resource.getrusage(resource.RUSAGE_SELF)
-        seconds, reader = await sequential_scan(store, name, size)
+        seconds, _ = await sequential_scan(store, name, size)
         cpu_s, usage = procfs.self_cpu_s() - cpu_before_s, resource.getrusage(resource.RUSAGE_SELF)
-        peak, high_water = _peak_rss_bytes(), procfs.memory_bytes()["VmHWM"]
         await trio.sleep(0.05)  # read-ahead past the end, if any, is counted too
         cache = dataclasses.asdict(store.block_cache.statistics())
-        reads = reader.statistics().reads
         # one 4 KiB read at a random aligned offset (not 0: a fresh reader at 0 counts as sequential)
         store.block_cache.clear()
         before = store.block_cache.statistics()
@@ -94,10 +79,10 @@ async def cold_scan(request: dict[str, Any], inherited_peak: int) -> ColdScan:
         await store.open_reader(name).read(offset, RANDOM_READ_BYTES)
         await trio.sleep(0.05)  # any read-ahead it started shows now
         after = store.block_cache.statistics()
-    return ColdScan(Throughput("tierfs cold sequential read, 1 MiB reads", size, seconds, setup_s), cache, reads,
-                    config.block_cache_bytes, inherited_peak, rss_before, peak, high_water, cpu_s,
-                    usage.ru_stime - usage_before.ru_stime, usage.ru_minflt - usage_before.ru_minflt,
-                    after.gets - before.gets, after.fetched_bytes - before.fetched_bytes)
+    return ColdScan(Throughput("tierfs cold sequential read, 1 MiB reads", size, seconds, setup_s), cache,
+                    config.block_cache_bytes, usage.ru_maxrss * 1024, cpu_s, usage.ru_stime - usage_before.ru_stime,
+                    usage.ru_minflt - usage_before.ru_minflt, after.gets - before.gets,
+                    after.fetched_bytes - before.fetched_bytes)
 
 
 class ColdScanChild(JsonLineChild):
@@ -111,10 +96,5 @@ class ColdScanChild(JsonLineChild):
         return ColdScan(**{**figures, "throughput": Throughput(**figures["throughput"])})
 
 
-def main() -> int:
-    inherited_peak = _peak_rss_bytes()
-    return serve(lambda request: dataclasses.asdict(trio.run(cold_scan, request, inherited_peak)))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve(lambda request: dataclasses.asdict(trio.run(cold_scan, request))))

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 MiB = 1 << 20
-WARM_CACHE_MIN_BYTES = 300 * MiB
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
@@ -52,10 +51,8 @@ class Latency:
         return cls(len(ordered), percentile(ordered, 0.50) * 1e6, percentile(ordered, 0.99) * 1e6,
                    (ordered[-1] if ordered else math.nan) * 1e6)
 
-    def text(self, unit: str = "us") -> str:
-        scale = 1000.0 if unit == "ms" else 1.0
-        return (f"p50 {self.p50_us / scale:,.1f} {unit}, p99 {self.p99_us / scale:,.1f} {unit}, "
-                f"max {self.max_us / scale:,.1f} {unit}")
+    def text(self) -> str:
+        return f"p50 {self.p50_us:,.1f} us, p99 {self.p99_us:,.1f} us, max {self.max_us:,.1f} us"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,18 +90,7 @@ def ratios(ours: Sequence[Throughput], theirs: Sequence[Throughput]) -> list[flo
     return [a.mb_per_s / b.mb_per_s for a, b in zip(ours, theirs, strict=True)]
 
 
-def spread(figures: Sequence[Throughput]) -> tuple[float, float, float]:
-    """(median, min, max) MB/s."""
-    values = [f.mb_per_s for f in figures]
-    return statistics.median(values), min(values), max(values)
-
-
 def make_payload(size: int, seed: int) -> bytes:
     """Seeded random bytes (made 1 MiB at a time: randbytes is limited to < 2 GiBit)."""
     rng = random.Random(seed)
     return b"".join(rng.randbytes(min(MiB, size - offset)) for offset in range(0, size, MiB))
-
-
-def warm_cache_bytes(size: int) -> int:
-    """A block-cache budget that holds a whole ``size``-byte segment with room to spare."""
-    return max(WARM_CACHE_MIN_BYTES, size + size // 4)

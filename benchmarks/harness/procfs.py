@@ -1,15 +1,11 @@
-"""CPU, memory and scheduler figures of processes, read from ``/proc``, so a benchmark can
-say in the same run where its time went.
+"""CPU, memory and scheduler figures of processes from ``/proc``, so a benchmark can say
+in the same run where its time went.
 
-Invariants:
-- CPU seconds are user + system time; a process that is gone (or unknown: ``None``)
-  has spent 0.0.
-- ``cpu_by_kind`` sums the tree under a root by kind of process, each process with the
-  children it reaped, so a worker that exits within a job still counts; the difference
-  of two snapshots is the CPU between them, provided the root reaped nothing meanwhile.
-  Kinds come from the name and ancestry only: ``java`` is the JVM, ``node`` is s3rver,
-  a Python process below the JVM is a Spark worker, another whose command line names
-  tierfs is the daemon.
+Invariants: CPU seconds are user + system time, 0.0 for a process that is gone;
+``cpu_by_kind`` sums the tree under a root by kind, each process with the children it
+reaped (a worker that exits within a job still counts), kinds from the name and ancestry
+only: ``java`` the JVM, ``node`` s3rver, Python below the JVM a Spark worker, another
+whose command line names tierfs the daemon.
 """
 
 from __future__ import annotations
@@ -35,6 +31,13 @@ def _stat(pid: int | str) -> tuple[str, int, float, float] | None:
             (int(fields[11]) + int(fields[12])) / TICKS_PER_S, (int(fields[13]) + int(fields[14])) / TICKS_PER_S)
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def cpu_s(pid: int | None) -> float:
     """User + system CPU seconds of process ``pid`` so far (clock ticks: 10 ms)."""
     stat = _stat(pid) if pid is not None else None
@@ -42,14 +45,13 @@ def cpu_s(pid: int | None) -> float:
 
 
 def self_cpu_s() -> float:
-    """User + system CPU seconds of this process so far, all its threads (microseconds)."""
+    """The same for this process, all its threads, in microseconds."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
 def thread_times(path: str = "/proc/thread-self/schedstat") -> tuple[float, float] | None:
-    """(seconds on a CPU, seconds runnable but waiting for one) of a thread so far, from
-    the scheduler's own accounting; None where the kernel keeps none."""
+    """(seconds on a CPU, seconds runnable but waiting for one) of a thread so far, or None."""
     try:
         on_cpu_ns, waiting_ns, _ = Path(path).read_text().split()
     except (OSError, ValueError):
@@ -75,21 +77,6 @@ def machine_busy_s() -> float:
     return (sum(fields) - fields[3] - fields[4]) / TICKS_PER_S
 
 
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def pid_running(*needles: str) -> int | None:
-    """The first process whose command line holds every one of ``needles``."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and all(needle in command_line(int(entry)) for needle in needles):
-            return int(entry)
-    return None
-
-
 def cpu_by_kind(root: int | None = None) -> dict[str, float]:
     """CPU seconds so far of the tree under ``root`` (default: this process), by kind."""
     root = os.getpid() if root is None else root
@@ -106,7 +93,7 @@ def cpu_by_kind(root: int | None = None) -> dict[str, float]:
         pid, below_jvm = stack.pop()
         name, _, own, reaped = stats[pid]
         kind = (JVM if name == "java" else S3RVER if name.startswith("node") else OTHER if not name.startswith("python")
-                else WORKERS if below_jvm else DAEMON if "tierfs" in command_line(pid) else OTHER)
+                else WORKERS if below_jvm else DAEMON if b"tierfs" in _cmdline(pid) else OTHER)
         totals[kind] += own + reaped
         stack.extend((child, below_jvm or kind == JVM) for child in children.get(pid, []))
     return totals

@@ -1,7 +1,7 @@
 """Running one benchmark command: options, scratch directory, report.
 
-Every command runs ``run_scenario``: it checks ``--dir`` (a directory on a real disk:
-fdatasync and the page cache of a RAM filesystem cost nothing), measures in a fresh
+Every command runs through ``run_scenario``: it checks ``--dir`` (a directory on a real
+disk: fdatasync and the page cache of a RAM filesystem cost nothing), measures in a fresh
 ``tmp-tierfs-bench-*`` directory under it (always removed), and prints the ``Report``
 the scenario returns: a line on the machine, the sections, the checks. With ``--json``
 the report goes to stderr and a JSON object of every figure to stdout. A missed target
@@ -17,19 +17,20 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
-from benchmarks.harness.figures import Check
+from benchmarks.harness.figures import Check, Throughput
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
-SCRATCH_PREFIX = "tmp-tierfs-bench-"
+T = TypeVar("T")
 
 
 class UsageError(ValueError):
@@ -42,6 +43,16 @@ class Report:
     sections: list[list[str]] = dataclasses.field(default_factory=list)
     checks: list[Check] = dataclasses.field(default_factory=list)
     data: dict[str, Any] = dataclasses.field(default_factory=dict)  # the JSON figures
+
+
+def say(text: str) -> None:
+    """A progress line on stderr."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def alternate(index: int, items: Sequence[T]) -> list[T]:
+    """``items`` in order in even rounds, reversed in odd ones: neither always goes first."""
+    return list(items if index % 2 == 0 else items[::-1])
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]], digits: int = 1) -> list[str]:
@@ -57,6 +68,20 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], digits: int =
     return [head, "-" * len(head), *(line(row) for row in cells)]
 
 
+def rounds_table(columns: Mapping[str, Sequence[Throughput]], ratios: Sequence[tuple[str, str]] = (),
+                 digits: int = 1) -> list[str]:
+    """MB/s of each column and each ratio (numerator, denominator), a row per round,
+    then the medians (of a ratio: the median of the rounds' own)."""
+    rounds = len(next(iter(columns.values())))
+    per_round = [[*(c[i].mb_per_s for c in columns.values()),
+                  *(columns[a][i].mb_per_s / columns[b][i].mb_per_s for a, b in ratios)] for i in range(rounds)]
+    medians = [statistics.median(column) for column in zip(*per_round, strict=True)]
+    width = len(columns)
+    rows = [[label, *(f"{v:,.{digits}f}" for v in values[:width]), *(f"{v:.3f}" for v in values[width:])]
+            for label, values in [*((f"round {i + 1}", r) for i, r in enumerate(per_round)), ("median", medians)]]
+    return table(["MB/s", *columns, *(f"{a}/{b}" for a, b in ratios)], rows)
+
+
 def filesystem_of(path: Path) -> tuple[str, str]:
     """(device, filesystem type) of the mount holding ``path`` (the longest match)."""
     real, best, found = os.path.realpath(path), -1, ("unknown", "unknown")
@@ -69,69 +94,54 @@ def filesystem_of(path: Path) -> tuple[str, str]:
     return found
 
 
-def describe_machine(directory: Path) -> dict[str, Any]:
-    device, fs_type = filesystem_of(directory)
-    return {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
-            "python": platform.python_version(), "trio": trio.__version__, "directory": str(directory),
-            "filesystem": {"device": device, "fs_type": fs_type}, "loadavg": os.getloadavg()}
-
-
-def make_scratch_directory(parent: Path) -> Path:
-    """A new ``tmp-tierfs-bench-*`` directory under ``parent`` on a real disk (the caller removes it)."""
-    if not parent.is_dir():
-        raise UsageError(f"--dir {parent} is not a directory")
-    fs_type = filesystem_of(parent)[1]
-    if fs_type in RAM_FILESYSTEMS:
-        raise UsageError(f"{parent} is on {fs_type} (RAM): choose --dir on a real disk")
-    return Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent)).resolve()
-
-
-def add_scratch_arguments(parser: argparse.ArgumentParser, what: str = "") -> None:
+def add_scratch_arguments(parser: argparse.ArgumentParser) -> None:
     """``--dir`` and ``--json``, the options every benchmark has."""
     parser.add_argument("--dir", type=Path, default=Path("."),
-                        help=f"create the scratch directory{f' ({what})' if what else ''} here; must be on a real "
-                        "disk, the one to measure (default: the current directory)")
+                        help="create the scratch directory here; must be on a real disk, the one to measure "
+                        "(default: the current directory)")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON object of all figures on stdout (the report goes to stderr)")
 
 
-def add_size_rounds_arguments(parser: argparse.ArgumentParser, size_mib: int, rounds: int, what: str = "") -> None:
-    parser.add_argument("--size-mib", type=int, default=size_mib, help=f"segment size in MiB (default {size_mib})")
-    parser.add_argument("--rounds", type=int, default=rounds, help=f"rounds (default {rounds}; medians)")
-    add_scratch_arguments(parser, what)
+def positive(text: str) -> int:
+    """An option's type: an integer >= 1."""
+    if (value := int(text)) < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not >= 1")
+    return value
 
 
-def at_least_one(args: argparse.Namespace, *names: str) -> None:
-    """``UsageError`` unless every option in ``names`` (attribute names) is >= 1."""
-    if min(getattr(args, name) for name in names) < 1:
-        raise UsageError(", ".join("--" + name.replace("_", "-") for name in names) + " must be >= 1")
+def size_rounds(parser: argparse.ArgumentParser, size_mib: int, rounds: int) -> None:
+    parser.add_argument("--size-mib", type=positive, default=size_mib, help=f"segment size in MiB (default {size_mib})")
+    parser.add_argument("--rounds", type=positive, default=rounds, help=f"rounds (default {rounds}; medians)")
 
 
 def as_json(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return str(value)
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else str(value)
 
 
-def run_scenario(name: str, args: argparse.Namespace, measure: Callable[[Path], Report],
-                 errors: tuple[type[Exception], ...] = (RuntimeError, OSError)) -> int:
-    """Measure in a fresh scratch directory under ``args.dir`` and print the report."""
+def run_scenario(name: str, args: argparse.Namespace, measure: Callable[[Path], Report]) -> int:
+    """Measure in a fresh ``tmp-tierfs-bench-*`` directory under ``args.dir`` (always
+    removed) and print the report."""
+    directory = None
     try:
-        directory = make_scratch_directory(args.dir)
-    except UsageError as e:
-        print(e, file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        machine = describe_machine(directory)
+        if not args.dir.is_dir() or filesystem_of(args.dir)[1] in RAM_FILESYSTEMS:
+            raise UsageError(f"--dir {args.dir}: not a directory on a real disk (tmpfs and ramfs are RAM)")
+        directory = Path(tempfile.mkdtemp(prefix="tmp-tierfs-bench-", dir=args.dir)).resolve()
+        device, fs_type = filesystem_of(directory)
+        machine: dict[str, Any] = {
+            "cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(), "python": platform.python_version(),
+            "trio": trio.__version__, "directory": str(directory), "filesystem": {"device": device, "fs_type": fs_type},
+            "loadavg": os.getloadavg()}
         report = measure(directory)
     except UsageError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE
-    except errors as e:
+    except (RuntimeError, OSError) as e:
         print(f"cannot run the {name} benchmark: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_ERROR
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
     out = sys.stderr if args.json else sys.stdout
     fs = machine["filesystem"]
     print(f"{report.title}\nmachine: {machine['cpus']} CPUs, {fs['fs_type']} on {fs['device']} "

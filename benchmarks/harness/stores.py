@@ -1,9 +1,8 @@
-"""Segments to measure: written in-process or through a daemon's API and flushed, then
-read front to back or at random offsets; big stores filled straight through the metadata.
+"""Segments to measure: written in-process or through a daemon's API and flushed, read
+front to back or at random offsets; big stores filled straight through the metadata.
 
-Invariant: a written segment is flushed whole before it is measured (its length in
-tier-2 is checked), and every timed read loop fails on a short read instead of
-reporting the bytes it missed as read.
+Invariant: a written segment is flushed whole before it is measured (checked), and a
+timed read loop fails on a short read instead of counting the bytes it missed.
 """
 
 from __future__ import annotations
@@ -15,6 +14,9 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.harness.figures import Latency, MiB
+from tierfs.engine import records
+from tierfs.engine.metadata.store import MetadataStore
+from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
 
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
@@ -54,8 +56,7 @@ def _check_flushed(name: str, layout: list[dict[str, Any]], size: int) -> None:
 
 async def sequential_scan(store: SegmentStore, name: str, size: int, read_bytes: int = MiB,
                           expected: bytes | None = None) -> tuple[float, Any]:
-    """``name`` read front to back through one new reader: (seconds, the reader); each
-    piece compared with ``expected`` if given (the comparison is timed too)."""
+    """``name`` read front to back by a new reader, each piece checked against ``expected`` if given."""
     reader = store.open_reader(name)
     offset = 0
     start_s = perf_counter()
@@ -82,13 +83,8 @@ async def random_reads(store: SegmentStore, name: str, size: int, count: int, re
 
 
 def fill_segments(data_dir: Path, total: int, big_dir: int) -> list[str]:
-    """A new store of ``total`` empty PD segments written straight into its metadata (one
-    transaction of bulk inserts, no API calls): 10 in ``small/``, up to ``big_dir`` in
-    ``big/``, the rest in directories of 1,000; their names."""
-    from tierfs.engine import records
-    from tierfs.engine.metadata.store import MetadataStore
-    from tierfs.engine.record_types import DirectoryMeta, SegmentMeta
-
+    """A new store of ``total`` empty PD segments inserted straight into its metadata: 10 in
+    ``small/``, up to ``big_dir`` in ``big/``, the rest in directories of 1,000; their names."""
     data_dir.mkdir(parents=True)
     meta, now = MetadataStore.sqlite(data_dir / "metadata.sqlite"), time.time_ns()
     names = [f"small/s{i}" for i in range(10)] + [f"big/s{i:07d}" for i in range(min(big_dir, max(0, total - 10)))]
@@ -103,3 +99,8 @@ def fill_segments(data_dir: Path, total: int, big_dir: int) -> list[str]:
             for i, name in enumerate(names, start=1)))
     meta.close()
     return names
+
+
+def warm_cache_bytes(size: int) -> int:
+    """A block-cache budget that holds a whole ``size``-byte segment with room to spare."""
+    return max(300 * MiB, size + size // 4)

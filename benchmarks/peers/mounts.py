@@ -1,23 +1,14 @@
 """The systems ``benchmarks peers`` compares, each mounted on the same s3rver through the
-counting proxy, each with its own bucket, from a process this module starts and stops:
-
-- tierfs: ``tierfs mount`` (shared harness), ``tier2_url = s3://tierfs/chunks`` (flushed
-  bytes live only in S3), the configured durability, a block cache holding the cold
-  file, default FUSE options (``direct_io``); cold: the daemon restarted;
-- s3fs: ``s3fs BUCKET M -f``, path-style requests, ``notsup_compat_dir,
-  enable_noobj_cache`` (without them it lists the directory on every create), no
-  ``use_cache``;
-- rclone: ``rclone mount`` with ``--vfs-cache-mode off`` or ``full``, its cache in the
-  scratch directory (removed before every cold mount), ListObjects v1 (s3rver 3.7.1
-  answers a paginated ListObjectsV2 with 500) and ``no_head`` (s3rver answers a PUT
-  before the object's file is written, so rclone's HEAD right after an upload sometimes
-  gets 404 and fails the close; on real S3 that check costs one HEAD per upload);
-- the ceiling ``local-disk``, a directory of the scratch disk, and the floors of a
-  Python FUSE filesystem creating small files, without and with tierfs's pd disk work
-  (``harness.minimal_fs``): never peers.
-
-Set-up: missing peers are installed with ``apt-get install -y`` (as root only; what apt
-installs is printed; a peer that cannot be installed has that error in every cell).
+counting proxy, each with its own bucket: tierfs (``tier2_url = s3://tierfs/chunks``,
+flushed bytes only in S3, durability pd, a block cache holding the cold file, default
+FUSE options; cold: the daemon restarted); s3fs (path-style, ``notsup_compat_dir,
+enable_noobj_cache``: without them it lists the directory on every create; no
+``use_cache``); rclone ``--vfs-cache-mode off`` and ``full`` (its cache in the scratch
+directory; ListObjects v1: s3rver 3.7.1 answers a paginated ListObjectsV2 with 500;
+``no_head``: s3rver answers a PUT before the object's file is written, so rclone's HEAD
+right after an upload sometimes gets 404 and fails the close); the ceiling ``local-disk``
+and the floors of ``harness.minimal_fs``, never peers. Missing peers are installed with
+``apt-get install -y`` (as root only; else that error is every cell).
 
 Invariants: ``mount_cold`` leaves no cache of the system's own (a new process, an empty
 cache directory) and drops the kernel page cache when this process may (else says why);
@@ -30,21 +21,17 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from benchmarks import child_command, child_environment
-from benchmarks.harness.figures import MiB, warm_cache_bytes
-from benchmarks.harness.fuse import (
-    MOUNT_TIMEOUT_S,
-    UNMOUNT_TIMEOUT_S,
-    BenchError,
-    MountProcess,
-    fuse_unmount,
-)
+from benchmarks.harness.figures import MiB
+from benchmarks.harness.mounts import BenchError, MountProcess, fuse_unmount, s3_tier2, start_mount
 from benchmarks.harness.s3 import S3Endpoint
+from benchmarks.harness.scenario import say
+from benchmarks.harness.stores import warm_cache_bytes, write_via_client
+from tierfs.testing.harness import HarnessError
 
 PEER_PACKAGES = {"s3fs": "s3fs", "rclone": "rclone"}  # program -> Debian package
-APT_TIMEOUT_S = 900.0
 RCLONE_WRITE_BACK_S = 5.0  # rclone's default --vfs-write-back: uploads start this long after close
 FLOOR, PD_FLOOR, CEILING = "pyfuse3-floor", "pyfuse3-pd-floor", "local-disk"
 
@@ -54,20 +41,19 @@ class System:
 
     name = ""
     cache_emptying = ""  # how mount_cold empties its caches (for the report)
-    fsync_text = ""  # what an fsync does (for the report)
+    fsync_mechanism = ""  # what an fsync does (for the report)
     program = ""  # the Debian-packaged program it needs, if any
     settle_min_s = 0.0  # the time after a close until it starts uploading
     has_s3 = True
     small_files_only = False  # a floor: the small-file step only
+    cache_dir: Path | None = None
 
-    def __init__(self, directory: Path, endpoint: S3Endpoint, proxy_url: str, size_bytes: int, durability: str) -> None:
-        self.directory = directory / self.name
+    def __init__(self, directory: Path, endpoint: S3Endpoint, proxy_url: str, size_bytes: int) -> None:
+        self.directory, self.bucket = directory / self.name, self.name
         self.mountpoint = self.directory / "mnt"
         self.mountpoint.mkdir(parents=True, exist_ok=True)
-        self.endpoint, self.proxy_url, self.size_bytes, self.durability = endpoint, proxy_url, size_bytes, durability
-        self.bucket = self.name
+        self.endpoint, self.proxy_url, self.size_bytes = endpoint, proxy_url, size_bytes
         self.handle: Any = None  # the mount's process (MountProcess, or tierfs's Mount)
-        self.cache_dir: Path | None = None
         self.drop_page_cache = True
         self.page_cache_note: str | None = None  # why the page cache was not dropped
         self.s3 = endpoint.client()  # straight to s3rver: the benchmark's requests are no system's traffic
@@ -77,9 +63,6 @@ class System:
 
     def environment(self) -> dict[str, str]:
         return dict(os.environ)
-
-    def fsync_mechanism(self) -> str:
-        return self.fsync_text
 
     def mount(self) -> None:
         self.handle = MountProcess(self.command(), self.mountpoint, self.directory / "mount.log", self.environment())
@@ -99,7 +82,7 @@ class System:
         return self.handle is not None and os.path.ismount(self.mountpoint)
 
     def process_id(self) -> int | None:
-        return self.handle.pid if self.handle is not None else None
+        return getattr(self.handle, "pid", None)
 
     def path(self, name: str) -> Path:
         return self.mountpoint / name
@@ -135,7 +118,7 @@ class System:
 class S3fsSystem(System):
     name, program = "s3fs", "s3fs"
     cache_emptying = "new s3fs process (no use_cache: no local copy survives)"
-    fsync_text = "in S3: each fsync uploads the whole file (one PUT of the object)"
+    fsync_mechanism = "in S3: each fsync uploads the whole file (one PUT of the object)"
 
     def command(self) -> list[str]:
         passwd = self.directory / "passwd"
@@ -149,7 +132,7 @@ class S3fsSystem(System):
 class RcloneOffSystem(System):
     name, program, cache_mode = "rclone-off", "rclone", "off"
     cache_emptying = "new rclone process, --vfs-cache-mode off (no file cache)"
-    fsync_text = "nothing: no fsync/fdatasync of any local file, and the object reaches S3 at close"
+    fsync_mechanism = "nothing: no fsync/fdatasync of any local file, and the object reaches S3 at close"
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -161,7 +144,6 @@ class RcloneOffSystem(System):
         return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "RCLONE_"))}
 
     def command(self) -> list[str]:
-        assert self.cache_dir is not None
         config = self.directory / "rclone.conf"
         config.write_text(f"[s3rver]\ntype = s3\nprovider = Other\naccess_key_id = {self.endpoint.key}\n"
                           f"secret_access_key = {self.endpoint.secret}\nendpoint = {self.proxy_url}\nregion = us-east-1\n"
@@ -173,37 +155,28 @@ class RcloneOffSystem(System):
 class RcloneFullSystem(RcloneOffSystem):
     name, cache_mode, settle_min_s = "rclone-full", "full", RCLONE_WRITE_BACK_S
     cache_emptying = "new rclone process, its --cache-dir removed"
-    fsync_text = (f"nothing: the bytes sit in the local VFS cache file, not fsynced; the upload starts "
-                  f"{RCLONE_WRITE_BACK_S:g} s after close")
+    fsync_mechanism = (f"nothing: the bytes sit in the local VFS cache file, not fsynced; the upload starts "
+                       f"{RCLONE_WRITE_BACK_S:g} s after close")
 
 
 class TierfsSystem(System):
     name = "tierfs"
     cache_emptying = "daemon restarted (its block cache is in its memory)"
-
-    def fsync_mechanism(self) -> str:
-        return {"tier2": "in S3: each append waits until it is flushed to S3 (durability tier2)",
-                "vd": "on the local disk: fsync runs a journal fdatasync (durability vd: appends are acknowledged "
-                      "after write(2)); S3 later (storage writer)"}.get(
-            self.durability, "on the local disk: each append waits for a journal fdatasync (durability pd), fsync "
-                             "adds none; S3 later (storage writer)")
+    fsync_mechanism = ("on the local disk: each append waits for a journal fdatasync (durability pd), fsync adds "
+                       "none; S3 later (storage writer)")
 
     def mount(self) -> None:
-        from tierfs.testing.harness import HarnessError, Mount
-
-        config = self.directory / "tierfs.toml"
-        config.write_text(f'tier2_url = "s3://{self.bucket}/chunks"\ntier2_endpoint_url = "{self.proxy_url}"\n'
-                          f'durability = "{self.durability}"\nblock_cache_bytes = {warm_cache_bytes(self.size_bytes)}\n')
+        config = s3_tier2(self.proxy_url, self.bucket, durability="pd",
+                          block_cache_bytes=warm_cache_bytes(self.size_bytes))
         try:
-            self.handle = Mount(self.directory / "data", self.mountpoint, config_file=config,
-                                env=self.endpoint.environment(), drop_tierfs_env=True,
-                                log_path=self.directory / "mount.log", verbose=False, timeout_s=MOUNT_TIMEOUT_S)
+            self.handle = start_mount(self.directory / "data", self.mountpoint, config=config,
+                                      env=self.endpoint.environment())
         except HarnessError as e:
             raise BenchError(f"tierfs did not mount: {e}") from None
 
     def unmount(self) -> None:
         handle, self.handle = self.handle, None
-        if handle is not None and (code := handle.unmount(timeout_s=UNMOUNT_TIMEOUT_S))[0] != 0:
+        if handle is not None and (code := handle.unmount())[0] != 0:
             raise BenchError(f"the tierfs mount exited with {code[0]}: {code[1][-2000:]}")
 
     def kill(self) -> None:
@@ -214,8 +187,6 @@ class TierfsSystem(System):
 
     def prepare_cold_file(self, name: str, payload_file: Path) -> None:
         """tierfs reads its own segment: appended through the daemon's API and flushed."""
-        from benchmarks.harness.stores import write_via_client
-
         client = self.handle.client()
         try:
             write_via_client(client, name, payload_file.read_bytes(), 4 * MiB)
@@ -234,25 +205,21 @@ class LocalDiskSystem(System):
 
     name, has_s3 = CEILING, False
     cache_emptying = "nothing of its own (the page cache, below)"
-    fsync_text = "on the local disk: fsync of the file (no S3)"
+    fsync_mechanism = "on the local disk: fsync of the file (no S3)"
 
     def create_bucket(self) -> None:
         """Nothing goes to S3."""
 
     def mount(self) -> None:
-        self.handle = True
+        self.handle = self  # no process: ``process_id`` is None
 
     def unmount(self) -> None:
         self.handle = None
 
-    def kill(self) -> None:
-        self.handle = None
+    kill = unmount
 
     def is_mounted(self) -> bool:
         return self.handle is not None
-
-    def process_id(self) -> int | None:
-        return None
 
     def prepare_cold_file(self, name: str, payload_file: Path) -> None:
         shutil.copyfile(payload_file, self.path(name))
@@ -267,7 +234,7 @@ class FloorSystem(System):
     """``pyfuse3-floor``: the minimal filesystem creating small files in memory."""
 
     name, small_files_only, has_s3 = FLOOR, True, False
-    cache_emptying, fsync_text = "new process (everything it holds is in its memory)", "no S3"
+    cache_emptying, fsync_mechanism = "new process (everything it holds is in its memory)", "no S3"
 
     def command(self) -> list[str]:
         return child_command("benchmarks.harness.minimal_fs", str(self.mountpoint), "--direct-io")
@@ -289,25 +256,21 @@ SYSTEMS: dict[str, type[System]] = {cls.name: cls for cls in (
     TierfsSystem, S3fsSystem, RcloneOffSystem, RcloneFullSystem, LocalDiskSystem, FloorSystem, PdFloorSystem)}
 
 
-def install_peers(programs: set[str], log: TextIO) -> dict[str, str]:
-    """Install the Debian packages of the missing ``programs`` (as root; once more after
-    ``apt-get update`` if that fails): {program: why it is unavailable} for those still missing."""
+def install_peers(programs: set[str]) -> dict[str, str]:
+    """``apt-get install`` the missing ``programs`` (as root): {program: why it is unavailable}."""
     missing = sorted(p for p in programs if shutil.which(p) is None)
     if missing and os.geteuid() != 0:
         return {p: f"{p} is not installed and installing it needs root (apt-get install {PEER_PACKAGES[p]})"
                 for p in missing}
     if not missing:
         return {}
-    print(f"set-up: apt-get install -y {' '.join(missing)} ...", file=log, flush=True)
+    say(f"set-up: apt-get install -y {' '.join(missing)} ...")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     command = ["apt-get", "install", "-y", "--no-install-recommends", *(PEER_PACKAGES[p] for p in missing)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     if done.returncode != 0:
-        subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=APT_TIMEOUT_S)
-    for line in done.stdout.splitlines():
-        if line.startswith(("Setting up ", "The following NEW packages")):
-            print(f"  apt: {line.strip()}", file=log, flush=True)
+        subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=900)
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     failed = done.stderr.strip()[-500:] or done.stdout.strip()[-500:]
     return {p: f"apt-get install {PEER_PACKAGES[p]} failed: {failed}" for p in missing if shutil.which(p) is None}
 

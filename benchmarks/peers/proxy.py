@@ -4,10 +4,10 @@ of two snapshots: requests by HTTP method, bytes sent to S3 (request heads and b
 and received from it, attributed to the method of the request they answer.
 
 One thread per direction per connection relays the raw bytes unchanged (blocking
-``recv_into``/``sendall``, which release the GIL). The client-to-server direction is
-also fed to ``RequestCounter``, an incremental HTTP/1.1 request framer (head, then
-``Content-Length`` bytes or chunked coding) that only counts: a byte it cannot frame is
-still forwarded, and the bytes after it are counted under ``"?"``. Responses belong to
+``recv_into``/``sendall``, which release the GIL). The client-to-server bytes are also
+framed into HTTP/1.1 requests (a head, then ``Content-Length`` bytes), only to count
+them: what cannot be framed (a chunked body, a head past 64 KiB) is still forwarded, and
+the rest of that connection is counted under its method or ``"?"``. Responses belong to
 the last request sent on their connection (S3 clients do not pipeline).
 
 Invariants: the proxy never alters, drops or reorders a byte; counters only grow and a
@@ -20,19 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
-from benchmarks.harness.child import JsonLineChild
-from benchmarks.harness.child import serve as serve_requests
+from benchmarks.harness.child import JsonLineChild, serve
 
 RELAY_BUFFER_BYTES = 1 << 20  # one recv per MiB at most: S3 bodies here are MiB-sized
-MAX_HEAD_BYTES = 64 << 10  # a request head longer than this is not HTTP we can frame
-UNFRAMED = "?"  # the method bytes are counted under once the framer lost track
+MAX_HEAD_BYTES = 64 << 10
+UNFRAMED = "?"
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
 
 
 @dataclasses.dataclass
@@ -43,10 +44,6 @@ class MethodTraffic:
 
 
 Traffic = dict[str, MethodTraffic]
-
-
-def traffic_from_json(value: dict[str, dict[str, int]]) -> Traffic:
-    return {method: MethodTraffic(**fields) for method, fields in value.items()}
 
 
 def traffic_difference(after: Traffic, before: Traffic) -> Traffic:
@@ -66,187 +63,91 @@ def total(traffic: Traffic) -> MethodTraffic:
                          sum(t.bytes_down for t in traffic.values()))
 
 
-class RequestCounter:
-    """Frames the client-to-server byte stream of one connection into HTTP/1.1 requests
-    and tells which method each byte belongs to. Never raises: on anything it cannot
-    frame it counts the rest of the connection under ``UNFRAMED``."""
+TRAFFIC: Traffic = {}  # the proxy process's counters, shared by every relay thread
+LOCK = threading.Lock()
+
+
+def count(method: str, requests: int = 0, up: int = 0, down: int = 0) -> None:
+    with LOCK:
+        entry = TRAFFIC.setdefault(method, MethodTraffic())
+        entry.requests, entry.bytes_up, entry.bytes_down = (
+            entry.requests + requests, entry.bytes_up + up, entry.bytes_down + down)
+
+
+class RequestFramer:
+    """Counts one connection's client-to-server bytes by the request they belong to."""
 
     def __init__(self) -> None:
-        self.method = UNFRAMED  # the request the bytes being fed belong to
+        self.method = UNFRAMED
         self._head = bytearray()
-        self._state = "head"  # head | body | chunk-size | chunk-data | trailer | lost
-        self._left = 0  # body or chunk bytes (with its CRLF) still to come
+        self._body_left = 0  # -1: framing lost, the rest of the connection is the current method's
 
-    def feed(self, data: memoryview) -> list[tuple[str, int, bool]]:
-        """Account ``data``: [(method, bytes, starts_a_request)], in order."""
-        pieces: list[tuple[str, int, bool]] = []
-        position = 0
-        while position < len(data):
-            if self._state == "lost":
-                pieces.append((UNFRAMED, len(data) - position, False))
-                break
-            if self._state in ("body", "chunk-data"):
-                used = min(self._left, len(data) - position)
-                pieces.append((self.method, used, False))
-                position += used
-                self._left -= used
-                if self._left == 0:
-                    self._state = "head" if self._state == "body" else "chunk-size"
+    def feed(self, data: memoryview | bytes) -> None:
+        while data:
+            if self._body_left:
+                used = len(data) if self._body_left < 0 else min(self._body_left, len(data))
+                count(self.method, up=used)
+                self._body_left -= 0 if self._body_left < 0 else used
+                data = data[used:]
                 continue
-            # head, chunk-size, trailer: line-oriented, consumed up to the line end
-            end_mark = b"\r\n\r\n" if self._state == "head" else b"\r\n"
-            start = len(self._head)
-            self._head += data[position : position + MAX_HEAD_BYTES]  # not a whole body
-            found = self._head.find(end_mark, max(0, start - len(end_mark) + 1))
-            if found < 0:
-                pieces.append((self._pending_method(), len(data) - position, False))
+            self._head += data
+            end = self._head.find(b"\r\n\r\n")
+            if end < 0:
                 if len(self._head) > MAX_HEAD_BYTES:
-                    self._state = "lost"
-                return pieces
-            used = found + len(end_mark) - start
-            line = bytes(self._head[: found + len(end_mark)])
+                    count(UNFRAMED, up=len(self._head))
+                    self.method, self._body_left = UNFRAMED, -1
+                    self._head.clear()
+                return
+            head, data = bytes(self._head[: end + 4]), bytes(self._head[end + 4 :])
             self._head.clear()
-            position += used
-            starts = self._state == "head"
-            if starts:
-                self._start_request(line)
-            elif self._state == "chunk-size":
-                self._chunk_size(line)
-            elif line == b"\r\n":  # trailer: an empty line ends the message
-                self._state = "head"
-            pieces.append((self.method, used, starts))
-        return pieces
-
-    def _pending_method(self) -> str:
-        if self._state != "head":
-            return self.method
-        word = bytes(self._head).split(b" ", 1)[0]
-        return word.decode("ascii", "replace") if b" " in self._head else self.method
-
-    def _start_request(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        self.method = lines[0].split(b" ", 1)[0].decode("ascii", "replace") or UNFRAMED
-        length, chunked = 0, False
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                try:
-                    length = int(value.strip())
-                except ValueError:
-                    self._state = "lost"
-                    return
-            elif name == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-        if chunked:
-            self._state = "chunk-size"
-        elif length > 0:
-            self._state, self._left = "body", length
-        else:
-            self._state = "head"
-
-    def _chunk_size(self, line: bytes) -> None:
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            self._state = "lost"
-            return
-        if size == 0:
-            self._state = "trailer"
-        else:
-            self._state, self._left = "chunk-data", size + 2  # the data and its CRLF
+            self.method = head.split(b" ", 1)[0].decode("ascii", "replace") or UNFRAMED
+            count(self.method, requests=1, up=len(head))
+            length = _CONTENT_LENGTH.search(head)
+            self._body_left = -1 if b"chunked" in head.lower() else int(length.group(1)) if length else 0
 
 
-class Counters:
-    """Traffic by method, shared by every relay thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._traffic: Traffic = {}
-
-    def add(self, method: str, *, requests: int = 0, up: int = 0, down: int = 0) -> None:
-        with self._lock:
-            entry = self._traffic.setdefault(method, MethodTraffic())
-            entry.requests += requests
-            entry.bytes_up += up
-            entry.bytes_down += down
-
-    def snapshot(self) -> dict[str, dict[str, int]]:
-        with self._lock:
-            return {method: dataclasses.asdict(t) for method, t in self._traffic.items()}
+def relay(source: socket.socket, sink: socket.socket, count: Callable[[memoryview], None]) -> None:
+    """Bytes from ``source`` to ``sink`` until ``source`` ends; then the end passed on."""
+    buffer = bytearray(RELAY_BUFFER_BYTES)
+    view = memoryview(buffer)
+    try:
+        while received := source.recv_into(buffer):
+            count(view[:received])
+            sink.sendall(view[:received])
+    except OSError:
+        pass
+    with suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
 
 
-class _Connection:
-    """One client connection and its upstream connection, relayed by two threads."""
-
-    def __init__(self, client: socket.socket, upstream: socket.socket, counters: Counters) -> None:
-        self.client, self.upstream, self.counters = client, upstream, counters
-        self.framer = RequestCounter()
-        self._open_directions = 2
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        threading.Thread(target=self._relay_up, daemon=True).start()
-        threading.Thread(target=self._relay_down, daemon=True).start()
-
-    def _relay_up(self) -> None:
-        buffer = bytearray(RELAY_BUFFER_BYTES)
-        view = memoryview(buffer)
-        try:
-            while received := self.client.recv_into(buffer):
-                for method, nbytes, starts in self.framer.feed(view[:received]):
-                    self.counters.add(method, requests=int(starts), up=nbytes)
-                self.upstream.sendall(view[:received])
-        except OSError:
-            pass
-        self._finish(self.upstream)
-
-    def _relay_down(self) -> None:
-        buffer = bytearray(RELAY_BUFFER_BYTES)
-        view = memoryview(buffer)
-        try:
-            while received := self.upstream.recv_into(buffer):
-                self.counters.add(self.framer.method, down=received)
-                self.client.sendall(view[:received])
-        except OSError:
-            pass
-        self._finish(self.client)
-
-    def _finish(self, peer: socket.socket) -> None:
-        """One direction ended: pass the end on; close both once both have ended."""
-        try:
-            peer.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        with self._lock:
-            self._open_directions -= 1
-            done = self._open_directions == 0
-        if done:
-            self.client.close()
-            self.upstream.close()
-
-
-def serve(listener: socket.socket, upstream: tuple[str, int], counters: Counters) -> None:
-    """Accept connections for ever (a daemon thread of the proxy process)."""
-    while True:
-        client, _ = listener.accept()
-        try:
-            server = socket.create_connection(upstream)
-        except OSError:
-            client.close()
-            continue
+def connection(client: socket.socket, upstream: tuple[str, int]) -> None:
+    """One client connection relayed to its own upstream connection, both ways."""
+    with client, socket.create_connection(upstream) as server:
         for sock in (client, server):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _Connection(client, server, counters).start()
+        framer = RequestFramer()
+        up = threading.Thread(target=relay, args=(client, server, framer.feed), daemon=True)
+        up.start()
+        relay(server, client, lambda piece: count(framer.method, down=len(piece)))
+        up.join()
 
 
 def main(argv: list[str]) -> int:
     host, _, port = argv[0].rpartition(":")
-    counters = Counters()
     listener = socket.create_server(("127.0.0.1", 0), backlog=128)
-    threading.Thread(target=serve, args=(listener, (host, int(port)), counters), daemon=True).start()
+
+    def accept() -> None:
+        while True:
+            client, _ = listener.accept()
+            threading.Thread(target=connection, args=(client, (host, int(port))), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
     print(json.dumps({"port": listener.getsockname()[1]}), flush=True)
-    return serve_requests(lambda _: counters.snapshot())
+    def snapshot(_: object) -> dict[str, dict[str, int]]:
+        with LOCK:
+            return {method: dataclasses.asdict(t) for method, t in TRAFFIC.items()}
+
+    return serve(snapshot)
 
 
 class CountingProxy(JsonLineChild):
@@ -257,16 +158,7 @@ class CountingProxy(JsonLineChild):
         self.url = f"http://127.0.0.1:{self.answer()['port']}"
 
     def snapshot(self) -> Traffic:
-        return traffic_from_json(self.request({}))
-
-
-@contextmanager
-def counting_proxy(upstream_url: str, log_path: Path) -> Iterator[CountingProxy]:
-    proxy = CountingProxy(upstream_url, log_path)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
+        return {method: MethodTraffic(**fields) for method, fields in self.request({}).items()}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,2 @@
-"""The ``spark`` benchmark: ``command`` (the raw scenario and the options), ``events`` (JSON
-events), ``writes`` (its write rows) and ``ceiling`` (the in-memory Spark data sources
-and sink; the only modules that import pyspark at their top).
-"""
+"""The ``spark`` benchmark (``command``, its ``events`` scenario, and ``ceiling``: the
+in-memory data sources and sink, the only module importing pyspark at its top)."""

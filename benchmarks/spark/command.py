@@ -21,27 +21,24 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from benchmarks.harness import procfs, s3
 from benchmarks.harness.figures import Check, MiB, Throughput, make_payload, ratios
-from benchmarks.harness.scenario import (
-    Report,
-    add_size_rounds_arguments,
-    at_least_one,
-    run_scenario,
-    table,
-)
-from benchmarks.harness.spark import new_session, second_of_two
+from benchmarks.harness.mounts import s3_tier2, serving
+from benchmarks.harness.scenario import Report, alternate, positive, rounds_table, say, size_rounds
+from benchmarks.harness.stores import write_segment
+from benchmarks.spark import events
+from tierfs import StoreConfig, open_store
 
 HELP = ("Spark reads with 1 and 2 executor cores: raw from S3 vs s3fs (s3rver), or JSON events "
         "vs spark.read.json/text and writes vs df.write.json (--scenario events)")
 SEGMENT = "bench/read"
-DAEMON_TIMEOUT_S = 60.0  # the daemon opens a store whose tier-2 is s3rver
-CASES = {"a": "tierfs data source, local[1]", "b": "tierfs data source, local[2]", "c": "s3fs cat_ranges, one process",
-         "d1": "memory source, local[1]", "d2": "memory source, local[2]"}
+CASES = {"(a)": "tierfs data source, local[1]", "(b)": "tierfs data source, local[2]",
+         "(c)": "s3fs cat_ranges, one process", "(d1)": "memory source, local[1]", "(d2)": "memory source, local[2]"}
 
 
 def session_round(master: str, data_dir: Path, storage: dict[str, Any], size: int) -> dict[str, Any]:
@@ -49,113 +46,82 @@ def session_round(master: str, data_dir: Path, storage: dict[str, Any], size: in
     from benchmarks.spark.ceiling import MemorySource
     from tierfs.spark.source import register
 
-    spark = new_session(master)
+    spark = events.new_session(master)
     try:
         register(spark)
         spark.dataSource.register(MemorySource)
         frame = (spark.read.format("tierfs").option("format", "raw").option("data_dir", str(data_dir))
                  .option("chunk_storage_options", json.dumps(storage)).load(f"tierfs://{SEGMENT}"))
         partitions = frame.rdd.getNumPartitions()
-        memory = (spark.read.format("tierfs-bench-memory").option("size", str(size))
-                  .option("partitions", str(partitions)).load())
-        seconds, totals, cpu = second_of_two(frame, ["sum(length(value))"])
-        memory_s = second_of_two(memory, ["sum(length(value))"])[0]
+        memory = (spark.read.format(MemorySource.name()).option("format", "raw").option("rows", str(size // MiB))
+                  .option("partitions", str(partitions)).schema("path string, offset long, value binary").load())
+        seconds, totals, cpu = events.second_of_two(frame, ["sum(length(value))"])
         if totals[0] != size:
             raise RuntimeError(f"the data source read {totals[0]} bytes of {size}")
-        return {"seconds": seconds, "cpu": cpu, "memory_s": memory_s, "partitions": partitions}
+        return {"seconds": seconds, "cpu": cpu, "memory_s": events.second_of_two(memory, ["sum(length(value))"])[0],
+                "partitions": partitions}
     finally:
         spark.stop()
 
 
 def measure_raw(directory: Path, args: argparse.Namespace) -> Report:
-    import trio
-
-    from benchmarks.harness.stores import write_segment
-    from tierfs import StoreConfig, open_store
-    from tierfs.testing.harness import start_daemon
-
-    size, log = args.size_mib * MiB, sys.stderr
-    with s3.s3_server(directory / "s3rver", log) as endpoint:
-        storage, data_dir = endpoint.storage_options(), directory / "data"
+    size, data_dir = args.size_mib * MiB, directory / "data"
+    with s3.s3_server(directory / "s3rver") as endpoint:
+        storage = endpoint.storage_options()
         config = StoreConfig(data_dir=data_dir, tier2_url=f"s3://{s3.BUCKET}/chunks", tier2_options=storage)
-        print(f"s3rver at {endpoint.url}; writing {args.size_mib} MiB ...", file=log, flush=True)
+        say(f"s3rver at {endpoint.url}; writing {args.size_mib} MiB ...")
 
         async def write() -> s3.Layout:
             async with open_store(config) as store:
                 return await write_segment(store, SEGMENT, make_payload(size, seed=7))
 
-        layout = trio.run(write)
-        (directory / "tierfs.toml").write_text(f'tier2_url = "s3://{s3.BUCKET}/chunks"\n[tier2_options]\n' + "".join(
-            f'{key} = "{value}"\n' for key, value in storage.items()))
-        daemon = start_daemon(data_dir, config_file=directory / "tierfs.toml", drop_tierfs_env=True,
-                              log_path=directory / "daemon.log", verbose=False, timeout_s=DAEMON_TIMEOUT_S)
-        rounds: list[dict[str, Any]] = []
-        try:
+        layout, rounds = trio.run(write), []
+        with serving(data_dir, s3_tier2(endpoint.url), env=endpoint.environment()):
             for index in range(args.rounds):
                 found: dict[str, Any] = {}
-                for key, master in (("a", "local[1]"), ("b", "local[2]"))[:: 1 if index % 2 == 0 else -1]:
+                for key, master in alternate(index, [("(a)", "local[1]"), ("(b)", "local[2]")]):
                     found[key] = session_round(master, data_dir, storage, size)
-                    print(f"round {index + 1}: {master} {size / found[key]['seconds'] / 1e6:.0f} MB/s", file=log,
-                          flush=True)
+                    say(f"round {index + 1}: {master} {size / found[key]['seconds'] / 1e6:.0f} MB/s")
                 before = procfs.cpu_by_kind()
                 ceiling = s3.cat_ranges_ceiling(storage, layout, MiB, 16)
                 if ceiling.nbytes != size:
                     raise RuntimeError(f"s3fs returned {ceiling.nbytes} of {size} bytes")
-                found["c"] = {"seconds": ceiling.seconds, "cpu": procfs.spent(before, procfs.cpu_by_kind())}
-                found["d1"], found["d2"] = ({"seconds": found[k]["memory_s"]} for k in ("a", "b"))
+                found["(c)"] = {"seconds": ceiling.seconds, "cpu": procfs.spent(before, procfs.cpu_by_kind())}
+                found["(d1)"], found["(d2)"] = ({"seconds": found[k]["memory_s"]} for k in ("(a)", "(b)"))
                 rounds.append(found)
-        finally:
-            daemon.stop(timeout_s=DAEMON_TIMEOUT_S)
     return report_raw(size, len(layout), rounds)
 
 
 def report_raw(size: int, chunks: int, rounds: list[dict[str, Any]]) -> Report:
-    def column(key: str) -> list[Throughput]:
-        return [Throughput(CASES[key], size, r[key]["seconds"]) for r in rounds]
-
-    figures = {"(b)/(a) scaling, 2 cores vs 1": ratios(column("b"), column("a")),
-               "(a)/(c) local[1] vs s3fs one process": ratios(column("a"), column("c")),
-               "(b)/(c) local[2] vs s3fs one process": ratios(column("b"), column("c")),
-               "(a)/(d1) local[1] vs memory source": ratios(column("a"), column("d1")),
-               "(b)/(d2) local[2] vs memory source": ratios(column("b"), column("d2"))}
-    rows = [[str(i), *(size / r[key]["seconds"] / 1e6 for key in CASES)] for i, r in enumerate(rounds, 1)]
-    medians = [f"{name:<40} {statistics.median(values):6.3f} x (median of {len(rounds)} rounds)"
-               for name, values in figures.items()]
-    cpu_bound = [sum(r["c"]["cpu"].values()) / max(sum(r["b"]["cpu"].values()), 1e-9) for r in rounds]
-    scaling_bound = [2 * r["a"]["seconds"] / max(sum(r["b"]["cpu"].values()), 1e-9) for r in rounds]
+    columns = {key: [Throughput(label, size, r[key]["seconds"]) for r in rounds] for key, label in CASES.items()}
+    cpu_bound = [sum(r["(c)"]["cpu"].values()) / max(sum(r["(b)"]["cpu"].values()), 1e-9) for r in rounds]
+    scaling_bound = [2 * r["(a)"]["seconds"] / max(sum(r["(b)"]["cpu"].values()), 1e-9) for r in rounds]
     cpu = ["CPU per MiB read during each timed job, by process (this process: the driver; in (c), s3fs):"]
-    cpu += [f"  round {i} ({key}): {procfs.describe_per_mib(r[key]['cpu'], size, r[key]['seconds'])}"
-            for i, r in enumerate(rounds, 1) for key in ("a", "b", "c")]
+    cpu += [f"  round {i} {key}: {procfs.describe_per_mib(r[key]['cpu'], size, r[key]['seconds'])}"
+            for i, r in enumerate(rounds, 1) for key in ("(a)", "(b)", "(c)")]
     cpu += ["bound on (b)/(c), both CPU-bound on these cores: (c)'s CPU / (b)'s = "
             + ", ".join(f"{v:.2f}" for v in cpu_bound) + f" (median {statistics.median(cpu_bound):.2f})",
             "bound on (b)/(a): 2 cores running (b)'s CPU per MiB, against (a)'s time = "
             + ", ".join(f"{v:.2f}" for v in scaling_bound) + f" (median {statistics.median(scaling_bound):.2f})"]
-    checks = [Check.over("(b)/(c) local[2] vs s3fs", figures["(b)/(c) local[2] vs s3fs one process"], 0.8, True),
-              Check.over("(b)/(a) 2 cores vs 1", figures["(b)/(a) scaling, 2 cores vs 1"], 1.6, True)]
+    checks = [Check.over("(b)/(c) local[2] vs s3fs", ratios(columns["(b)"], columns["(c)"]), 0.8, True),
+              Check.over("(b)/(a) 2 cores vs 1", ratios(columns["(b)"], columns["(a)"]), 1.6, True)]
     title = (f"spark benchmark: {size // MiB} MiB segment in {chunks} chunk objects on s3rver (127.0.0.1), "
-             f"{rounds[0]['a']['partitions']} partitions, raw 1 MiB rows, executors read S3 directly")
-    return Report(title, [table(["round", *(f"({k}) {v}" for k, v in CASES.items())], rows, 0), medians, cpu], checks,
-                  {"rounds": rounds, "ratios": figures, "bounds": {"(b)/(c) cpu": cpu_bound,
-                                                                     "(b)/(a) cores": scaling_bound}})
+             f"{rounds[0]['(a)']['partitions']} partitions, raw 1 MiB rows, executors read S3 directly")
+    table = rounds_table(columns, [("(b)", "(a)"), ("(a)", "(c)"), ("(b)", "(c)"), ("(a)", "(d1)"), ("(b)", "(d2)")], 0)
+    return Report(title, [[f"{key} {label}" for key, label in CASES.items()], table, cpu], checks,
+                  {"rounds": rounds, "bounds": {"(b)/(c) cpu": cpu_bound, "(b)/(a) cores": scaling_bound}})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", choices=("raw", "events"), default="raw",
                         help="raw: 1 MiB rows from S3 vs s3fs (default); events: JSON events as json and lines vs "
                         "spark.read.json/text of a local file")
-    parser.add_argument("--partition-mib", type=int, default=None,
+    parser.add_argument("--partition-mib", type=positive, default=None,
                         help="events: tierfs partition_bytes in MiB (default: the data source's own, 64 MiB)")
-    add_size_rounds_arguments(parser, 1024, 2, "store, S3 server data or event files")
+    size_rounds(parser, 1024, 2)
 
 
 def measure(directory: Path, args: argparse.Namespace) -> Report:
-    at_least_one(args, "size_mib", "rounds", *(["partition_mib"] if args.partition_mib is not None else []))
     if args.scenario == "raw":
         return measure_raw(directory, args)
-    from benchmarks.spark import events as spark_events
-
-    return spark_events.measure(directory, args)
-
-
-def run(args: argparse.Namespace) -> int:
-    return run_scenario("spark", args, lambda directory: measure(directory, args))
+    return events.measure(directory, args)

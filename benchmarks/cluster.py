@@ -1,0 +1,280 @@
+"""Cluster benchmark: what a metadata operation costs on PostgreSQL next to SQLite, what
+namespace operations cost as the store grows, and real cluster daemons on one PostgreSQL
+and one local tier-2 on this machine.
+
+1. Metadata latency (``--rounds``, 300): a ``MetadataStore`` on SQLite (WAL,
+   synchronous=FULL) and one on a durable PostgreSQL on 127.0.0.1, interleaved, the order
+   alternating: ``create_segment``, ``find_segment`` (a stat that misses the daemon's
+   memory), ``commit_flush`` (record + chunk); the bounds: ``SELECT 1`` and the smallest
+   durable commit (a one-row upsert).
+2. Namespace scaling (the probes of ``benchmarks scale``): ``--small`` and ``--large``
+   segments (``--large-dir`` in one directory): open time and RSS, ``stat`` of 2,000
+   names, ``ls`` of a 10-entry directory and of the big one, ratios large/small.
+3. Append throughput with 1, 2 and 3 daemons: 1 KiB PD appends for ``--seconds`` by
+   ``--writers`` client processes per daemon, each to a segment that daemon owns. The
+   ceiling, same clients, same run: one single-host daemon (all share two cores here).
+4. Failover (``--failovers`` runs): a client on the survivor appends to a segment of the
+   other daemon, which is killed (-9); the time until the survivor's next append is
+   accepted by the new owner. Bound: the lease expires ``lease_s`` after the last renewal
+   (every tick: ``lease_s / 3``, at most 1 s), the taker looks every tick, then opens the
+   container: ``lease_s - tick`` to ``lease_s + tick`` plus the opening.
+5. Tail latency across hosts: lines appended every 10 ms through the owner, followed on
+   the owner (the ceiling) and on another daemon (which forwards the poll).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness.figures import Latency, percentile
+from benchmarks.harness.mounts import serving
+from benchmarks.harness.scenario import Report, alternate, table
+from benchmarks.scale import probe_namespace
+from tierfs.cluster.container_map import container_of
+from tierfs.engine.metadata.store import MetadataStore
+from tierfs.engine.record_types import Chunk, SegmentMeta
+from tierfs.testing.cluster import Cluster
+from tierfs.testing.postgres import PostgresServer
+
+HELP = ("metadata latency on PostgreSQL vs SQLite, ls/stat as the namespace grows, append throughput "
+        "with 1-3 cluster daemons, failover time")
+CONTAINERS = 6
+RECORD_BYTES = 1024
+
+_WRITER = """
+import sys, time
+from tierfs.remote.client import TierClient
+client = TierClient(sys.argv[1])
+name, seconds = sys.argv[2], float(sys.argv[3])
+record = b"x" * {record} + b"\\n"
+client.append(name, record)  # connected and warm before the clock starts
+print("ready", flush=True)
+sys.stdin.readline()
+count, deadline = 0, time.monotonic() + seconds
+while time.monotonic() < deadline:
+    client.append(name, record)
+    count += 1
+print(count, flush=True)
+""".replace("{record}", str(RECORD_BYTES - 1))
+
+
+@contextmanager
+def cluster(directory: Path, server: PostgresServer, name: str, daemons: int, lease_s: float = 10.0,
+            flush_interval_s: float = 0.2) -> Iterator[tuple[Cluster, dict[int, str | None]]]:
+    """``daemons`` cluster daemons on a new database, balanced: (the cluster, container owners)."""
+    url = server.create_database()
+    nodes = Cluster(directory / name, url, str(directory / f"{name}-tier2"), containers=CONTAINERS, lease_s=lease_s,
+                    flush_interval_s=flush_interval_s)
+    try:
+        for index in range(daemons):
+            nodes.start(index)
+        yield nodes, nodes.wait_balanced(list(range(daemons)))
+    finally:
+        nodes.stop_all()
+        server.drop_database(url.rsplit("/", 1)[1])
+
+
+def segment_of(nodes: Cluster, owners: dict[int, str | None], daemon: int, name: str, index: int = 0) -> str:
+    """A segment name in the ``index``-th container (round robin) that ``daemon`` owns."""
+    mine = [c for c, owner in owners.items() if owner == nodes.daemon_id(daemon)]
+    container, top = mine[index % len(mine)], 0
+    while container_of(f"b{top}", CONTAINERS) != container:
+        top += 1
+    return f"b{top}/{name}"
+
+
+def run_writers(targets: list[tuple[str, str]], seconds: float) -> float:
+    """Appends per second summed over one writer process per (socket URL, name)."""
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, url, name, str(seconds)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for url, name in targets]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    return sum(int(proc.communicate(timeout=seconds + 120)[0].strip()) for proc in procs) / seconds
+
+
+def append_throughput(directory: Path, server: PostgresServer, writers: int, seconds: float) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    with serving(directory / "single", "flush_interval_s = 1.0\n") as single:
+        client = single.client()
+        for w in range(writers):
+            client.create(f"w{w}")
+        client.close()
+        figures["single host"] = run_writers([(single.url, f"w{w}") for w in range(writers)], seconds)
+    for daemons in (1, 2, 3):
+        with cluster(directory, server, f"c{daemons}", daemons, flush_interval_s=1.0) as (nodes, owners):
+            targets = []
+            for index in range(daemons):
+                client = nodes.client(index)
+                for w in range(writers):
+                    name = segment_of(nodes, owners, index, f"w{index}-{w}", w)
+                    client.create(name, parents=True)
+                    targets.append((nodes.daemons[index].url, name))
+                client.close()
+            figures[f"{daemons} daemon{'s' if daemons > 1 else ''}"] = run_writers(targets, seconds)
+    return figures
+
+
+def failover_times(directory: Path, server: PostgresServer, runs: int, lease_s: float) -> list[float]:
+    times: list[float] = []
+    with cluster(directory, server, "f", 1, lease_s) as (nodes, _):
+        for run in range(runs):
+            victim = run + 1  # a fresh data dir each time: a new host joins, then dies
+            nodes.start(victim)
+            owners = nodes.wait_balanced([0, victim], timeout_s=lease_s * 6 + 60)
+            name = segment_of(nodes, owners, victim, f"failover-{run}")
+            survivor = nodes.client(0)
+            survivor.create(name, parents=True)
+            survivor.append(name, b"before\n")
+            nodes.daemons[victim].kill9()
+            killed_at = time.monotonic()
+            survivor.append(name, b"after\n")  # waits for the new owner
+            times.append(time.monotonic() - killed_at)
+            survivor.close()
+    return times
+
+
+def tail_latencies(directory: Path, server: PostgresServer, lines: int) -> dict[str, list[float]]:
+    """Seconds from each append (through the owner) to a follower on the owner and on another daemon."""
+    arrivals: dict[str, list[float]] = {"on the owner": [], "on another daemon": []}
+    with cluster(directory, server, "tl", 2) as (nodes, owners):
+        name = segment_of(nodes, owners, 0, "tail")
+        writer = nodes.client(0)
+        writer.create(name, parents=True)
+
+        def follow(label: str, host: int) -> None:
+            client, buffer = nodes.client(host), b""
+            try:
+                for piece in client.follow(name, 0, poll_timeout_s=5.0):
+                    now = time.monotonic()
+                    *complete, buffer = (buffer + piece).split(b"\n")
+                    arrivals[label] += [now - float(line) for line in complete]
+                    if len(arrivals[label]) >= lines:
+                        return
+            finally:
+                client.close()
+
+        followers = [threading.Thread(target=follow, args=(label, host), daemon=True)
+                     for host, label in enumerate(arrivals)]
+        for thread in followers:
+            thread.start()
+        time.sleep(0.5)  # both are waiting
+        for _ in range(lines):
+            writer.append(name, b"%.6f\n" % time.monotonic())
+            time.sleep(0.01)
+        for thread in followers:
+            thread.join(timeout=60)
+        writer.close()
+    return arrivals
+
+
+def daemons_report(throughput: dict[str, float], failovers: list[float], lease_s: float, writers: int,
+                   seconds: float, tails: dict[str, list[float]]) -> list[str]:
+    lines = [f"1 KiB PD appends, {writers} writer processes per daemon, {seconds:g} s (appends/s)"]
+    lines += [f"  {label:12} {rate:10,.0f}   {rate / throughput['single host']:5.2f}x the single-host daemon"
+              for label, rate in throughput.items()]
+    ordered, tick = sorted(failovers), min(lease_s / 3, 1.0)
+    lines += [f"failover (kill -9 -> first append accepted by the new owner), {len(ordered)} runs, lease {lease_s:g} s: "
+              f"p50 {percentile(ordered, 0.5):.2f} s, p99 {percentile(ordered, 0.99):.2f} s, max {ordered[-1]:.2f} s",
+              f"  bound: lease expiry and its discovery {lease_s - tick:.2f}..{lease_s + tick:.2f} s after the kill, "
+              "plus opening the container"]
+    owner, other = sorted(tails["on the owner"]), sorted(tails["on another daemon"])
+    lines.append(f"tail -f latency, append through the owner -> line at a follower, {len(other)} lines (ms): "
+                 f"on another daemon p50 {percentile(other, 0.5) * 1e3:.1f} p99 {percentile(other, 0.99) * 1e3:.1f}, "
+                 f"on the owner (ceiling) p50 {percentile(owner, 0.5) * 1e3:.1f} p99 {percentile(owner, 0.99) * 1e3:.1f}")
+    return lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=int, default=300, help="metadata latency rounds")
+    parser.add_argument("--small", type=int, default=10_000, help="segments in the small store")
+    parser.add_argument("--large", type=int, default=1_000_000, help="segments in the large store")
+    parser.add_argument("--large-dir", type=int, default=100_000, help="segments in the large store's big directory")
+    parser.add_argument("--writers", type=int, default=2, help="appending client processes per daemon")
+    parser.add_argument("--seconds", type=float, default=5.0, help="append throughput: seconds per configuration")
+    parser.add_argument("--failovers", type=int, default=20, help="failover runs")
+    parser.add_argument("--lease", type=float, default=10.0, help="lease_s of the failover runs")
+    parser.add_argument("--tail-lines", type=int, default=500, help="lines followed across hosts")
+
+
+def metadata_ops(meta: Any, round_number: int) -> dict[str, Callable[[], object]]:
+    name, state = f"bench/r{round_number}", {}
+
+    def create() -> None:
+        state["row"] = meta.create_segment(name, "bench", SegmentMeta())
+
+    def flush() -> None:
+        row = state["row"]
+        meta.commit_flush(row, dataclasses.replace(row.record, flushed_length=4096),
+                          Chunk(name=f"s{row.segment_id}/e1-c0", segment_id=row.segment_id, length=4096))
+
+    def smallest_commit() -> None:
+        with meta.database.transaction():
+            meta.database.execute("INSERT INTO store (key, value) VALUES ('bench', ?) "
+                                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (b"x",))
+
+    return {"create": create, "stat (row by name)": lambda: meta.find_segment(name), "flush commit": flush,
+            "bound: SELECT 1": lambda: meta.database.execute("SELECT 1").fetchone(),
+            "bound: smallest commit": smallest_commit}
+
+
+def metadata_latency(directory: Path, rounds: int) -> dict[str, dict[str, Latency]]:
+    with PostgresServer(durable=True) as server:
+        stores = {"sqlite": MetadataStore.sqlite(directory / "latency.sqlite"),
+                  "postgresql": MetadataStore.open(server.create_database("bench"), directory / "unused")}
+        samples: dict[str, dict[str, list[float]]] = {backend: {} for backend in stores}
+        for meta in stores.values():
+            meta.mkdir("bench", "")
+        for round_number in range(rounds):
+            for backend in alternate(round_number, list(stores)):
+                for op, call in metadata_ops(stores[backend], round_number).items():
+                    started = time.perf_counter()
+                    call()
+                    samples[backend].setdefault(op, []).append(time.perf_counter() - started)
+        for meta in stores.values():
+            meta.close()
+    return {backend: {op: Latency.of(values) for op, values in ops.items()} for backend, ops in samples.items()}
+
+
+def measure(directory: Path, args: argparse.Namespace) -> Report:
+    latency = metadata_latency(directory, args.rounds)
+    scaling = {label: probe_namespace(directory, total, big)
+               for label, total, big in (("small", args.small, args.small - 10), ("large", args.large, args.large_dir))}
+    with PostgresServer() as server:  # appends never touch the metadata; leases do
+        throughput = append_throughput(directory, server, args.writers, args.seconds)
+        failovers = failover_times(directory, server, args.failovers, args.lease)
+        tails = tail_latencies(directory, server, args.tail_lines)
+    rows = [[op, f"{s.p50_us:.0f} / {s.p99_us:.0f}", f"{pg.p50_us:.0f} / {pg.p99_us:.0f}", f"{pg.p50_us / s.p50_us:.2f}"]
+            for op, s in latency["sqlite"].items() for pg in [latency["postgresql"][op]]]
+    small, large = scaling["small"], scaling["large"]
+    lines = ["namespace scaling (in-process store, SQLite)"]
+    for label, f in scaling.items():
+        lines.append(f"  {label}: {f['segments']:,} segments: open {f['open_s']:.1f} s, RSS "
+                     f"{f['rss_after_open_bytes'] / 2**20:.0f} MiB, stat p50/p99 {f['stat_cold']['p50_us']:.1f}/"
+                     f"{f['stat_cold']['p99_us']:.1f} µs, ls of 10 p50 {f['ls_small']['p50_us']:.1f} µs, ls of "
+                     f"{f['ls_big_entries']:,} {f['ls_big_s'] * 1e3:.0f} ms "
+                     f"({f['ls_big_s'] / f['ls_big_entries'] * 1e6:.2f} µs/entry)")
+    per_entry = (large["ls_big_s"] / large["ls_big_entries"]) / (small["ls_big_s"] / small["ls_big_entries"])
+    lines.append(f"  large/small ({large['segments'] / small['segments']:.0f}x segments): stat p50 "
+                 f"{large['stat_cold']['p50_us'] / small['stat_cold']['p50_us']:.2f}x, ls of 10 "
+                 f"{large['ls_small']['p50_us'] / small['ls_small']['p50_us']:.2f}x, ls per entry {per_entry:.2f}x, open "
+                 f"{large['open_s'] / small['open_s']:.0f}x")
+    sections = [table([f"metadata latency, {args.rounds} rounds (p50 / p99 µs)", "SQLite", "PostgreSQL",
+                       "PG/SQLite p50"], rows), lines,
+                daemons_report(throughput, failovers, args.lease, args.writers, args.seconds, tails)]
+    return Report("cluster benchmark", sections, [], {"metadata_latency": latency, "namespace": scaling,
+                                                      "append_throughput": throughput, "failovers_s": failovers,
+                                                      "tail_latencies_s": tails})
+
