@@ -28,6 +28,31 @@ from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import Daemon, Mount, free_port, small_config, start_daemon
 from tierfs.testing.postgres import PostgresServer
 
+# The files that take longest in a whole run (its ``--durations``, summed per file),
+# longest first. ``./dev.sh test`` runs ``-n 2 --dist loadfile``: xdist hands whole files
+# to the workers in collection order, after sorting them by their number of tests, which
+# put these (a few long tests each) last, one worker running them while the other idled.
+# Collected first, they run side by side, and the many short files fill in at the end.
+LONGEST_FILES = (
+    "test_chaos.py", "test_examples.py", "test_spark_registration.py", "test_spark_loopback.py",
+    "test_readme.py", "test_spark_events_benchmark.py", "test_cluster.py", "test_s3_faults.py",
+    "test_install_resolves.py", "test_spark_arrow.py", "test_model.py", "test_cli_errors.py",
+    "test_fencing.py", "test_peer_benchmark.py", "test_fuse_tools.py", "test_recovery.py",
+    "test_cluster_benchmark.py", "test_metadata_postgres_daemon.py", "test_cli.py", "test_followers.py",
+    "test_cli_tail.py", "test_spark.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # xdist: hand out files in collection order
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``LONGEST_FILES`` first; every other file after them, in the order collected."""
+    rank = {name: index for index, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
 
 @pytest.fixture
 def config(tmp_path: Path) -> StoreConfig:
@@ -97,7 +122,7 @@ def served_data_dir(daemon: Daemon) -> Path:
 
 
 @pytest.fixture
-def tfs(served_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> TierFileSystem:
+def tfs(served_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TierFileSystem]:
     """``fsspec.filesystem("tierfs")`` finding the module's daemon through TIERFS_DATA_DIR."""
     monkeypatch.setenv("TIERFS_DATA_DIR", str(served_data_dir))
     monkeypatch.delenv("TIERFS_URL", raising=False)
@@ -105,7 +130,11 @@ def tfs(served_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> TierFileSyste
     TierFileSystem.clear_instance_cache()
     fs = fsspec.filesystem("tierfs")
     assert isinstance(fs, TierFileSystem)
-    return fs
+    yield fs
+    # closed, and out of the cache: an open connection holds the daemon's stop up (its
+    # HTTP server's 3 s grace) when the module's daemon stops right after this test
+    TierFileSystem.clear_instance_cache()
+    fs.client.close()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ This resolves against the package index (``--dry-run``: nothing is installed).
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -35,9 +36,17 @@ def _resolves(python: Path) -> None:
     assert "Would install" in output and "boto3-" in output
 
 
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new venv with the pip this Python bundles, made once: each test gets a copy."""
+    made = tmp_path_factory.mktemp("fresh") / "venv"
+    venv.create(made, with_pip=True)
+    return made
+
+
 @pytest.mark.parametrize("which_pip", ["bundled", "current"])
-def test_the_test_extra_resolves_with_old_and_current_pip(tmp_path: Path, which_pip: str) -> None:
-    venv.create(tmp_path / "venv", with_pip=True)  # the pip this Python bundles
+def test_the_test_extra_resolves_with_old_and_current_pip(tmp_path: Path, which_pip: str, fresh_venv: Path) -> None:
+    shutil.copytree(fresh_venv, tmp_path / "venv", symlinks=True)  # the pip this Python bundles
     python = tmp_path / "venv" / "bin" / "python"
     if which_pip == "current":
         upgraded = _pip(python, "install", "-q", "--upgrade", "pip")

@@ -94,8 +94,14 @@ class Cluster:
             time.sleep(0.1)
 
     def stop_all(self) -> None:
-        for daemon in self.daemons.values():
-            if isinstance(daemon, Mount):
-                daemon.unmount()
-            elif daemon.proc.poll() is None:
-                daemon.stop()
+        """Every daemon stopped (mounts unmounted), the daemons all at once: one by one,
+        the others would take each one's containers in turn, and each one's stop would
+        wait for the others' connections to it."""
+        daemons = [daemon for daemon in self.daemons.values() if not isinstance(daemon, Mount)]
+        for daemon in daemons:
+            daemon.terminate()
+        for mounted in self.daemons.values():
+            if isinstance(mounted, Mount):
+                mounted.unmount()
+        for daemon in daemons:
+            daemon.wait()

@@ -25,6 +25,7 @@ Invariants:
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -153,6 +154,13 @@ def wait_for_mount(
         time.sleep(POLL_INTERVAL_S)
 
 
+def _close_dropped_clients() -> None:
+    """Close the connections of this process's API clients that nothing references any
+    more (dropped without ``close()``, waiting for the garbage collector): a stopping
+    daemon gives each connection still open its HTTP server's grace period (3 s) first."""
+    gc.collect()
+
+
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -270,11 +278,17 @@ class TierProcess:
 class Daemon(TierProcess):
     """A real ``tierfs serve`` process on a data dir (started by ``start_daemon``)."""
 
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> tuple[int, str]:
+    def terminate(self, sig: int = signal.SIGTERM) -> None:
         """Send ``sig`` (SIGTERM: the daemon flushes, closes and exits) unless it has
-        exited already, then ``wait``: its exit code and whole stderr."""
+        exited already; clients of this process that nothing references are closed
+        first (``_close_dropped_clients``)."""
         if self.proc.poll() is None:
+            _close_dropped_clients()
             self.proc.send_signal(sig)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> tuple[int, str]:
+        """``terminate``, then ``wait``: its exit code and whole stderr."""
+        self.terminate(sig)
         return self.wait(timeout_s)
 
 
@@ -339,6 +353,7 @@ class Mount(TierProcess):
         from tierfs.fuse.mount import is_mount_point
 
         if is_mount_point(self.mountpoint):
+            _close_dropped_clients()
             subprocess.run([sys.executable, "-m", "tierfs.cli", "umount", str(self.mountpoint)],
                            check=True, capture_output=True)
         return self.wait(timeout_s)

@@ -25,11 +25,15 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tierfs.testing.chaos.ledger import Ledger
 from tierfs.testing.chaos.nemeses import NEMESES, Chaos
 from tierfs.testing.chaos.world import Host, S3Tier2
 from tierfs.testing.chaos.writers import FRONT_ENDS, WriterGroup
+
+if TYPE_CHECKING:
+    from tierfs.remote.client import TierClient
 
 SETTINGS = {
     "flush_interval_s": 0.3, "owner_check_interval_s": 0.2, "vd_sync_interval_s": 0.5,
@@ -125,15 +129,16 @@ def run_steps(steps: int, nemeses: Sequence[str], rng: random.Random, in_turn: b
 def _check(chaos: Chaos, step: int, nemesis: str) -> list[str]:
     """Every acknowledged record against the promise, the store made durable first."""
     host = chaos.host
-    synced = host.cli("sync")
-    if synced.returncode != 0:
-        return [f"after step {step} ({nemesis}): sync failed: {synced.stderr.decode(errors='replace')[-300:]}"]
-    segments: dict[str, bytes] = {}
-    for name in sorted(chaos.ledger.segments()):
-        read = host.cli("cat", name)
-        if read.returncode != 0:
-            return [f"after step {step} ({nemesis}): cat {name} failed: {read.stderr.decode(errors='replace')[-300:]}"]
-        segments[name] = read.stdout
+    with _DaemonOrCli(host) as store:
+        not_synced = store.sync()
+        if not_synced is not None:
+            return [f"after step {step} ({nemesis}): sync failed: {not_synced[-300:]}"]
+        segments: dict[str, bytes] = {}
+        for name in sorted(chaos.ledger.segments()):
+            read = store.cat(name)
+            if isinstance(read, str):
+                return [f"after step {step} ({nemesis}): cat {name} failed: {read[-300:]}"]
+            segments[name] = read
     fsck = host.cli("fsck")
     found = [f"after step {step} ({nemesis}): {p}" for p in chaos.ledger.check(
         segments, host.lost_found_bytes(*chaos.other_data_dirs))]
@@ -144,3 +149,49 @@ def _check(chaos: Chaos, step: int, nemesis: str) -> list[str]:
                if line.startswith("DAMAGED") and "lost+found" not in line]
     found += [f"after step {step} ({nemesis}): fsck: {line}" for line in damaged]
     return found
+
+
+class _DaemonOrCli:
+    """``tierfs sync`` and ``tierfs cat`` for the check: through the daemon's API from
+    this process where it answers (a CLI process per segment was most of a check's time),
+    else with the CLI; a failure is the CLI's message."""
+
+    def __init__(self, host: Host) -> None:
+        from tierfs.remote.client import TierClient
+
+        self._host = host
+        self._client = TierClient(f"unix://{host.socket}") if host.running else None
+
+    def __enter__(self) -> _DaemonOrCli:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def sync(self) -> str | None:
+        """None once every segment is durable, else why not."""
+        answered, _ = self._through_daemon(lambda client: client.op("sync"))
+        if answered:
+            return None
+        synced = self._host.cli("sync")
+        return None if synced.returncode == 0 else synced.stderr.decode(errors="replace")
+
+    def cat(self, name: str) -> bytes | str:
+        """The segment's bytes, or why they could not be read."""
+        answered, data = self._through_daemon(lambda client: client.read(name))
+        if answered:
+            return bytes(data)
+        read = self._host.cli("cat", name)
+        return read.stdout if read.returncode == 0 else read.stderr.decode(errors="replace")
+
+    def _through_daemon(self, call: Callable[[TierClient], Any]) -> tuple[bool, Any]:
+        """(True, the answer) where the daemon answered, else (False, None)."""
+        from tierfs.contracts.errors import TierFSError
+
+        if self._client is None:
+            return False, None
+        try:
+            return True, call(self._client)
+        except TierFSError:
+            return False, None  # the CLI tries, and says why not
