@@ -11,6 +11,8 @@ removes the sockets. The listen backlog (``LISTEN_BACKLOG``) and the open file l
 are sized for thousands of connections (followers each hold one).
 
 Invariants:
+- The API socket is served last: once it answers (what clients and ``tierfs serve``'s
+  callers wait for), the token, the TCP listener, the follow and append sockets exist.
 - Only the lock holder creates the socket, so an existing socket file found at start is
   stale (its daemon died) and is replaced.
 - The TCP token is generated once (``secrets.token_urlsafe``), stored owner-only in
@@ -109,15 +111,17 @@ async def serve(
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(streams.run)
-                await nursery.start(_serve_one, app, _hypercorn_config(f"unix:{sock}"), shutdown)
-                os.chmod(sock, 0o600)
-                await nursery.start(serve_stream_socket, reads, follow_sock, LISTEN_BACKLOG, shutdown)
-                await nursery.start(serve_append_socket, store, append_sock, LISTEN_BACKLOG, shutdown)
-                log.info("serving %s on %s (epoch %d)", data_dir, sock, store.epoch)
                 if listen:
                     token = load_or_create_token(data_dir)
                     authed = BearerTokenAuth(app, token)
                     await nursery.start(_serve_one, authed, _hypercorn_config(listen), shutdown)
+                await nursery.start(serve_stream_socket, reads, follow_sock, LISTEN_BACKLOG, shutdown)
+                await nursery.start(serve_append_socket, store, append_sock, LISTEN_BACKLOG, shutdown)
+                # last: once the API socket answers, everything above is there
+                await nursery.start(_serve_one, app, _hypercorn_config(f"unix:{sock}"), shutdown)
+                os.chmod(sock, 0o600)
+                log.info("serving %s on %s (epoch %d)", data_dir, sock, store.epoch)
+                if listen:
                     log.info("also serving on tcp %s (bearer token in %s)", listen, data_dir / TOKEN_NAME)
                 stopping = trio.Event()
                 if service is not None:
