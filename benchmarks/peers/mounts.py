@@ -59,7 +59,10 @@ class System:
         self.s3 = endpoint.client()  # straight to s3rver: the benchmark's requests are no system's traffic
 
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The FUSE program's command line, for the systems ``mount`` starts as a
+        ``MountProcess``; the ones that mount otherwise (tierfs, the local disk)
+        override ``mount`` and never call this."""
+        raise NotImplementedError(f"{type(self).__name__} mounts without a command line")
 
     def environment(self) -> dict[str, str]:
         return dict(os.environ)
