@@ -143,13 +143,15 @@ async def test_the_wal_of_a_store_that_only_creates_stays_bounded(tmp_path: Path
     data = tmp_path / "live"
     async with open_store(small_config(data, **NO_FLUSH)) as store:
         sizes = []
-        for round_ in range(4):
+        for round_ in range(6):
             for i in range(UNSYNCED_COMMITS_BEFORE_CHECKPOINT):
                 await store.create_file(f"f{round_}-{i}")
             sizes.append((data / "metadata.sqlite-wal").stat().st_size)
         # reused from its start after each checkpoint (it creeps as the b-trees deepen);
-        # without checkpoints it would be four times the first round's
-        assert sizes[-1] < 1.5 * sizes[0], sizes
+        # a checkpoint that meets the backup's read snapshot (the cycle at open) cannot
+        # restart the WAL, which then holds two rounds until the next one does; without
+        # checkpoints it would be six times the first round's
+        assert sizes[-1] < 2 * sizes[0], sizes
 
 
 async def test_a_create_the_journal_has_no_room_for_changes_nothing(
