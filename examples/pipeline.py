@@ -6,7 +6,7 @@ template to copy), then checks what they did.
    runs the daemon with its FUSE mount, offloading to it.
 2. The streaming job (``event_counts.py``) follows ``tierfs://events/``: events per
    window of event time and kind, into ``tierfs://results/event_counts``.
-3. Three producers append JSON events for 30 s, each the way the README teaches:
+3. Three producers append JSON events for 15 s, each the way the README teaches:
    ``produce.py`` through fsspec (``tierfs://events/web``), ``produce_to_file.sh`` as a
    service writing its log on the mount (``<mount>/events/mobile``), and
    ``produce_with_cli.sh`` with ``tierfs append`` (``events/batch``).
@@ -43,8 +43,8 @@ import boto3
 import fsspec
 
 EVENTS = Path(__file__).resolve().parent / "events"
-PRODUCE_S = 30
-WINDOW_S, WATERMARK_S = 5, 12  # short, so a 30 s run closes a few windows
+PRODUCE_S = 15
+WINDOW_S, WATERMARK_S = 3, 6  # short, so a 15 s run closes a few windows
 STREAM_WAIT_S = 300  # a failure bound only: the wait ends as soon as the windows are in
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "pipeline", "AWS_SECRET_ACCESS_KEY": "pipeline",
                   "AWS_DEFAULT_REGION": "us-east-1"}

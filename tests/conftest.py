@@ -43,6 +43,13 @@ LONGEST_FILES = (
 )
 
 
+# The suite's JVMs (Spark sessions, spark-submit, a standalone master and workers) live
+# seconds, not hours: the C2 compiler and the parallel collector's threads cost them more
+# CPU than they save (a quarter of a Spark test's CPU on two cores). Every java the suite
+# starts reads this; a value set by the caller wins.
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # xdist: hand out files in collection order
         config.option.loadscopereorder = False
