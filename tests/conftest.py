@@ -162,12 +162,13 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One SparkSession for the whole run: local[2] with up to 4 attempts per task (the
-    ``,4``), so a test can fail a task once and watch Spark retry it."""
+    ``,4``), so a test can fail a task once and watch Spark retry it. It never calls
+    ``register(spark)``: every Spark test also shows that ``format("tierfs")`` is found by
+    itself in ./dev.sh's venv (dev.sh makes ``pyspark_tierfs`` listable for PySpark)."""
     if shutil.which("java") is None:
         pytest.skip("Spark needs a Java runtime (./dev.sh test installs one)")
     from pyspark.sql import SparkSession
 
-    from tierfs.spark import register
     from tierfs.spark.loopback import bind_to_loopback_unless_configured
 
     bind_to_loopback_unless_configured()
@@ -177,7 +178,6 @@ def spark() -> Iterator[Any]:
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
-    register(session)
     yield session
     session.stop()
 

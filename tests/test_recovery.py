@@ -36,7 +36,7 @@ async def _snapshot_while_open(tmp_path: Path, records: list[bytes]) -> Path:
 
 async def test_journal_torn_at_many_offsets(tmp_path: Path) -> None:
     rng = random.Random(7)
-    records = [bytes([65 + i % 26]) * rng.randint(1, 200) for i in range(40)]
+    records = [bytes([65 + i % 26]) * rng.randint(1, 200) for i in range(20)]
     snapshot = await _snapshot_while_open(tmp_path, records)
     (journal_file,) = [p for _, p in list_files(snapshot / "journal")]
     size = journal_file.stat().st_size
@@ -51,7 +51,7 @@ async def test_journal_torn_at_many_offsets(tmp_path: Path) -> None:
     all_ends += frame_ends
     assert frame_ends[-1] == size
     cuts = {0, size} | {e + d for e in all_ends for d in (-1, 0, 1) if 0 <= e + d <= size}
-    cuts |= {rng.randrange(size) for _ in range(40)}
+    cuts |= {rng.randrange(size) for _ in range(20)}
     for cut in sorted(cuts):
         work = tmp_path / f"cut{cut}"
         shutil.copytree(snapshot, work)
