@@ -25,6 +25,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -221,4 +222,6 @@ def main(work: Path) -> int:
 
 
 if __name__ == "__main__":
+    # stopped by a service manager or `kill`: unwind, so what it started is stopped too
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("cluster-pipeline-data").resolve()))

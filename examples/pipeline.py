@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -245,4 +246,6 @@ def check(sent: int, streamed: dict[tuple[str, str], tuple[int, float]],
 
 
 if __name__ == "__main__":
+    # stopped by a service manager or `kill`: unwind, so what it started is stopped too
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "pipeline-data"))

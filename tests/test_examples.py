@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,29 @@ def test_a_failing_pipeline_stops_what_it_started(tmp_path: Path, fuse: str) -> 
     assert "the streaming job did not start" in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
     if fuse == "no FUSE":
         assert "no FUSE here: serving without a mount" in done.stdout
+    assert str(work / "mnt") not in Path("/proc/mounts").read_text()
+    leftovers = [cmdline for cmdline in _command_lines() if str(work) in cmdline]
+    assert leftovers == [], leftovers
+
+
+def test_a_pipeline_stopped_with_sigterm_stops_what_it_started(tmp_path: Path) -> None:
+    """``kill PID`` (a service manager's stop) once the mount is up: the pipeline unwinds,
+    and its mount, daemon and S3 server are gone when it exits."""
+    work = tmp_path / "work"
+    pipeline = subprocess.Popen([sys.executable, str(REPO / "examples" / "pipeline.py"), str(work)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert pipeline.stdout is not None
+        for line in pipeline.stdout:  # progress, not a deadline: the line comes once it is up
+            if "[pipeline] " in line and str(work / "mnt") in Path("/proc/mounts").read_text():
+                break
+        else:
+            pytest.fail("the pipeline ended before its mount was up")
+        pipeline.terminate()
+        assert pipeline.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        if pipeline.poll() is None:
+            pipeline.kill()
     assert str(work / "mnt") not in Path("/proc/mounts").read_text()
     leftovers = [cmdline for cmdline in _command_lines() if str(work) in cmdline]
     assert leftovers == [], leftovers
