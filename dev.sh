@@ -49,6 +49,9 @@ need npm npm test
 need s3fs s3fs test
 need rclone rclone test
 need valgrind valgrind test
+# the service units are checked with systemd-analyze (tests/test_service_units.py); docs/operations.md installs them with systemctl
+need systemd-analyze systemd test
+need systemctl systemd test
 # PostgreSQL (Debian's server) for the metadata tests on a real PostgreSQL; demo mode runs without it
 if [ "$mode" = test ] && ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
   apt_missing+=(postgresql)
