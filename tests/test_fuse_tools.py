@@ -19,6 +19,8 @@ import pytest
 from tierfs.contracts.operations import FSCK
 from tierfs.testing.harness import Mount
 
+RELEASE_WITHIN_S = 60.0  # a failure bound only: the wait ends when the release is processed
+
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
     reason="FUSE tests need /dev/fuse and fusermount3 (apt install fuse3)",
@@ -406,7 +408,12 @@ def test_a_file_unlinked_while_open_keeps_working_through_its_descriptor(mount: 
     finally:
         os.close(fd)
     assert path.read_bytes() == b"a new file under the old name\n"
-    assert mount.client().call(FSCK).segments == segments  # the old file went at its last close
+    # the old file goes at its last close: the kernel sends that release after close()
+    # returned, so the count is awaited (it changes once, and never back)
+    deadline_s = time.monotonic() + RELEASE_WITHIN_S
+    while mount.client().call(FSCK).segments != segments and time.monotonic() < deadline_s:
+        time.sleep(0.05)
+    assert mount.client().call(FSCK).segments == segments
 
 
 def test_tail_f_follows_the_old_file_across_a_rotation(mount: Mount) -> None:
