@@ -146,22 +146,22 @@ def stalled_tier2(tmp_path: Path) -> Iterator[tuple[Daemon, Path]]:
         "TIERFS_MAX_BACKLOG_BYTES": str(1 * MiB), "TIERFS_MAX_APPEND_BYTES": str(256 * KiB),
         "TIERFS_TIER2_RETRY_INITIAL_S": "0.05", "TIERFS_TIER2_RETRY_MAX_S": "0.2",
     })
-    away = tmp_path / "tier2-away"
-    tier2.mkdir(exist_ok=True)
-    tier2.rename(away)
-    late = 0
-    while True:  # the daemon may write (its metadata backup) and so make the directory again
-        try:
-            fd = os.open(tier2, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        except (FileExistsError, IsADirectoryError):
-            late += 1
-            tier2.rename(tmp_path / f"tier2-late-{late}")  # then merged: no object it wrote is lost
-            shutil.copytree(tmp_path / f"tier2-late-{late}", away, dirs_exist_ok=True)
-            continue
-        os.write(fd, b"not a directory")
-        os.close(fd)
-        break
     try:
+        away = tmp_path / "tier2-away"
+        tier2.mkdir(exist_ok=True)
+        tier2.rename(away)
+        late = 0
+        while True:  # the daemon may write (its metadata backup) and so make the directory again
+            try:
+                fd = os.open(tier2, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except (FileExistsError, IsADirectoryError):
+                late += 1
+                tier2.rename(tmp_path / f"tier2-late-{late}")  # then merged: no object it wrote is lost
+                shutil.copytree(tmp_path / f"tier2-late-{late}", away, dirs_exist_ok=True)
+                continue
+            os.write(fd, b"not a directory")
+            os.close(fd)
+            break
         yield running, tmp_path
     finally:
         running.stop()
