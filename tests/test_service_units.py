@@ -100,7 +100,7 @@ def test_the_mount_unit_mounts_and_unmounts_on_its_kill_signal(tmp_path: Path) -
     mountpoint.mkdir()  # the unit's ExecStartPre
     proc = subprocess.Popen(_command(unit, tmp_path / "data", mountpoint), stderr=subprocess.PIPE)
     try:
-        wait_for_mount(mountpoint, proc)  # type: ignore[arg-type]
+        wait_for_mount(mountpoint, proc)
         _stops_on_its_kill_signal(unit, proc)
         assert not os.path.ismount(mountpoint)
     finally:

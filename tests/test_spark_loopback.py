@@ -33,13 +33,18 @@ needs_java = pytest.mark.skipif(shutil.which("java") is None,
                                 reason="Spark needs a Java runtime (./dev.sh test installs one)")
 
 
+def _unbound_env() -> dict[str, str]:
+    """This environment without the address Spark binds to (the suite's own session may
+    have set it): each session here finds its own."""
+    return {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME")}
+
+
 def _without_tierfs_on_path(tmp_path: Path) -> dict[str, str]:
     """With nothing configured, workers run the ``python3`` on PATH; here that is an
     interpreter without tierfs (a fresh venv), as on a machine where tierfs lives in .venv."""
     bare_venv = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare_venv)], check=True)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME")}
+    env = {k: v for k, v in _unbound_env().items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["PATH"] = f"{bare_venv / 'bin'}{os.pathsep}{env['PATH']}"
     return env
 
@@ -82,7 +87,7 @@ def test_without_the_defaults_a_session_fails_where_the_hostname_does_not_resolv
     """The check above can fail: the JVM gives up before a session exists."""
     bare = _session("from pyspark.sql import SparkSession\n"
                     "SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n",
-                    "bare", dict(os.environ), tmp_path, unresolvable=True)
+                    "bare", _unbound_env(), tmp_path, unresolvable=True)
     assert bare.returncode != 0 and "JAVA_GATEWAY_EXITED" in bare.stderr
 
 
