@@ -29,9 +29,9 @@ from tierfs.testing.harness import Daemon, Mount, free_port, small_config, start
 from tierfs.testing.postgres import PostgresServer
 
 # The files that take longest in a whole run (its ``--durations``, summed per file),
-# longest first. ``./dev.sh test`` runs ``-n 2 --dist loadfile``: xdist hands whole files
+# longest first. ``./dev.sh test`` runs ``-n 3 --dist loadfile``: xdist hands whole files
 # to the workers in collection order, after sorting them by their number of tests, which
-# put these (a few long tests each) last, one worker running them while the other idled.
+# put these (a few long tests each) last, one worker running them while the others idled.
 # Collected first, they run side by side, and the many short files fill in at the end.
 LONGEST_FILES = (
     "test_chaos.py", "test_examples.py", "test_spark_registration.py", "test_spark_loopback.py",

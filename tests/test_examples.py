@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tierfs.testing.harness import processes
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -68,35 +70,30 @@ def test_a_failing_pipeline_stops_what_it_started(tmp_path: Path, fuse: str) -> 
     assert leftovers == [], leftovers
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
+                    reason="it is stopped once its mount is up: needs /dev/fuse and fusermount3")
 def test_a_pipeline_stopped_with_sigterm_stops_what_it_started(tmp_path: Path) -> None:
     """``kill PID`` (a service manager's stop) once the mount is up: the pipeline unwinds,
     and its mount, daemon and S3 server are gone when it exits."""
     work = tmp_path / "work"
-    pipeline = subprocess.Popen([sys.executable, str(REPO / "examples" / "pipeline.py"), str(work)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert pipeline.stdout is not None
-        for line in pipeline.stdout:  # progress, not a deadline: the line comes once it is up
-            if "[pipeline] " in line and str(work / "mnt") in Path("/proc/mounts").read_text():
-                break
-        else:
-            pytest.fail("the pipeline ended before its mount was up")
-        pipeline.terminate()
-        assert pipeline.wait(timeout=120) == 128 + signal.SIGTERM
-    finally:
-        if pipeline.poll() is None:
-            pipeline.kill()
+    with subprocess.Popen([sys.executable, str(REPO / "examples" / "pipeline.py"), str(work)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as pipeline:
+        try:
+            assert pipeline.stdout is not None
+            for line in pipeline.stdout:  # progress, not a deadline: the line comes once it is up
+                if "[pipeline] " in line and str(work / "mnt") in Path("/proc/mounts").read_text():
+                    break
+            else:
+                pytest.fail("the pipeline ended before its mount was up")
+            pipeline.terminate()
+            assert pipeline.wait(timeout=120) == 128 + signal.SIGTERM
+        finally:
+            if pipeline.poll() is None:
+                pipeline.kill()
     assert str(work / "mnt") not in Path("/proc/mounts").read_text()
     leftovers = [cmdline for cmdline in _command_lines() if str(work) in cmdline]
     assert leftovers == [], leftovers
 
 
 def _command_lines() -> list[str]:
-    lines = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-            except OSError:  # gone meanwhile
-                continue
-    return lines
+    return [command.replace(b"\0", b" ").decode(errors="replace") for _, _, command in processes()]

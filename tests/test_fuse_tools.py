@@ -410,10 +410,14 @@ def test_a_file_unlinked_while_open_keeps_working_through_its_descriptor(mount: 
     assert path.read_bytes() == b"a new file under the old name\n"
     # the old file goes at its last close: the kernel sends that release after close()
     # returned, so the count is awaited (it changes once, and never back)
-    deadline_s = time.monotonic() + RELEASE_WITHIN_S
-    while mount.client().call(FSCK).segments != segments and time.monotonic() < deadline_s:
-        time.sleep(0.05)
-    assert mount.client().call(FSCK).segments == segments
+    client = mount.client()
+    try:
+        deadline_s = time.monotonic() + RELEASE_WITHIN_S
+        while client.call(FSCK).segments != segments and time.monotonic() < deadline_s:
+            time.sleep(0.05)
+        assert client.call(FSCK).segments == segments
+    finally:
+        client.close()
 
 
 def test_tail_f_follows_the_old_file_across_a_rotation(mount: Mount) -> None:

@@ -149,9 +149,9 @@ async def test_the_wal_of_a_store_that_only_creates_stays_bounded(tmp_path: Path
             sizes.append((data / "metadata.sqlite-wal").stat().st_size)
         # reused from its start after each checkpoint (it creeps as the b-trees deepen);
         # a checkpoint that meets the backup's read snapshot (the cycle at open) cannot
-        # restart the WAL, which then holds two rounds until the next one does; without
-        # checkpoints it would be six times the first round's
-        assert sizes[-1] < 2 * sizes[0], sizes
+        # restart the WAL, which then holds another round until the next one does. So it
+        # stops growing: without checkpoints it would grow by a round every round
+        assert sizes[-1] <= 1.1 * sizes[-3] and sizes[-1] < 3 * sizes[0], sizes
 
 
 async def test_a_create_the_journal_has_no_room_for_changes_nothing(

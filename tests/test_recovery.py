@@ -36,6 +36,7 @@ async def _snapshot_while_open(tmp_path: Path, records: list[bytes]) -> Path:
 
 async def test_journal_torn_at_many_offsets(tmp_path: Path) -> None:
     rng = random.Random(7)
+    # every frame end is cut at -1, 0 and +1; 20 records of random lengths give every case
     records = [bytes([65 + i % 26]) * rng.randint(1, 200) for i in range(20)]
     snapshot = await _snapshot_while_open(tmp_path, records)
     (journal_file,) = [p for _, p in list_files(snapshot / "journal")]

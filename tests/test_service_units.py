@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tierfs.remote.client import TierClient
-from tierfs.testing.harness import wait_for_mount
+from tierfs.testing.harness import START_TIMEOUT_S, wait_for_mount
 
 REPO = Path(__file__).resolve().parent.parent
 UNITS = REPO / "examples" / "systemd"
@@ -72,8 +72,10 @@ def test_the_serve_unit_serves_and_stops_on_its_kill_signal(tmp_path: Path) -> N
     proc = subprocess.Popen(_command(unit, data_dir, tmp_path / "unused"), stderr=subprocess.PIPE)
     try:
         socket = data_dir / "tierfs.sock"
-        while True:  # progress, not a deadline: it answers once it serves, or exits
+        deadline_s = time.monotonic() + START_TIMEOUT_S  # a failure bound only
+        while True:  # it answers once it serves, or exits
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            assert time.monotonic() < deadline_s, "the unit's daemon did not serve"
             if socket.exists():
                 client = TierClient(f"unix://{socket}")
                 try:

@@ -20,7 +20,7 @@ from benchmarks.harness import procfs
 
 WARMUP_INTERVAL_S = 0.05
 START_TIMEOUT_S = 30.0  # a follower prints its first line within ~1 s; 30 s rides out a loaded host
-DRAIN_TIMEOUT_S = 10.0  # after the last append, every line arrives within this (or is missing)
+DRAIN_TIMEOUT_S = 30.0  # after the last append, every line arrives within this (or is missing)
 
 
 @dataclasses.dataclass

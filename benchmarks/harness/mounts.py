@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmarks import child_command, child_environment
 from benchmarks.harness.figures import Throughput
+from benchmarks.harness.s3 import BUCKET
 from benchmarks.harness.scenario import say
 from tierfs.testing.harness import Daemon, HarnessError, Mount, start_daemon, wait_for_mount
 
@@ -110,8 +111,7 @@ class MountProcess:
         fuse_unmount(self.mountpoint, lazy=True)
 
 
-
-def s3_tier2(endpoint_url: str, bucket: str = "tierfs-bench", **settings: object) -> str:
+def s3_tier2(endpoint_url: str, bucket: str = BUCKET, **settings: object) -> str:
     """A configuration: tier-2 ``s3://BUCKET/chunks`` on ``endpoint_url`` (keys from the environment)."""
     settings = {"tier2_url": f"s3://{bucket}/chunks", "tier2_endpoint_url": endpoint_url, **settings}
     return "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())

@@ -45,7 +45,7 @@ def cpu_s(pid: int | None) -> float:
 
 
 def self_cpu_s() -> float:
-    """The same for this process, all its threads, in microseconds."""
+    """The same for this process, all its threads, in seconds."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 

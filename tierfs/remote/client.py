@@ -109,7 +109,7 @@ class TierClient:
         # a client, and Spark makes one per partition.
         verify = self.url.startswith("https://")
         if self.url.startswith("unix://"):
-            transport = httpx.HTTPTransport(uds=self.url[len("unix://"):], limits=limits, verify=False)
+            transport = httpx.HTTPTransport(uds=self.url[len("unix://"):], limits=limits, verify=verify)
             self._http = httpx.Client(
                 transport=transport, base_url="http://tierfs", headers=headers, timeout=timeout
             )

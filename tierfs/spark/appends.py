@@ -46,8 +46,8 @@ _task_clients_lock = threading.Lock()
 
 def task_client(url: str, token: str | None) -> TierClient:
     """This process's client of the daemon at ``url``, kept for the tasks it runs next
-    (PySpark reuses its Python workers, and setting up an HTTP client costs tens of
-    milliseconds, mostly its TLS context, which a short task would pay again). Keyed
+    (PySpark reuses its Python workers, and a kept client keeps its connections to the
+    daemon, which a short task would otherwise open again). Keyed
     by process id too: a forked process never shares its parent's connections."""
     key = (os.getpid(), url, token)
     with _task_clients_lock:

@@ -199,8 +199,8 @@ def plan_partitions(ranges: list[SegmentRange], target_bytes: int) -> list[TierP
 
 class DaemonReads:
     """A partition's reads through the daemon, its client opened on first use: ranges
-    whose bytes are all in chunk objects never pay for it (setting up an HTTP client
-    takes tens of milliseconds, mostly its TLS context)."""
+    whose bytes are all in chunk objects never pay for it (a client and its connection
+    to the daemon; an https:// daemon's client also loads the CA bundle, tens of ms)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self._options = options
