@@ -7,6 +7,7 @@ import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -145,3 +146,36 @@ async def test_tail_memory_is_bounded_and_evicted_bytes_come_from_the_journal(tm
         assert await store.read("t") == bytes(expected)
         await store.flush("t")
         assert await store.read("t") == bytes(expected)
+
+
+class _DeletingCatalogue:
+    """The flusher's catalogue, but loading the chunk records of ``victim`` deletes it
+    first: the delete a real store can run while a flush waits for the metadata."""
+
+    def __init__(self, catalogue: Any, store: Any, victim: str) -> None:
+        self._catalogue, self._store, self._victim = catalogue, store, victim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._catalogue, name)
+
+    async def chunks_of(self, seg: Any) -> Any:
+        if seg.name == self._victim and not seg.deleted:
+            await self._store.delete(self._victim)
+        return await self._catalogue.chunks_of(seg)
+
+
+async def test_a_segment_deleted_while_its_batch_plans_is_left_out(tmp_path: Path) -> None:
+    config = small_config(tmp_path / "d", flush_interval_s=3600)
+    async with open_store(config) as store:
+        for name in ("gone", "kept"):
+            await store.create(name)
+            await store.append(name, name.encode() * 100)
+        flusher = store.writer._flusher
+        flusher._catalogue = _DeletingCatalogue(flusher._catalogue, store, "gone")
+        for name in ("gone", "kept"):  # both due at once: one batch
+            store.writer.request_flush(store.table.segment(name))
+        await store.flush("kept")
+        assert await store.read("kept") == b"kept" * 100
+        assert [info.name for info in await store.list("")] == ["kept"]
+        assert store.writer.unflushed_bytes == 0
+        assert len(store.chunk_storage.list("s")) == 1  # nothing was written for "gone"

@@ -30,9 +30,11 @@ Invariants:
   its pieces' bytes stay in the tails (and so go to lost+found).
 - A commit is all or nothing: a segment's flushed length and its chunk record move
   together, and a batch's transaction either commits every piece or none.
-- A deleted segment's new chunk object is queued as garbage, never committed; a piece
-  whose grown chunk was replaced meanwhile (an offload attempt started) is not
-  committed (``ConcurrentModificationError``, retried by the writer).
+- A segment deleted before its bytes were taken from its tail (a delete may run while
+  its chunk records load, or its evicted appends are re-read) is left out of the batch;
+  one deleted after is written, and its new chunk object is queued as garbage, never
+  committed. A piece whose grown chunk was replaced meanwhile (an offload attempt
+  started) is not committed (``ConcurrentModificationError``, retried by the writer).
 - A pack is written once, under a name never used before, and is in
   ``packs_in_flight`` from before its write until its commit ended, so the orphan sweep
   (which deletes packs once no chunk record references them) never takes one that is
@@ -116,9 +118,16 @@ class ChunkFlusher:
         outcome = FlushOutcome()
         pieces = []
         for seg in segs:
-            chunks = await self._catalogue.chunks_of(seg)
+            chunks = await self._catalogue.chunks_of(seg)  # may load them: a delete can run meanwhile
+            if seg.deleted:
+                continue  # its tail went with it
             piece = plan_flush(seg, chunks, self._config, self._epoch, storage.supports_append)
-            piece.take(await self._tail.tail_bytes(seg, piece.start, piece.end))
+            try:
+                piece.take(await self._tail.tail_bytes(seg, piece.start, piece.end))
+            except (OSError, TierFSError):
+                if seg.deleted:  # while its evicted appends were re-read: their journal file may be gone
+                    continue
+                raise
             pieces.append(piece)
         await self._fence.confirm_recent()
         objects = self._objects(pieces, packing=not storage.supports_append)

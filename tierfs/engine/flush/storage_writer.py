@@ -27,6 +27,9 @@ Invariants:
   (``tier2_retry_initial_s`` doubling to ``tier2_retry_max_s``) while appends continue
   until the backlog bound refuses them.
 - Blocking tier-2 calls run in worker threads under the store's tier-2 limiter.
+- A flush waiter (a close's flush, a ``tier2`` append, ``sync``) fails with
+  ``Tier2Error`` once the loop has ended, within the fence's check interval: a store
+  whose writer failed closes without waiting for flushes that cannot come.
 - The writer owns the backlog counter (``unflushed_bytes``: appended bytes not yet in
   tier-2): appends add to it through ``appended``, flushes and deletes take from it.
 - Append ages, ``retry_at_s`` and the tick are on the engine's monotonic clock
@@ -111,6 +114,7 @@ class StorageWriter:
         self.batches = 0  # flushes of many small segments together
         self.failures = 0
         self.journal_files_deleted = 0
+        self.running = False  # the loop (``run``) is running: flush waiters can be served
         # called after a commit of a tier2 segment's flush: the metadata backup takes it soon
         # awaited before journal files are deleted (SQLite: the metadata changes that
         # flushed their bytes reach tier-2 first, so a restore never misses them)
@@ -153,6 +157,7 @@ class StorageWriter:
         for seg, target in targets:
             while not seg.deleted and seg.flushed_length < target:
                 self._fence.ensure_owner()
+                self._ensure_running()
                 self.request_flush(seg)
                 with trio.move_on_after(self._fence.check_interval_s) as waiting:  # fenced meanwhile?
                     await seg.flushed_event.wait()
@@ -171,6 +176,7 @@ class StorageWriter:
             if seg.deleted:
                 raise SegmentNotFoundError(seg.name)
             self._fence.ensure_owner()
+            self._ensure_running()
             seg.flush_requested = True
             self.dirty.add(seg)
             self.wake()
@@ -216,17 +222,27 @@ class StorageWriter:
         return self._flusher.packs
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            task_status.started()
-            await self._truncate_journal()  # files a previous run left fully flushed
-            while True:
-                with trio.move_on_after(TICK_S):
-                    await self._wakeup.wait()
-                woken = self._wakeup.is_set()
-                self._wakeup = trio.Event()
-                now_s = monotonic_s()
-                if woken or now_s >= self._next_pass_s:
-                    self._pass(nursery, now_s)
+        self.running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                await self._truncate_journal()  # files a previous run left fully flushed
+                while True:
+                    with trio.move_on_after(TICK_S):
+                        await self._wakeup.wait()
+                    woken = self._wakeup.is_set()
+                    self._wakeup = trio.Event()
+                    now_s = monotonic_s()
+                    if woken or now_s >= self._next_pass_s:
+                        self._pass(nursery, now_s)
+        finally:
+            self.running = False
+
+    def _ensure_running(self) -> None:
+        """A flush waiter's check: the loop ended (the store failed or is closing), so
+        nothing it waits for will come."""
+        if not self.running:
+            raise Tier2Error("the storage writer has stopped")
 
     def _pass(self, nursery: trio.Nursery, now_s: float) -> None:
         """One pass over the dirty segments: start the flushes that are due, and note
