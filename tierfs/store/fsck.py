@@ -20,7 +20,9 @@ Invariant: fsck runs beside appends, flushes and offloads and never reports dama
 is not there. Each segment's lengths and chunk list are taken at one moment
 (``_snapshot``); a chunk whose object fails a check is reported only if the segment
 still holds that very record afterwards (a flush that grew it, an offload that moved it,
-retention or a delete that dropped it are no damage). A deleted segment is skipped.
+a defrag that merged it, retention or a delete that dropped it are no damage), whichever
+read found it: its stat, or a block read after the collector deleted it. A deleted
+segment is skipped.
 """
 
 from __future__ import annotations
@@ -109,7 +111,11 @@ async def _check_chunk(store: FsckTarget, name: str, chunk: Chunk) -> tuple[list
     for block, expected_crc in enumerate(chunk.block_crc32c):
         start = block * BLOCK_BYTES
         end = min(start + BLOCK_BYTES, chunk.length)
-        data = await trio.to_thread.run_sync(storage.read, key, place + start, place + end, limiter=store.tier2_limiter)
+        try:
+            data = await trio.to_thread.run_sync(
+                storage.read, key, place + start, place + end, limiter=store.tier2_limiter)
+        except ChunkMissingError as e:  # gone since its stat: merged or deleted with its record (or damage)
+            return [*problems, Problem(name, chunk.name, str(e))], checked
         checked += len(data)
         whole = crc32c(data, whole)
         if crc32c(data) != expected_crc:
