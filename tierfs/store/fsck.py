@@ -106,7 +106,7 @@ async def _check_chunk(store: FsckTarget, name: str, chunk: Chunk) -> tuple[list
         return [Problem(name, chunk.name, str(e))], checked
     if size < place + chunk.length:
         return [Problem(name, chunk.name, f"object holds {size} bytes, metadata says {place} + {chunk.length}")], checked
-    problems = []
+    problems: list[Problem] = []
     whole = 0
     for block, expected_crc in enumerate(chunk.block_crc32c):
         start = block * BLOCK_BYTES
