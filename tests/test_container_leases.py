@@ -1,8 +1,10 @@
 """A cluster daemon keeps renewing the leases of the containers it serves while it
 opens another one slowly (a journal replay, a loaded host): none of them expires, so
 no other daemon takes a container whose owner still acknowledges appends (those would
-end in lost+found). The lease table is a fake with the real one's rules; the stores are
-fakes whose open takes as long as the test says."""
+end in lost+found); and a container whose store another owner fenced while it was being
+given back is treated as lost while the daemon serves its other containers on. The lease
+table is a fake with the real one's rules; the stores are fakes whose open takes as long
+as the test says."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import trio
 from tierfs.cluster import container_host
 from tierfs.cluster.container_host import ContainerHost, tick_s
 from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.errors import Tier2Error
 
 LEASE_S = 0.6
 SLOW_OPEN_S = 4 * LEASE_S  # far longer than a lease
@@ -142,3 +145,37 @@ async def test_leases_are_renewed_while_another_container_opens_slowly(
         assert {c: lease.epoch for c, lease in leases.leases.items()} == {0: 1, 1: 1}, "never taken again"
         host.stop()
     assert all(lease.owner is None for lease in leases.leases.values()), "given back at stop"
+
+
+class FencedWhenFlushedStore(FakeStore):
+    """A store another owner claimed while it was being given back: its flush fails."""
+
+    async def flush(self) -> None:
+        self.fence.fenced = True
+        raise Tier2Error("flush of 't/x' failed: fenced: this store (epoch 2) lost tier-2 to epoch 3")
+
+
+async def test_a_container_fenced_while_given_back_is_lost_and_the_daemon_serves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @asynccontextmanager
+    async def open_store(config: StoreConfig, lease: object = None) -> AsyncIterator[FakeStore]:
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        yield FencedWhenFlushedStore() if config.data_dir.name == "c001" else FakeStore()
+
+    monkeypatch.setattr(container_host, "open_store", open_store)
+    leases = FakeLeaseTable(count=2)
+    config = StoreConfig(data_dir=tmp_path, lease_s=LEASE_S, metadata_url="postgresql://nowhere/cluster")
+    host = ContainerHost(config, leases, 2, "daemon-a", "http://127.0.0.1:1", "token")  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host.run)
+        while sorted(host.stores) != [0, 1]:
+            await trio.sleep(0.01)
+        host._drop(1, lost=False)  # balance gives c001 back; its flush meets the fence
+        while 1 in host.held:
+            await trio.sleep(0.01)
+        assert sorted(host.stores) == [0], "c000 is still served"
+        assert leases.leases[1].owner == "daemon-a", "a fenced container's lease is not given back as clean"
+        assert not (tmp_path / "containers" / "c001").exists()  # no journal bytes: nothing to keep aside
+        host.stop()
+    assert leases.leases[0].owner is None, "c000 given back at stop"

@@ -37,6 +37,9 @@ Invariants:
   and reported, never replayed over newer data.
 - A container is given back (balance) only once everything it acknowledged is flushed;
   until then its owner keeps serving it. Given back cleanly it leaves no data dir behind.
+  A store fenced while it is given back (another owner claimed its tier-2) is treated
+  as lost: its data dir goes to lost+found, and the daemon serves its other containers
+  on (a failed flush of one container never ends the daemon).
 """
 
 from __future__ import annotations
@@ -293,9 +296,16 @@ class ContainerHost:
                     if held.lost:
                         break
                     with trio.move_on_after(RELEASE_FLUSH_TIMEOUT_S):
-                        await store.flush()
-                    clean = store.statistics().unflushed_bytes == 0 and not store.fence.fenced
-                    if clean or self._stopping.is_set() or store.fence.fenced:
+                        try:
+                            await store.flush()
+                        except TierFSError as e:  # fenced meanwhile, or tier-2 or the database failing
+                            log.warning("container %s: flush before giving it back failed: %s",
+                                        container_label(held.container), e)
+                    if store.fence.fenced:  # another owner claimed it: what this one acknowledged goes aside
+                        held.lost = True
+                        break
+                    clean = store.statistics().unflushed_bytes == 0
+                    if clean or self._stopping.is_set():
                         break
                     # A live owner never gives a container away without what it acknowledged:
                     # it could not flush (tier-2 or the database down), so it keeps serving it.
