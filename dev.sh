@@ -98,6 +98,7 @@ case "$mode" in
     exec .venv/bin/python examples/pipeline.py
     ;;
   test)
+    .venv/bin/python tests/jvm_class_archive.py  # Spark's classes for the suite's JVMs, made once
     .venv/bin/ruff check tierfs fuse fsspec_impl tests examples benchmarks
     .venv/bin/mypy
     # Three workers (-n 3), each test file on one of them (--dist loadfile: a module's shared

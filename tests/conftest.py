@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import jvm_class_archive
 import pytest
 from tierfs.fsspec_impl import TierFileSystem
 
@@ -45,9 +46,12 @@ LONGEST_FILES = (
 
 # The suite's JVMs (Spark sessions, spark-submit, a standalone master and workers) live
 # seconds, not hours: the C2 compiler and the parallel collector's threads cost them more
-# CPU than they save (a quarter of a Spark test's CPU on two cores). Every java the suite
-# starts reads this; a value set by the caller wins.
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# CPU than they save (a quarter of a Spark test's CPU on two cores), and the archive of
+# Spark's classes that ./dev.sh makes saves a third of their start-up
+# (``jvm_class_archive``). Every java the suite starts reads this; a value set by the
+# caller wins.
+if "JDK_JAVA_OPTIONS" not in os.environ:
+    os.environ["JDK_JAVA_OPTIONS"] = jvm_class_archive.java_options()
 
 
 def pytest_configure(config: pytest.Config) -> None:

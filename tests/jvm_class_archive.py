@@ -2,18 +2,17 @@
 
 A Spark session's JVM spends a third of its start-up CPU loading and verifying the
 same few thousand classes from Spark's jars (measured on the 2-core machine: a local
-session and two small jobs take 10-11 CPU-s, 6.4-7.4 with the archive). The suite
-starts dozens of them, so the run makes the archive once, in the background at its
-start (``start``: one Spark job run with ``-XX:ArchiveClassesAtExit``, written under a
-temporary name and renamed when whole), and every test that begins after it exists
-hands it to the JVMs it starts (``use_if_ready``, through ``JDK_JAVA_OPTIONS``).
+session and two small jobs take 10-11 CPU-s, 6.4-7.4 with the archive), and the suite
+starts a few dozen of them. ``./dev.sh test`` makes the archive once per machine, as
+it sets up the venv (``python tests/jvm_class_archive.py``: one Spark job run with
+``-XX:ArchiveClassesAtExit``, about 30 s, written under a temporary name and renamed
+when whole); the suite hands it to every JVM it starts through ``JDK_JAVA_OPTIONS``
+(``java_options``) when it is there, and runs as before when it is not.
 
 Safe by construction: a JVM whose class path differs from the archive's (spark-submit's
 launcher, a standalone master, worker or executor) or whose Java differs ignores the
 archive; ``-Xlog:cds*=off`` keeps that silent, so no test's output changes. The file is
-keyed by the Java and PySpark versions and the JVM options, and kept in the venv, so a
-second run on the same machine reuses it. A ``JDK_JAVA_OPTIONS`` the caller set is
-left alone.
+keyed by the Java and PySpark versions and the JVM options and kept in the venv.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-ARCHIVE_ENV = "TIERFS_TEST_JVM_ARCHIVE"  # the controller's choice, inherited by xdist workers
 BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 # The classes the suite's sessions load: SQL, JSON and text sources, a shuffle, a
@@ -85,33 +83,35 @@ def archive_path() -> Path | None:
     return Path(sys.prefix) / "share" / "tierfs-tests" / f"spark-classes-{key}.jsa"
 
 
-def start(*, make: bool) -> subprocess.Popen[bytes] | None:
-    """In the run's first process: choose the archive and, if it is not there and
-    ``make`` (a run of many tests), begin making it (the caller waits for the returned
-    process at the run's end)."""
-    if ARCHIVE_ENV in os.environ or os.environ.get("JDK_JAVA_OPTIONS", BASE_OPTIONS) != BASE_OPTIONS:
-        return None
+def java_options() -> str:
+    """The suite's ``JDK_JAVA_OPTIONS``: ``BASE_OPTIONS``, and the archive once made."""
     path = archive_path()
-    if path is None:
-        return None
-    if not path.exists() and not make:
-        return None
-    os.environ[ARCHIVE_ENV] = str(path)
-    if path.exists():
-        return None
+    if path is None or not path.exists():
+        return BASE_OPTIONS
+    return f"{BASE_OPTIONS} -XX:SharedArchiveFile={path} -Xlog:cds*=off"
+
+
+def make() -> Path | None:
+    """Make the archive unless it exists (or there is no Java); its path."""
+    path = archive_path()
+    if path is None or path.exists():
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    # the rename is the last step: a JVM never sees half an archive
-    script = f"{JOB}\nimport os\nos.replace({str(partial)!r}, {str(path)!r})\n"
+    script = f"{JOB}\nimport os\nos.replace({str(partial)!r}, {str(path)!r})\n"  # whole, or not there
     env = dict(os.environ, JDK_JAVA_OPTIONS=f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={partial} -Xlog:cds*=off",
                PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    return subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        subprocess.run([sys.executable, "-c", script], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                       check=True, timeout=600)
+    finally:
+        partial.unlink(missing_ok=True)
+    return path
 
 
-def use_if_ready() -> None:
-    """Before a test: JVMs it starts use the archive once it exists."""
-    path = os.environ.get(ARCHIVE_ENV)
-    options = os.environ.get("JDK_JAVA_OPTIONS")
-    if path and options == BASE_OPTIONS and os.path.exists(path):
-        os.environ["JDK_JAVA_OPTIONS"] = f"{BASE_OPTIONS} -XX:SharedArchiveFile={path} -Xlog:cds*=off"
+if __name__ == "__main__":
+    target = archive_path()
+    if target is not None and not target.exists():
+        print("dev.sh: archiving Spark's classes for the suite's JVMs (once per machine, about 30 s)",
+              file=sys.stderr, flush=True)
+        make()
