@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tierfs import open_store
-from tierfs.contracts.cluster_errors import LeaseLapsedError
+from tierfs.contracts.cluster_errors import LeaseLapsedError, LeaseLapsedWhileOpeningError
 from tierfs.contracts.writers import Writer
 from tierfs.engine.ownership.tenure import Lease, lease_margin_s
 from tierfs.testing.harness import small_config
@@ -97,3 +97,23 @@ async def test_an_append_whose_lease_lapses_before_its_sync_is_refused_and_lands
         assert await store.read("s") == b"seen paused"
         assert await store.append("s", b"paused", writer=identity) == 5  # sent again: found, not appended
         assert await store.read("s") == b"seen paused"
+
+
+async def test_an_open_whose_lease_lapsed_claims_nothing(tmp_path: Path) -> None:
+    """A daemon paused while it opened a container wakes with its lease lapsed: it must
+    not claim tier-2 over the daemon that took the container meanwhile."""
+    config = small_config(tmp_path / "d", tier2_url=str(tmp_path / "tier2"))
+    async with open_store(config) as store:  # the owner that took the container
+        await store.create("kept")
+        await store.append("kept", b"acknowledged")
+        epoch = store.epoch
+    config = small_config(tmp_path / "paused", tier2_url=str(tmp_path / "tier2"), takeover=True)
+    lease = HandLease()
+    lease.lapse()
+    with pytest.raises(LeaseLapsedWhileOpeningError, match="tier-2 was not claimed"):
+        async with open_store(config, lease=lease):
+            pass
+    assert not (tmp_path / "paused" / "owner-claim.json").exists()
+    async with open_store(small_config(tmp_path / "d", tier2_url=str(tmp_path / "tier2"))) as store:
+        assert store.epoch == epoch + 1, "the owner's data dir still holds the newest claim"
+        assert await store.read("kept") == b"acknowledged"

@@ -63,3 +63,16 @@ class LeaseLapsedError(NotOwnerError):
             self, f"not acknowledged: the lease on container c{container:03d} of {name!r} lapsed "
                   f"{late_s:.1f} s ago (no renewal reached the database in time); send it again")
         self.name, self.container = name, container
+
+
+class LeaseLapsedWhileOpeningError(LeaseLapsedError):
+    """The container's lease lapsed while this daemon opened the container (it was
+    paused, its journal replay was slow, the database stopped answering): it does not
+    claim tier-2, so a daemon that took the container meanwhile is not fenced by one
+    whose lease is gone (what that owner acknowledged would end in its lost+found)."""
+
+    def __init__(self, container: int, late_s: float) -> None:
+        TierFSError.__init__(
+            self, f"container c{container:03d}: its lease lapsed {late_s:.1f} s ago while it was being opened; "
+                  "tier-2 was not claimed (another daemon may own it now)")
+        self.name, self.container = "", container

@@ -124,7 +124,8 @@ class SegmentStore:
 
         def opening(started_s: float) -> OpenedDataDir:
             try:
-                return open_data_dir(self.config, self.table, self.tail_budget, self._appender.on_durable, started_s)
+                return open_data_dir(self.config, self.table, self.tail_budget, self._appender.on_durable, started_s,
+                                     None if self._lease is None else self._lease.ensure_valid_to_claim)
             finally:
                 opening_ended.set()
 

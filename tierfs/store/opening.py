@@ -95,6 +95,7 @@ def open_data_dir(
     tail_budget: TailBudget,
     on_durable: Callable[[int], None],
     now_s: float,
+    before_claim: Callable[[], None] | None = None,
 ) -> OpenedDataDir:
     """Blocking: give ``table`` the directories and a reader of segment rows (segments
     are loaded when first named), and fill the tails of the segments the journal holds
@@ -140,7 +141,8 @@ def open_data_dir(
             read_deadline_per_mib_s=config.tier2_read_timeout_s,
         )
         ownership: Ownership = take_ownership(
-            data_dir, OwnerClaims(chunk_storage), metadata.load_store_record().epoch, config.takeover
+            data_dir, OwnerClaims(chunk_storage), metadata.load_store_record().epoch, config.takeover,
+            before_claim,
         )
     except BaseException:
         metadata.close()

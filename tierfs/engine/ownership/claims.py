@@ -45,6 +45,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -292,8 +293,10 @@ class Ownership:
     continued: bool
 
 
-def take_ownership(data_dir: Path, claims: OwnerClaims, local_epoch: int, takeover: bool) -> Ownership:
-    """Claim tier-2 for this data dir (blocking).
+def take_ownership(data_dir: Path, claims: OwnerClaims, local_epoch: int, takeover: bool,
+                   before_claim: Callable[[], None] | None = None) -> Ownership:
+    """Claim tier-2 for this data dir (blocking); ``before_claim`` (cluster mode: the
+    lease's check) runs just before the claim is made and refuses it by raising.
 
     Refused with ``OwnedElsewhereError`` when tier-2's newest claim is not the one this
     data dir made last (or meant to make when a kill stopped it), or was made by the
@@ -316,6 +319,8 @@ def take_ownership(data_dir: Path, claims: OwnerClaims, local_epoch: int, takeov
         raise owned_elsewhere(claims.url, current, reason)
     epoch = max(local_epoch, current.epoch if current is not None else 0) + 1
     claim = OwnerClaim.new(epoch, data_dir)
+    if before_claim is not None:
+        before_claim()
     _write_claim_file(data_dir / PENDING_CLAIM_FILE, claim)  # a kill from here on: still ours
     claims.create(claim)
     write_local_claim(data_dir, claim)

@@ -16,6 +16,11 @@ can be the owner. Two things end that (``Tenure.check``):
 
 Invariants:
 - Monotonic time only (``time.monotonic``): a wall-clock jump changes nothing.
+- An open claims tier-2 only with a valid lease (``Lease.ensure_valid_to_claim``, just
+  before the claim is written): a daemon paused while it replayed a journal wakes with
+  a lapsed lease and claims nothing, instead of fencing the daemon that took the
+  container meanwhile. What remains is a pause between that check and the claim's
+  PUT (milliseconds, against the whole open before).
 - A lease only ever moves forward (``extend``); ``on_regained`` callbacks run on the
   event loop each time a lapsed lease becomes valid again (the appender then shows the
   bytes it held back: ``Appender.on_durable``).
@@ -28,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from tierfs.contracts.cluster_errors import LeaseLapsedError
+from tierfs.contracts.cluster_errors import LeaseLapsedError, LeaseLapsedWhileOpeningError
 
 # The part of a lease not counted on: covers the renewal's own travel, a slow event
 # loop between the check and the answer, and clock rate differences with the database.
@@ -59,6 +64,13 @@ class Lease:
         if not was_valid and self.valid():
             for callback in list(self.on_regained):
                 callback()
+
+    def ensure_valid_to_claim(self) -> None:
+        """The last step before an open claims tier-2 (``claims.take_ownership``):
+        ``LeaseLapsedWhileOpeningError`` once the lease lapsed, so a daemon paused while
+        it opened never fences the daemon that took the container meanwhile."""
+        if not self.valid():
+            raise LeaseLapsedWhileOpeningError(self.container, time.monotonic() - self.valid_until_s)
 
     def lapsed_error(self, name: str) -> LeaseLapsedError:
         late_s = time.monotonic() - self.valid_until_s
