@@ -24,12 +24,15 @@ from typing import Any
 
 import pytest
 import trio
+from trio.testing import MockClock
 
 from tierfs import open_store
 from tierfs.blocks.filesystems import open_filesystem
 from tierfs.contracts.errors import FencedError, OwnedElsewhereError, TierFSError, WrongTier2Error
 from tierfs.contracts.operations import FSCK
+from tierfs.engine.ownership import fencing
 from tierfs.engine.ownership.claims import KEEP_CLAIMS, OwnerClaim, OwnerClaims
+from tierfs.engine.ownership.fencing import IDLE_CHECK_INTERVALS, OwnerFence
 from tierfs.engine.recovery.lost_found import entries
 from tierfs.engine.tier2.chunk_storage import open_chunk_storage
 from tierfs.testing.harness import Daemon, Mount, crash_copy, small_config, start_daemon
@@ -179,6 +182,55 @@ async def test_in_process_zombie_is_fenced_and_keeps_its_tail(tmp_path: Path) ->
     assert saved.startswith(b"acknowledged, never flushed")
     assert set(saved[len(b"acknowledged, never flushed"):]) <= {ord("!")}
     assert entry.description is not None and entry.description["start_offset"] == len(b"flushed;")
+
+
+def test_an_idle_store_checks_less_often_and_its_next_append_brings_the_check_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle (nothing appended, no flush waited for), a store looks at tier-2's claims
+    only every IDLE_CHECK_INTERVALS intervals; the first append after the pause starts a
+    check within one interval, so a zombie's window after a takeover is what it was.
+    The fence alone on a mock clock, its checks inline (no thread lets the clock jump)."""
+    interval_s = 1.0
+    config = small_config(tmp_path / "a", tier2_url=str(tmp_path / "t2"), flush_interval_s=interval_s,
+                          owner_check_interval_s=interval_s)
+
+    async def owned() -> None:
+        async with open_store(config) as store:
+            await store.create("seg")
+
+    trio.run(owned)
+    storage = open_chunk_storage(str(tmp_path / "t2"))
+    claim = OwnerClaims(storage).current()
+    assert claim is not None
+
+    async def inline(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args)
+
+    monkeypatch.setattr(fencing.trio.to_thread, "run_sync", inline)
+
+    async def watch() -> None:
+        fence = OwnerFence(claim, storage, trio.CapacityLimiter(1), config)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(fence.run)
+            await trio.sleep(interval_s / 2)
+            assert fence.checks == 1  # the first one at once
+            idle_s = 10 * IDLE_CHECK_INTERVALS * interval_s
+            await trio.sleep(idle_s)
+            assert fence.checks == 1 + 10
+            fence.ensure_owner()  # what an append does first: the store is in use
+            asked_at = trio.current_time()
+            while fence.passed_started_s < asked_at:
+                await trio.sleep(interval_s / 10)
+            assert fence.passed_started_s - asked_at <= interval_s
+            checks = fence.checks
+            for _ in range(10):  # in use: a check every interval
+                fence.ensure_owner()
+                await trio.sleep(interval_s)
+            assert fence.checks - checks >= 9
+            nursery.cancel_scope.cancel()
+
+    trio.run(watch, clock=MockClock(autojump_threshold=0))
 
 
 # ---------------------------------------------------------------- real daemons

@@ -15,7 +15,16 @@ When tier-2 is looked at, and why that is enough:
 
 - *periodically*: a check starts every ``check_interval_s`` (``owner_check_interval_s``,
   at most ``flush_interval_s``) after the start of the last one that passed, so a zombie
-  stops acknowledging appends within one interval (plus one check) of a takeover;
+  stops acknowledging appends within one interval (plus one check) of a takeover. A
+  store nobody asked to write since the last check (no append admitted or acknowledged,
+  no flush waited for: ``ensure_owner`` was not called) is idle and looks only every
+  ``IDLE_CHECK_INTERVALS`` intervals: an idle daemon's containers cost tier-2 a request
+  pair every few seconds, not several a second each. Idleness costs no safety: the first
+  append after it starts a check within one interval, so a zombie acknowledges for at
+  most one interval (plus one check) after its first append past the takeover, the same
+  bound; with nothing appended there is nothing to fence (unflushed bytes are flushed,
+  and a flush confirms first). Only ``fenced`` (the health answer, ``tierfs_fenced``)
+  learns of a takeover later while idle;
 - *before a chunk write* (``confirm_recent``): a passed check that started at most
   ``check_interval_s`` ago, normally the periodic one, so a write costs no request. A
   write by a zombie in that window is harmless to the new owner: chunk names carry
@@ -76,6 +85,8 @@ from tierfs.engine.tier2.s3_merge import MergeCounts
 
 log = logging.getLogger(__name__)
 
+IDLE_CHECK_INTERVALS = 10  # an idle store looks at tier-2's claims this many intervals apart
+
 
 class LongTermDeletes(Protocol):
     """The long-term store's hooks: called right before each delete, and asked whether
@@ -114,6 +125,7 @@ class OwnerFence:
         self._wakeup = trio.Event()
         self.passed_started_s = -math.inf  # start of the newest check that found us the owner
         self._running: _SharedCheck | None = None
+        self._asked = False  # ensure_owner was called since the last periodic check started
         self.checks = 0  # shared checks run (periodic, pre-write and pre-commit together)
 
     @property
@@ -125,7 +137,12 @@ class OwnerFence:
         return self.fenced_by is not None
 
     def ensure_owner(self) -> None:
-        """``FencedError`` if this store is known to be fenced (no I/O)."""
+        """``FencedError`` if this store is known to be fenced (no I/O). Any thread;
+        marks the store in use, so the periodic check runs at its full rate."""
+        self._asked = True
+        self._raise_if_fenced()
+
+    def _raise_if_fenced(self) -> None:
         newer = self.fenced_by
         if newer is not None:
             raise FencedError(self.claim.epoch, newer.epoch, newer.describe())
@@ -143,7 +160,7 @@ class OwnerFence:
     def check_blocking(self) -> None:
         """Look at tier-2's claims now (blocking, any thread); ``FencedError`` if a
         newer owner holds tier-2. Tier-2 errors propagate (they never fence)."""
-        self.ensure_owner()
+        self._raise_if_fenced()
         current = self._claims.current()
         if current is None or self.claim.same_owner(current):
             return
@@ -159,7 +176,7 @@ class OwnerFence:
                 token.run_sync_soon(self._wakeup.set)
             except trio.RunFinishedError:
                 pass
-        self.ensure_owner()
+        self._raise_if_fenced()
 
     async def confirm(self) -> None:
         """Check tier-2 now (or join a check that starts now); ``FencedError`` if fenced."""
@@ -177,7 +194,7 @@ class OwnerFence:
         when it started late enough, else waits for it and runs the next one."""
         started_after_s = min(started_after_s, monotonic_s())
         while True:
-            self.ensure_owner()
+            self._raise_if_fenced()
             if self.passed_started_s >= started_after_s:
                 return
             running = self._running
@@ -209,13 +226,19 @@ class OwnerFence:
         self._token = trio.lowlevel.current_trio_token()
         task_status.started()
         retry_at_s = monotonic_s()  # the first check at once
+        idle_until_s = -math.inf  # while idle: no check before this, a look each interval
         try:
             while not self.fenced:
-                due_s = max(self.passed_started_s + self.check_interval_s, retry_at_s)
+                due_s = max(self.passed_started_s + self.check_interval_s, retry_at_s, idle_until_s)
                 with trio.move_on_at(due_s):
                     await self._wakeup.wait()
                 if self.fenced:
                     break
+                now_s = monotonic_s()
+                if not self._asked and now_s < self.passed_started_s + IDLE_CHECK_INTERVALS * self.check_interval_s:
+                    idle_until_s = now_s + self.check_interval_s
+                    continue
+                self._asked = False  # asks from now on count for the next check
                 try:
                     await self.confirm_since(due_s)
                 except FencedError:
