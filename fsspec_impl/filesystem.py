@@ -186,8 +186,10 @@ class TierFileSystem(AbstractFileSystem):
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         name = self._strip_protocol(path)
-        info = self.client.stat(name)
-        entries = [info] if isinstance(info, SegmentInfo) else self.client.ls(name)
+        try:  # a directory (what walk, find and glob list) in one request
+            entries = self.client.ls(name)
+        except NotADirectoryError:
+            entries = [self.client.stat(name)]  # a file lists itself
         details = [self._entry(e) for e in entries]
         return details if detail else [d["name"] for d in details]
 

@@ -43,9 +43,12 @@ def test_open_read_append_and_info(tfs: TierFileSystem) -> None:
     info = tfs.info("tierfs://api/app.log")
     assert (info["type"], info["size"], info["durability"]) == ("file", 14, "pd")
     assert tfs.ls("api", detail=False) == ["api/app.log"]
+    assert tfs.ls("api/app.log") == [info]  # a file lists itself
     assert tfs.exists("api/app.log") and not tfs.exists("api/nope")
     with pytest.raises(FileNotFoundError):
         tfs.info("api/nope")
+    with pytest.raises(FileNotFoundError):
+        tfs.ls("api/nope")
 
 
 def test_append_only_rules(tfs: TierFileSystem) -> None:
