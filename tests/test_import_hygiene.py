@@ -66,6 +66,17 @@ def test_the_served_store_protocol_loads_no_engine() -> None:
     assert "tierfs.contracts.reports.statistics" in modules  # the probe sees what it imports
 
 
+def test_spark_lists_and_creates_the_source_without_arrow_or_http() -> None:
+    """Spark starts a Python process for each planning step; the steps that only list
+    the sources or ask one's schema import ``pyspark_tierfs`` and call ``name`` and
+    ``schema``: no pyarrow, numpy, pandas or HTTP client for them."""
+    statement = ("import pyspark_tierfs; source = pyspark_tierfs.DefaultSource({'format': 'raw'}); "
+                 "assert source.name() == 'tierfs' and 'binary' in source.schema()")
+    modules = _modules_after(statement)
+    assert _forbidden(modules, ("pyarrow", "numpy", "pandas", "httpx", "fsspec", "tierfs.remote")) == []
+    assert "tierfs.spark.source" in modules  # the probe sees what it imports
+
+
 def test_contracts_import_nothing_else_of_tierfs() -> None:
     modules = _modules_after("import tierfs.contracts.api, tierfs.contracts.operations")
     assert sorted(m for m in modules if m.startswith("tierfs.") and not m.startswith("tierfs.contracts")) == []

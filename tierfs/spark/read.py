@@ -57,10 +57,6 @@ READ_PIECE_BYTES = 4 * MiB
 # takes longer than fetching the next one: one ahead keeps them busy.
 RAW_PIECES_AHEAD = 2
 FORMATS = ("lines", "json", "raw")
-DEFAULT_SCHEMAS = {
-    "lines": "path string, offset long, value string",
-    "raw": "path string, offset long, value binary",
-}
 MAX_BLOCK_SIZE = (1 << 31) - 1  # a raw row is one Arrow binary value (32-bit offsets)
 # The most blocks of lines a partition may split and parse at once (option
 # ``parse_threads``, default 1: Spark already runs a task per executor core; more pays

@@ -29,24 +29,26 @@ guarantees.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.spark.hook_errors import tierfs_errors
-from tierfs.spark.read import (
-    DEFAULT_SCHEMAS,
-    ReadOptions,
-    check_schema,
-    plan_partitions,
-    plan_ranges,
-    read_partition,
-    walk_segments,
-)
-from tierfs.spark.stream import TierStreamReader
-from tierfs.spark.write import TierStreamWriter, TierWriter
+
+if TYPE_CHECKING:
+    from tierfs.spark.stream import TierStreamReader
+    from tierfs.spark.write import TierStreamWriter, TierWriter
+
+# Spark imports this module in a fresh Python process for every planning step (listing
+# the sources, creating one, planning a read or a write, committing it): what reading
+# and writing need (pyarrow, numpy, the HTTP client) is imported by the step that uses
+# it, so the steps that only ask a name or a schema start in half the time.
+DEFAULT_SCHEMAS = {
+    "lines": "path string, offset long, value string",
+    "raw": "path string, offset long, value binary",
+}
 
 
 @tierfs_errors
@@ -55,11 +57,15 @@ class TierReader(DataSourceReader):
     the driver when the query is planned."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        from tierfs.spark.read import ReadOptions, check_schema
+
         self.options = ReadOptions.parse(options)
         self.schema = schema
         check_schema(self.options, schema)
 
     def partitions(self) -> list[Any]:
+        from tierfs.spark.read import plan_partitions, plan_ranges, walk_segments
+
         client = self.options.client()
         try:
             ranges = []
@@ -73,6 +79,8 @@ class TierReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Any:
         """Arrow record batches of the partition (tuples for a schema they cannot build)."""
+        from tierfs.spark.read import read_partition
+
         return read_partition(self.options, self.schema, partition)
 
 
@@ -94,12 +102,18 @@ class TierDataSource(DataSource):
         return TierReader(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> TierStreamReader:
+        from tierfs.spark.stream import TierStreamReader
+
         return TierStreamReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> TierWriter:
+        from tierfs.spark.write import TierWriter
+
         return TierWriter.for_schema(dict(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TierStreamWriter:
+        from tierfs.spark.write import TierStreamWriter
+
         return TierStreamWriter.for_schema(dict(self.options), schema, overwrite)
 
 
