@@ -54,6 +54,29 @@ if "JDK_JAVA_OPTIONS" not in os.environ:
     os.environ["JDK_JAVA_OPTIONS"] = jvm_class_archive.java_options()
 
 
+# The files whose tests use the session's SparkSession (``spark`` below): one scope for
+# xdist, so one worker runs them all and the run starts one Spark JVM (with its Python
+# workers), not one per worker (each costs ~10 CPU-s to start on two cores).
+SPARK_SESSION_FILES = frozenset({
+    "test_spark.py", "test_spark_arrow.py", "test_spark_stream.py", "test_spark_write.py",
+    "test_spark_write_encoding.py", "test_cli_errors.py", "test_fuse_tools.py",
+})
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the ``SPARK_SESSION_FILES`` as one file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneSparkSession(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            scope = str(super()._split_scope(nodeid))
+            return "spark-session" if Path(scope).name in SPARK_SESSION_FILES else scope
+
+    return OneSparkSession(config, log)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # xdist: hand out files in collection order
         config.option.loadscopereorder = False
