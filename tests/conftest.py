@@ -29,18 +29,26 @@ from tierfs.store.facade import SegmentStore
 from tierfs.testing.harness import Daemon, Mount, free_port, small_config, start_daemon
 from tierfs.testing.postgres import PostgresServer
 
+# The files whose tests use the session's SparkSession (``spark`` below), longest first:
+# one scope for xdist, so one worker runs them all and the run starts one Spark JVM
+# (with its Python workers), not one per worker (each costs ~10 CPU-s on two cores).
+SPARK_SESSION_FILES = (
+    "test_cli_errors.py", "test_spark_arrow.py", "test_fuse_tools.py", "test_spark_write.py",
+    "test_spark_stream.py", "test_spark.py", "test_spark_write_encoding.py",
+)
 # The files that take longest in a whole run (its ``--durations``, summed per file),
-# longest first. ``./dev.sh test`` runs ``-n 3 --dist loadfile``: xdist hands whole files
-# to the workers in collection order, after sorting them by their number of tests, which
-# put these (a few long tests each) last, one worker running them while the others idled.
-# Collected first, they run side by side, and the many short files fill in at the end.
+# longest first, the Spark session's as one (~260 s of ~1,800). ``./dev.sh test`` runs
+# ``-n 3 --dist loadfile``: xdist hands whole files to the workers in collection order,
+# after sorting them by their number of tests, which put these (a few long tests each)
+# last, one worker running them while the others idled. Collected first, they run side
+# by side, and the many short files fill in at the end.
 LONGEST_FILES = (
-    "test_chaos.py", "test_examples.py", "test_spark_registration.py", "test_spark_loopback.py",
-    "test_readme.py", "test_spark_events_benchmark.py", "test_cluster.py", "test_s3_faults.py",
-    "test_install_resolves.py", "test_spark_arrow.py", "test_model.py", "test_cli_errors.py",
-    "test_fencing.py", "test_peer_benchmark.py", "test_fuse_tools.py", "test_recovery.py",
-    "test_cluster_benchmark.py", "test_metadata_postgres_daemon.py", "test_cli.py", "test_followers.py",
-    "test_cli_tail.py", "test_spark.py",
+    *SPARK_SESSION_FILES, "test_chaos.py", "test_examples.py", "test_fsspec.py", "test_cluster.py",
+    "test_readme.py", "test_spark_events_benchmark.py", "test_model.py", "test_install_resolves.py",
+    "test_cli.py", "test_s3_faults.py", "test_fencing.py", "test_spark_registration.py",
+    "test_peer_benchmark.py", "test_fuse.py", "test_cli_tail.py", "test_cluster_benchmark.py",
+    "test_fuse_identity.py", "test_packing.py", "test_followers.py", "test_spark_loopback.py",
+    "test_recovery.py", "test_metadata_postgres_daemon.py",
 )
 
 
@@ -52,15 +60,6 @@ LONGEST_FILES = (
 # caller wins.
 if "JDK_JAVA_OPTIONS" not in os.environ:
     os.environ["JDK_JAVA_OPTIONS"] = jvm_class_archive.java_options()
-
-
-# The files whose tests use the session's SparkSession (``spark`` below): one scope for
-# xdist, so one worker runs them all and the run starts one Spark JVM (with its Python
-# workers), not one per worker (each costs ~10 CPU-s to start on two cores).
-SPARK_SESSION_FILES = frozenset({
-    "test_spark.py", "test_spark_arrow.py", "test_spark_stream.py", "test_spark_write.py",
-    "test_spark_write_encoding.py", "test_cli_errors.py", "test_fuse_tools.py",
-})
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
