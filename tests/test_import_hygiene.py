@@ -66,6 +66,15 @@ def test_the_served_store_protocol_loads_no_engine() -> None:
     assert "tierfs.contracts.reports.statistics" in modules  # the probe sees what it imports
 
 
+def test_a_one_host_daemon_loads_no_cluster_part_or_http_client() -> None:
+    """Every daemon start imports the server; only a cluster daemon needs the cluster's
+    router, its HTTP client and PostgreSQL's driver."""
+    modules = _modules_after("import tierfs.cli.commands.daemon, tierfs.server.daemon")
+    assert _forbidden(modules, ("httpx", "psycopg", "tierfs.remote", "tierfs.cluster.router",
+                                "tierfs.cluster.opening")) == []
+    assert "hypercorn" in modules  # the probe sees what it imports
+
+
 def test_spark_lists_and_creates_the_source_without_arrow_or_http() -> None:
     """Spark starts a Python process for each planning step; the steps that only list
     the sources or ask one's schema import ``pyspark_tierfs`` and call ``name`` and

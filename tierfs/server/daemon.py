@@ -34,7 +34,6 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
-from tierfs.cluster.opening import open_cluster
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.datadir import (
     TOKEN_NAME,
@@ -160,6 +159,9 @@ async def _open_served(config: StoreConfig, listen: str | None) -> AsyncIterator
             "forward writes and tails of its containers there")
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = load_or_create_token(config.data_dir)
+    # here, not at the top: a one-host daemon loads no cluster part (nor its HTTP client)
+    from tierfs.cluster.opening import open_cluster
+
     async with open_cluster(config, config.cluster_url or f"http://{listen}", token) as cluster:
         yield cluster
 
