@@ -57,11 +57,6 @@ log = logging.getLogger(__name__)
 # hundred followers connected at once: a Unix socket's connect then fails with EAGAIN.
 # The kernel caps it at net.core.somaxconn (4096 since Linux 5.4).
 LISTEN_BACKLOG = 4096
-# The collector's generations: 50,000 young objects, not Python's 700. With a thousand
-# streams the default collected every few milliseconds, promoting every request then in
-# flight to the old generations, so full passes over all the connections' objects came
-# every 2-3 s and took 150-290 ms (the p99 of every follower and append); now ~0.
-GC_THRESHOLDS = (50_000, 20, 100)
 # Every follower holds a connection (a descriptor) for as long as it follows: the soft
 # limit (often 1024) is raised towards the hard one, up to this.
 WANTED_DESCRIPTORS = 65536
@@ -128,9 +123,10 @@ async def serve(
                 # Everything loaded so far (modules, the namespace) lives as long as the
                 # daemon: kept out of the collector's full passes, which otherwise took
                 # 25-90 ms each under load (pauses every request and stream waits out).
+                # The collector's thresholds were set as the command started
+                # (tierfs.cli.parser.GC_THRESHOLDS).
                 gc.collect()
                 gc.freeze()
-                gc.set_threshold(*GC_THRESHOLDS)
                 task_status.started(sock)
                 async with trio.open_nursery() as watchers:
                     watchers.start_soon(_wait_for_stop, stop, stopping)
