@@ -43,6 +43,7 @@ class Chaos:
     other_data_dirs: list[Path] = dataclasses.field(default_factory=list)  # zombies' lost+found counts too
     s3: S3Tier2 | None = None
     copies: int = 0
+    takeovers: int = 0
 
     def write_for(self, low_s: float = 0.2, high_s: float = 0.8) -> None:
         time.sleep(self.rng.uniform(low_s, high_s))
@@ -120,14 +121,23 @@ def takeover_from_copy(chaos: Chaos) -> None:
     """Paths 3 and 4: a copy made while the owner runs takes over (explicitly) while the
     owner still acknowledges appends, and sweeps orphans at grace 0; the old owner is
     fenced, saves what it never flushed, and its data dir, reopened by taking over
-    again, still reads every byte it acknowledged (nothing it references was deleted)."""
+    again, still reads every byte it acknowledged (nothing it references was deleted).
+    Every other time (the first included) the writers pause before the takeover, so the
+    old owner is idle then (its claim checks slowed down) and the first appends after
+    it may meet a zombie that has not looked yet (its defrag and orphan sweep look too)."""
     chaos.write_for()
     copy = _copy_data_dir(chaos)
     chaos.write_for()
     config = chaos.host.config
+    idle_zombie = chaos.takeovers % 2 == 0
+    chaos.takeovers += 1
+    if idle_zombie:
+        chaos.pause_writers()
     new_owner = Daemon(copy, ["serve", "--takeover"], config_file=config)
     try:
         _wait_serving(new_owner, copy)
+        if idle_zombie:
+            chaos.resume_writers()
         chaos.write_for(0.3, 0.6)  # the old owner is fenced meanwhile: appends refused
         gc = chaos.host.cli("gc", data_dir=copy, stdin=None)
         if gc.returncode not in (0, 1):
