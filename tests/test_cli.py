@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tierfs.testing.cli_runner import run_tierfs
 
-def tierfs(data_dir: Path, *args: str, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), *args],
-        input=stdin, capture_output=True, env={**os.environ, **(env or {})},
-    )
+
+def tierfs(data_dir: Path, *args: str, stdin: bytes = b"", env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command in this process (what it does); the tests of what only a process shows
+    (the entry script, global options' placement, the environment's data dir) run one."""
+    return run_tierfs("--data-dir", str(data_dir), *args, stdin=stdin, env=env)
 
 
 def test_every_subcommand(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """Every failure a user can provoke from the CLI, the mount command, the daemon start,
 fsspec and the Spark source ends in one line naming the cause and the fix, with the
 documented exit code (``tierfs --help``): never a traceback, an exception group or a
-trio/hypercorn frame. Each test provokes one for real."""
+trio/hypercorn frame. Each test provokes one for real: in a process where the process
+is the point (locks between processes, daemons, mounts, signals, a terminal), otherwise
+in this one (``here``: the same command, its exit code and its stderr)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tierfs.testing.cli_runner import run_tierfs_text as here
 from tierfs.testing.harness import Daemon, free_port, start_daemon
 
 HAVE_FUSE = os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
@@ -214,7 +217,7 @@ def test_no_permission_on_the_data_dir(tmp_path: Path) -> None:
     (["policy", "set"], "required"),
 ])
 def test_bad_flag_values_are_usage_errors(tmp_path: Path, args: list[str], needle: str) -> None:
-    line = assert_one_line(tierfs("--data-dir", str(tmp_path / "d"), *args), 2, needle)
+    line = assert_one_line(here("--data-dir", str(tmp_path / "d"), *args), 2, needle)
     assert "usage: tierfs" in line
     assert not (tmp_path / "d").exists()  # refused before anything was opened
 
@@ -228,7 +231,7 @@ def test_bad_flag_values_are_usage_errors(tmp_path: Path, args: list[str], needl
 ])
 def test_bad_setting_values_name_the_setting(tmp_path: Path, setting: list[str], env: dict[str, str],
                                              needle: str, code: int) -> None:
-    result = tierfs("--data-dir", str(tmp_path / "d"), *setting, env=env)
+    result = here("--data-dir", str(tmp_path / "d"), *setting, env=env)
     assert_one_line(result, code, needle, "usage: tierfs" if code == 2 else "(invalid_argument)")
 
 
@@ -280,15 +283,15 @@ def test_mount_on_a_mount_point_in_use_and_umount_of_a_plain_directory(tmp_path:
 
 
 def test_no_daemon_at_a_url(tmp_path: Path) -> None:
-    result = tierfs("ls", "--url", f"http://127.0.0.1:{free_port()}")
+    result = here("ls", "--url", f"http://127.0.0.1:{free_port()}")
     assert_one_line(result, 1, "no tierfs daemon at", "start one: tierfs serve", "(unavailable)")
 
 
 def test_a_daemon_url_or_listen_address_without_its_parts_is_a_usage_error(tmp_path: Path) -> None:
-    assert_one_line(tierfs("--url", "localhost:6470", "ls"), 2, "no scheme", "did you mean http://localhost:6470")
-    assert_one_line(tierfs("ls", env={"TIERFS_URL": "127.0.0.1:6470"}), 1, "did you mean http://127.0.0.1:6470")
+    assert_one_line(here("--url", "localhost:6470", "ls"), 2, "no scheme", "did you mean http://localhost:6470")
+    assert_one_line(here("ls", env={"TIERFS_URL": "127.0.0.1:6470"}), 1, "did you mean http://127.0.0.1:6470")
     for listen in ("127.0.0.1", "127.0.0.1:abc", "127.0.0.1:70000", ":7070"):
-        result = tierfs("--data-dir", str(tmp_path / "d"), "serve", "--listen", listen)
+        result = here("--data-dir", str(tmp_path / "d"), "serve", "--listen", listen)
         assert_one_line(result, 2, "expected HOST:PORT", "e.g. 127.0.0.1:7070")
     assert not (tmp_path / "d").exists()
 
@@ -297,7 +300,7 @@ def test_a_wrong_token_says_where_the_token_is(tmp_path: Path) -> None:
     port = free_port()
     daemon = start_daemon(tmp_path / "data", "--listen", f"127.0.0.1:{port}", verbose=False)
     try:
-        result = tierfs("ls", "--url", f"http://127.0.0.1:{port}", env={"TIERFS_TOKEN": "wrong"})
+        result = here("ls", "--url", f"http://127.0.0.1:{port}", env={"TIERFS_TOKEN": "wrong"})
         assert_one_line(result, 1, "wrong bearer token", "'token' in its data dir", "TIERFS_TOKEN", "(unauthorized)")
     finally:
         daemon.stop()
@@ -305,17 +308,17 @@ def test_a_wrong_token_says_where_the_token_is(tmp_path: Path) -> None:
 
 def test_what_a_newcomer_types_wrong_gets_the_fix(tmp_path: Path) -> None:
     d = str(tmp_path / "d")
-    assert_one_line(tierfs("--data-dir", d, "create", "a/b/c"), 1, "parent directory does not exist",
+    assert_one_line(here("--data-dir", d, "create", "a/b/c"), 1, "parent directory does not exist",
                     "tierfs create -p")
-    assert_one_line(tierfs("--data-dir", d, "mkdir", "a/b/c"), 1, "tierfs mkdir -p")
-    assert_one_line(tierfs("--data-dir", "", "ls"), 2, "--data-dir: is empty")
-    assert_one_line(tierfs("--data-dir", __file__, "ls"), 2, "is a file, not a directory")
-    assert_one_line(tierfs("--data-dir", d, "policy", "set", "/", "retention_bytes=lots"), 2, "'lots'")
-    assert_one_line(tierfs("--data-dir", d, "tail", "--follow=bogus", "x"), 2, "does not take the value 'bogus'")
-    assert tierfs("--data-dir", d, "create", "x").returncode == 0
-    assert tierfs("--data-dir", d, "append", "x", "y" * 1536).returncode == 0
-    assert tierfs("--data-dir", d, "ls", "-la").stdout.split() == ["-", "1536", "-p", "1", "x"]
-    assert tierfs("--data-dir", d, "ls", "-lh").stdout.split() == ["-", "1.5K", "-p", "1", "x"]
+    assert_one_line(here("--data-dir", d, "mkdir", "a/b/c"), 1, "tierfs mkdir -p")
+    assert_one_line(here("--data-dir", "", "ls"), 2, "--data-dir: is empty")
+    assert_one_line(here("--data-dir", __file__, "ls"), 2, "is a file, not a directory")
+    assert_one_line(here("--data-dir", d, "policy", "set", "/", "retention_bytes=lots"), 2, "'lots'")
+    assert_one_line(here("--data-dir", d, "tail", "--follow=bogus", "x"), 2, "does not take the value 'bogus'")
+    assert here("--data-dir", d, "create", "x").returncode == 0
+    assert here("--data-dir", d, "append", "x", "y" * 1536).returncode == 0
+    assert here("--data-dir", d, "ls", "-la").stdout.split() == ["-", "1536", "-p", "1", "x"]
+    assert here("--data-dir", d, "ls", "-lh").stdout.split() == ["-", "1.5K", "-p", "1", "x"]
 
 
 def test_append_from_a_terminal_says_how_to_end_the_record(tmp_path: Path) -> None:
@@ -338,14 +341,14 @@ def test_append_from_a_terminal_says_how_to_end_the_record(tmp_path: Path) -> No
 def test_json_errors_are_one_json_line(tmp_path: Path) -> None:
     import json
 
-    result = tierfs("--data-dir", str(tmp_path / "d"), "cat", "missing", "--json")
+    result = here("--data-dir", str(tmp_path / "d"), "cat", "missing", "--json")
     assert result.returncode == 1
     error = json.loads(result.stderr)["error"]
     assert error["code"] == "not_found" and error["exit_code"] == 1 and "missing" in error["message"]
 
 
 def test_verbose_adds_the_traceback(tmp_path: Path) -> None:
-    result = tierfs("--data-dir", str(tmp_path / "d"), "-v", "cat", "missing")
+    result = here("--data-dir", str(tmp_path / "d"), "-v", "cat", "missing")
     assert result.returncode == 1
     assert "Traceback" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "tierfs: no such segment or directory: 'missing' (not_found)"

@@ -33,6 +33,7 @@ import trio
 from tierfs import open_store
 from tierfs.contracts import operations as ops
 from tierfs.remote.client import TierClient
+from tierfs.testing.cli_runner import run_tierfs
 from tierfs.testing.harness import Daemon, small_config, start_daemon
 
 WAIT_S = 30.0  # what a step may take on a loaded machine (a name change is seen within ~1-2 s)
@@ -76,9 +77,9 @@ def _is_gnu_tail() -> bool:
     return b"GNU coreutils" in subprocess.run([path, "--version"], capture_output=True).stdout
 
 
-def _tierfs(data_dir: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), *args],
-                          input=stdin, capture_output=True, timeout=WAIT_S)
+def _tierfs(data_dir: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """A tail that ends, run in this process; a following one runs as a process (TailProcess)."""
+    return run_tierfs("--data-dir", str(data_dir), *args)
 
 
 def _fill(data_dir: Path, files: dict[str, bytes], directory: str) -> None:

@@ -22,6 +22,7 @@ from tierfs.contracts.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
 )
+from tierfs.testing.cli_runner import run_tierfs
 from tierfs.testing.harness import Daemon, free_port, start_daemon
 
 
@@ -38,6 +39,11 @@ def cli(data_dir: Path, *args: str, stdin: bytes | None = None) -> subprocess.Co
         [sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), *args],
         input=stdin, capture_output=True, timeout=60,
     )
+
+
+def here(data_dir: Path, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """The command in this process: what it prints, with or without the daemon's process."""
+    return run_tierfs("--data-dir", str(data_dir), *args, stdin=stdin)
 
 
 def test_api_round_trip(daemon: Daemon) -> None:
@@ -176,11 +182,11 @@ def test_second_daemon_is_refused_and_sigterm_shuts_down_cleanly(tmp_path: Path)
 
 def test_cli_output_is_the_same_with_and_without_a_daemon(tmp_path: Path) -> None:
     data = tmp_path / "d"
-    assert cli(data, "mkdir", "logs").returncode == 0
-    assert cli(data, "create", "logs/app.log").returncode == 0
+    assert here(data, "mkdir", "logs").returncode == 0
+    assert here(data, "create", "logs/app.log").returncode == 0
     lines = b"".join(b"line %d\n" % i for i in range(30))
-    assert cli(data, "append", "logs/app.log", "-", stdin=lines).stdout == b"0\n"
-    cli(data, "flush")
+    assert here(data, "append", "logs/app.log", "-", stdin=lines).stdout == b"0\n"
+    here(data, "flush")
     commands = [
         ["cat", "logs/app.log"], ["cat", "logs/app.log", "--offset", "7", "--length", "9"],
         ["stat", "logs/app.log", "--json"], ["ls", "-l", "logs"], ["ls"],
@@ -188,10 +194,10 @@ def test_cli_output_is_the_same_with_and_without_a_daemon(tmp_path: Path) -> Non
         ["cat", "missing"], ["append", "logs/app.log", "x", "--expected-offset", "1"],
         ["fsck"], ["sync", "logs/app.log"],
     ]
-    local = [cli(data, *c) for c in commands]
+    local = [here(data, *c) for c in commands]
     running = start_daemon(data)
     try:
-        remote = [cli(data, *c) for c in commands]
+        remote = [here(data, *c) for c in commands]
     finally:
         running.stop()
     for command, a, b in zip(commands, local, remote, strict=True):

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from tierfs.engine.ownership.claims import KEEP_CLAIMS, OwnerClaim, OwnerClaims
 from tierfs.engine.ownership.fencing import IDLE_CHECK_INTERVALS, OwnerFence
 from tierfs.engine.recovery.lost_found import entries
 from tierfs.engine.tier2.chunk_storage import open_chunk_storage
+from tierfs.testing.cli_runner import run_tierfs_text
 from tierfs.testing.harness import Daemon, Mount, crash_copy, small_config, start_daemon
 from tierfs.testing.storages import WrappedStorage
 
@@ -348,8 +348,8 @@ def test_copied_data_dir_one_owner_takeover_fences_the_other(
 
 
 def _tierfs(data_dir: Path, tier2_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir),
-                           "--tier2", tier2_url, *args], capture_output=True, text=True, timeout=60)
+    """The command in this process (each one opens and closes its store, as a process would)."""
+    return run_tierfs_text("--data-dir", str(data_dir), "--tier2", tier2_url, *args)
 
 
 def test_cli_owner_and_takeover(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from tierfs.contracts.errors import TierFSError
 from tierfs.remote.client import TierClient
 from tierfs.remote.remote_store import RemoteStore
 from tierfs.store.facade import open_store
+from tierfs.testing.cli_runner import run_tierfs
 from tierfs.testing.harness import Daemon, small_config, start_daemon
 
 # Every one of these is refused by names.canonical, in-process as over the daemon.
@@ -43,8 +43,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 
 def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(data_dir), *args],
-                          capture_output=True, timeout=60)
+    """The command (in this process) against the daemon's process."""
+    return run_tierfs("--data-dir", str(data_dir), *args)
 
 
 def _all_names(client: TierClient, directory: str = "") -> set[str]:
