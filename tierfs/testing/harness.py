@@ -354,6 +354,9 @@ class Mount(TierProcess):
 
         if is_mount_point(self.mountpoint):
             _close_dropped_clients()
-            subprocess.run([sys.executable, "-m", "tierfs.cli", "umount", str(self.mountpoint)],
-                           check=True, capture_output=True)
+            from tierfs.testing.cli_runner import run_tierfs
+
+            done = run_tierfs("umount", str(self.mountpoint))  # the command, in this process
+            if done.returncode != 0:
+                raise HarnessError(f"tierfs umount {self.mountpoint}: {done.stderr.decode(errors='replace')}")
         return self.wait(timeout_s)
