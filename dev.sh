@@ -93,6 +93,11 @@ if [ ! -d "$site_packages/pyspark_tierfs" ] && [ ! -f "$site_packages/pyspark_ti
 fi
 
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+# The tree's bytecode, compiled once (seconds; later runs only what changed): the demo and
+# the suite start hundreds of Python processes (daemons, commands, Spark's workers), and
+# where PYTHONDONTWRITEBYTECODE is set (many container images) none of them writes what it
+# compiled, so each would compile tierfs again (~0.15 CPU-s per daemon). pip compiled the venv.
+.venv/bin/python -m compileall -q -j 0 -x node_modules tierfs fuse fsspec_impl examples benchmarks tests >/dev/null
 case "$mode" in
   demo)
     exec .venv/bin/python examples/pipeline.py
