@@ -109,7 +109,7 @@ case "$mode" in
     # Three workers (-n 3), each test file on one of them (--dist loadfile: a module's shared
     # daemon starts once; the files on the session's SparkSession go together, tests/conftest.py):
     # the tests spend more than half their time waiting on daemons, mounts, JVMs and fsync,
-    # so on two cores three workers keep both busy: about 9 minutes.
+    # so on two cores three workers keep both busy: about 8 minutes.
     # --durations: the slowest tests are named in every run, so the suite stays well under 20 minutes.
     # One file alone: .venv/bin/pytest tests/test_x.py; the long runs: .venv/bin/pytest -m slow tests
     exec .venv/bin/pytest -q -m "not slow" -n 3 --dist loadfile --durations=25 tests

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,28 @@ def test_configuration_precedence(tmp_path: Path) -> None:
     bad.write_text("flush_byts = 3\n")
     result = tierfs(d, "--config", str(bad), "ls")
     assert result.returncode == 1 and b"unknown setting 'flush_byts'" in result.stderr
+
+
+def test_a_command_in_process_prints_and_returns_what_its_process_does(tmp_path: Path) -> None:
+    """The premise of the in-process runner: the same exit code, stdout and stderr as
+    ``python -m tierfs.cli``, for output, stdin, failures, usage errors, help and -v."""
+    commands: list[tuple[list[str], bytes]] = [
+        (["mkdir", "logs"], b""), (["create", "logs/a"], b""), (["append", "logs/a", "-"], b"one\ntwo\n"),
+        (["cat", "logs/a"], b""), (["ls", "-l", "logs"], b""), (["tail", "-n", "1", "logs/a"], b""),
+        (["cat", "missing"], b""), (["cat", "missing", "--json"], b""), (["cat", "logs/a", "--length", "-5"], b""),
+        (["mkdir", "a/b"], b""), (["append", "--help"], b""), (["--config", str(tmp_path / "none.toml"), "ls"], b""),
+        (["flush"], b""), (["-v", "sync", "logs/a"], b""),
+    ]
+    for args, stdin in commands:
+        here = tierfs(tmp_path / "here", *args, stdin=stdin)
+        process = subprocess.run([sys.executable, "-m", "tierfs.cli", "--data-dir", str(tmp_path / "process"), *args],
+                                 input=stdin, capture_output=True)
+        shown = here.stdout.replace(b"/here", b"/process"), _untimed(here.stderr.replace(b"/here", b"/process"))
+        assert (here.returncode, *shown) == (process.returncode, process.stdout, _untimed(process.stderr)), args
+
+
+def _untimed(log: bytes) -> bytes:
+    return re.sub(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", b"", log, flags=re.M)
 
 
 def test_data_dir_from_environment(tmp_path: Path) -> None:
