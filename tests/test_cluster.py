@@ -5,6 +5,7 @@ zombie owner that wakes up after its lease was taken, rebalancing on join and le
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tierfs.cli.commands.cluster import status_text
 from tierfs.cluster.container_map import container_of
+from tierfs.cluster.status import ClusterStatus, ContainerStatus, DaemonStatus
 from tierfs.contracts.cluster_errors import CrossContainerError
+from tierfs.testing.cli_runner import run_tierfs
 from tierfs.testing.cluster import Cluster
 
 CONTAINERS = 6
@@ -278,16 +282,88 @@ def test_containers_rebalance_when_daemons_join_and_leave(cluster: Cluster) -> N
     cluster.start(2)
     cluster.wait_balanced([0, 1, 2])
     assert sorted(len(cluster.held_by(i)) for i in range(3)) == [2, 2, 2]
+    _assert_status_shows(cluster, [0, 1, 2])
     left_at = time.monotonic()
     cluster.daemons[1].stop()  # a clean leave gives its containers back at once
     cluster.wait_balanced([0, 2], timeout_s=30)
     assert time.monotonic() - left_at < 30
     assert sorted(len(cluster.held_by(i)) for i in (0, 2)) == [3, 3]
+    _assert_status_shows(cluster, [0, 2])
     host2 = cluster.client(2)
     for name, data in written.items():
         assert host0.read(name) == data and host2.read(name) == data
     host0.close()
     host2.close()
+
+
+def _assert_status_shows(cluster: Cluster, indexes: list[int]) -> None:
+    """``tierfs cluster status`` (from another machine's point of view: the daemons' config
+    file, no data dir of its own) agrees with the lease table, and names no token."""
+    home = cluster.root / "operator-home"
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home)}
+    deadline = time.monotonic() + 30
+    while True:  # a renewal late on a loaded machine shows a lease expired for a moment: ask again
+        done = run_tierfs("--config", str(cluster.config), "cluster", "status", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        status, owners = json.loads(done.stdout), cluster.owners()
+        if not status["unserved"] and None not in owners.values() or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    ids = {cluster.daemon_id(i): i for i in indexes}
+    assert status["unserved"] == []
+    assert {c["container"]: c["owner"] for c in status["containers"]} == owners
+    assert all(c["state"] == "held" and c["lease_left_s"] > 0 for c in status["containers"])
+    daemons = {d["daemon_id"]: d for d in status["daemons"]}
+    assert set(daemons) == set(ids)  # a daemon that left is unregistered
+    for daemon_id, index in ids.items():
+        shown = daemons[daemon_id]
+        assert shown["live"] and shown["reachable"], shown
+        assert shown["containers"] == cluster.held_by(index)
+        assert shown["url"] == f"http://127.0.0.1:{cluster.ports[index]}"
+        assert shown["lost_found_entries"] == 0 and shown["flush_backlog_bytes"] >= 0
+    table = run_tierfs("--config", str(cluster.config), "cluster", "status", env=env)
+    text = table.stdout.decode()
+    assert table.returncode == 0 and f"{len(ids)} live daemons of {len(ids)} registered" in text, text
+    assert all(daemon_id in text for daemon_id in ids) and "CONTAINER  OWNER" in text
+    for index in indexes:
+        token = (cluster.data_dir(index) / "token").read_text().strip()
+        assert token not in text and token not in done.stdout.decode()
+    assert not (home / ".local").exists()  # no data dir made for the operator
+
+
+def test_the_status_table_names_unserved_containers_and_daemons_that_did_not_answer() -> None:
+    daemons = (DaemonStatus("host-a", "http://10.0.0.1:7070", 0.3, True, (0,), True, "", 5 << 20, 1.5, 1, 2048),
+               DaemonStatus("host-b", "http://10.0.0.2:7070", 0.2, True, (), False, "no tierfs daemon at ..."),
+               DaemonStatus("host-c", "http://10.0.0.3:7070", 42.0, False, ()))
+    containers = (ContainerStatus(0, "host-a", 3, 1.5), ContainerStatus(1, "host-c", 7, -30.25),
+                  ContainerStatus(2, None, 0, -1e9))
+    status = ClusterStatus("postgresql://tierfs@db/tierfs", 10.0, daemons, containers)
+    assert status.unserved == [1, 2]
+    lines = status_text(status).splitlines()
+    assert lines[0] == ("cluster on postgresql://tierfs@db/tierfs: 2 live daemons of 3 registered, "
+                        "3 containers, lease 10 s")
+    assert lines[2].split() == ["host-a", "http://10.0.0.1:7070", "0.3", "s", "ago", "yes", "1", "5.0M", "1.5", "s",
+                                "1", "(2.0K)"]
+    assert lines[3].split()[-4:] == ["0", "unreachable", "-", "-"]
+    assert lines[4].split()[-5:] == ["no", "0", "-", "-", "-"] and "42.0 s ago" in lines[4]
+    assert [line.split()[1:] for line in lines[7:10]] == [["host-a", "3", "1.5", "s", "left"],
+                                                          ["host-c", "7", "expired", "30.2", "s", "ago"],
+                                                          ["-", "0", "free"]]
+    assert lines[-2].startswith("unserved: c001, c002 (appends to them wait")
+    assert lines[-1] == "host-b did not answer: no tierfs daemon at ..."
+
+
+def test_cluster_status_without_a_cluster_names_the_fix(postgres_url: str, tmp_path: Path) -> None:
+    """Not a cluster's database (the default SQLite, a PostgreSQL no cluster daemon set up,
+    a daemon's URL): one line, and nothing is created."""
+    for args, needle in ((["--data-dir", str(tmp_path / "d")], "reads a cluster's PostgreSQL database"),
+                         (["--metadata", postgres_url], "holds no cluster: no daemon with containers > 0"),
+                         (["--url", "http://127.0.0.1:1"], "instead of --url")):
+        done = run_tierfs(*args, "cluster", "status")
+        assert done.returncode == 1 and done.stdout == b"", done
+        assert needle in done.stderr.decode() and len(done.stderr.splitlines()) == 1, done.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_a_cluster_database_is_never_opened_as_a_single_store(cluster: Cluster, tmp_path: Path) -> None:

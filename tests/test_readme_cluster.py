@@ -51,3 +51,4 @@ def test_the_documented_cluster_trial_runs_as_written(postgres_server: object, t
         Path("/tmp/tierfs-pg.url").unlink(missing_ok=True)
     assert code == 0, f"exit {code} (-1: still running after 240 s): " + err.read_text()[-3000:]
     assert out.read_text().endswith("written through host a"), out.read_text()[-500:]
+    assert "2 live daemons of 2 registered, 4 containers" in out.read_text(), out.read_text()[-2000:]

@@ -179,6 +179,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command in OWNERSHIP_COMMANDS:
         return OWNERSHIP_COMMANDS[args.command](args, config)
+    if args.command == "cluster":
+        from tierfs.cli.commands.cluster import cluster_command
+
+        return cluster_command(args, config)
     if args.command in ("restore", "metadata"):
         from tierfs.cli.commands.metadata import run_metadata_command
 

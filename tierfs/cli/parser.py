@@ -149,6 +149,10 @@ def _store_commands(add: AddCommand) -> None:
     add("owner", "who owns tier-2, what this data dir claimed last, and its lost+found")
     add("restore", "rebuild the data dir (--data-dir) from the metadata backups on tier-2 (--tier2) "
                    "and own that tier-2")
+    p = add("cluster", "a cluster's hosts and containers: who holds which lease, heartbeats, flush backlog "
+                       "and lost+found, read from its PostgreSQL database and the daemons' metrics")
+    cluster_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs cluster")
+    cluster_sub.add_parser("status", help="every daemon and container, as tables (--json: one document)")
     p = add("metadata", "export or import the store's metadata (docs/METADATA_FORMAT.md)")
     metadata_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs metadata")
     metadata_sub.add_parser("export", help="write the metadata to FILE (- for stdout)").add_argument("file")

@@ -179,6 +179,23 @@ class LeaseTable:
         return {int(c): Owner(int(c), owner, url, token, int(epoch), bool(live))
                 for c, owner, url, token, epoch, live in rows}
 
+    def has_cluster(self) -> bool:
+        """A cluster daemon has set this database up (``set_up``)."""
+        return self._execute("SELECT to_regclass('public.cluster_containers')").fetchone()[0] is not None
+
+    def daemons(self) -> list[tuple[str, str, str, float]]:
+        """Every registered daemon: id, URL, token, seconds since its heartbeat (the database's clock)."""
+        rows = self._execute("SELECT daemon_id, url, token, EXTRACT(EPOCH FROM now() - heartbeat_at) "
+                             "FROM cluster_daemons ORDER BY daemon_id").fetchall()
+        return [(daemon_id, url, token, float(age)) for daemon_id, url, token, age in rows]
+
+    def leases(self) -> list[tuple[int, str | None, int, float]]:
+        """Every container: number, owner (None: free), epoch, seconds its lease has left
+        (negative once expired; the database's clock)."""
+        rows = self._execute("SELECT container, owner, epoch, EXTRACT(EPOCH FROM expires_at - now()) "
+                             "FROM cluster_containers ORDER BY container").fetchall()
+        return [(int(c), owner, int(epoch), float(left)) for c, owner, epoch, left in rows]
+
     def epochs(self) -> dict[int, int]:
         """Every container's lease epoch (raised at each acquisition)."""
         rows = self._execute("SELECT container, epoch FROM cluster_containers").fetchall()

@@ -1,0 +1,77 @@
+"""``tierfs cluster status``: the hosts and containers of a cluster (cluster/status.py),
+as two tables or, with ``--json``, one JSON document.
+
+Invariant: it gets the config, not a store: the report comes from the cluster's
+PostgreSQL database and the daemons' metrics, never from a store opened here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tierfs.cluster.container_map import container_label
+from tierfs.cluster.status import ClusterStatus, DaemonStatus, cluster_status
+from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.database_urls import is_postgresql_url
+from tierfs.contracts.errors import InvalidArgumentError
+from tierfs.contracts.size_text import human_size
+
+
+def cluster_command(args: argparse.Namespace, config: StoreConfig) -> int:
+    if args.url:
+        raise InvalidArgumentError("tierfs cluster reads the cluster's database, not one daemon: give --config "
+                                   "FILE or --metadata postgresql://... instead of --url")
+    if not is_postgresql_url(config.metadata_url):
+        raise InvalidArgumentError(
+            "tierfs cluster reads a cluster's PostgreSQL database: give the daemons' settings "
+            "(--config FILE, or --metadata postgresql://...)")
+    status = cluster_status(config.metadata_url, config.lease_s)
+    if args.json:
+        print(json.dumps(status.as_json(), indent=2))
+    else:
+        print(status_text(status), end="")
+    return 0
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in [header, *rows]]
+
+
+def _daemon_row(daemon: DaemonStatus) -> list[str]:
+    if daemon.reachable is None:
+        health = ["-", "-", "-"]
+    elif not daemon.reachable:
+        health = ["unreachable", "-", "-"]
+    else:
+        health = [human_size(daemon.flush_backlog_bytes), f"{daemon.flush_lag_s:.1f} s",
+                  f"{daemon.lost_found_entries} ({human_size(daemon.lost_found_bytes)})"]
+    return [daemon.daemon_id, daemon.url, f"{daemon.heartbeat_age_s:.1f} s ago", "yes" if daemon.live else "no",
+            str(len(daemon.containers)), *health]
+
+
+def _lease_text(left_s: float, state: str) -> str:
+    if state == "free":
+        return "free"
+    return f"{left_s:.1f} s left" if state == "held" else f"expired {-left_s:.1f} s ago"
+
+
+def status_text(status: ClusterStatus) -> str:
+    live = [d for d in status.daemons if d.live]
+    lines = [f"cluster on {status.database}: {len(live)} live daemons of {len(status.daemons)} registered, "
+             f"{len(status.containers)} containers, lease {status.lease_s:g} s",
+             *_table(["DAEMON", "URL", "HEARTBEAT", "LIVE", "CONTAINERS", "UNFLUSHED", "FLUSH LAG", "LOST+FOUND"],
+                     [_daemon_row(d) for d in status.daemons]), ""]
+    lines += _table(["CONTAINER", "OWNER", "EPOCH", "LEASE"],
+                    [[container_label(c.container), c.owner or "-", str(c.epoch), _lease_text(c.lease_left_s, c.state)]
+                     for c in status.containers])
+    unserved = status.unserved
+    lines.append("")
+    lines.append(f"unserved: {', '.join(container_label(c) for c in unserved)} (appends to them wait until a "
+                 "daemon takes them)" if unserved else "every container is held by a live lease")
+    for daemon in status.daemons:
+        if daemon.reachable is False:
+            lines.append(f"{daemon.daemon_id} did not answer: {daemon.error}")
+    return "\n".join(lines) + "\n"
