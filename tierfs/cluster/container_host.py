@@ -2,8 +2,8 @@
 through leases that it renews, balances and gives back.
 
 Every tick (``lease_s / 3``, at most 1 s) the host heartbeats and renews its leases, in
-a task of its own, and, in another, takes every container whose lease expired (nobody
-serves it) and balances: with ``L``
+a task of its own; in another, every look (a tick, at most 0.25 s) it takes every
+container whose lease expired (nobody serves it) and balances: with ``L``
 live daemons (sorted by id) and ``N`` containers, daemon ``i`` should hold
 ``N // L + (1 if i < N % L else 0)``; a daemon holding more gives its highest-numbered
 extras back (flushed, closed, released), one holding fewer takes free or expired ones,
@@ -78,10 +78,15 @@ RELEASE_FLUSH_TIMEOUT_S = 30.0
 
 
 def tick_s(lease_s: float) -> float:
-    """How often leases are renewed and expired ones looked for: three renewals per
-    lease at least, and at least every second, so a failover waits little beyond the
-    lease itself."""
+    """How often leases are renewed: three renewals per lease at least, and at least
+    every second, so a lease lapses only after ~2/3 of it without an answer."""
     return min(lease_s / 3, 1.0)
+
+
+def look_s(lease_s: float) -> float:
+    """How often expired leases are looked for (and the containers balanced): a failover
+    waits at most this long beyond the lease itself; each look is two or three reads."""
+    return min(tick_s(lease_s), 0.25)
 
 
 @dataclasses.dataclass
@@ -137,7 +142,7 @@ class ContainerHost:
                 await self._balance(nursery)
                 task_status.started()
                 while not self._stopping.is_set():
-                    with trio.move_on_after(tick_s(self._config.lease_s)):
+                    with trio.move_on_after(look_s(self._config.lease_s)):
                         await self._stopping.wait()
                     if not self._stopping.is_set():
                         await self._tick(nursery)

@@ -124,9 +124,11 @@ class StoreConfig:
     # URL, the namespace is split into this many segment containers (fixed when the
     # database is first used), each owned by one daemon through a lease; 0 is one store.
     containers: int = 0
-    # A container's owner renews its lease this often divided by three; a daemon that
-    # stops renewing loses its containers to the others this long after its last renewal.
-    lease_s: float = 10.0
+    # A container's owner renews its lease this often divided by three (at least every
+    # second); a daemon that stops renewing loses its containers to the others this long
+    # after its last renewal: a kill -9 is a failover of ~4-5 s. Longer rides out longer
+    # stalls of an owner (a paused VM, a slow database) without a failover.
+    lease_s: float = 4.0
     # The URL other daemons reach this one at (forwarded writes and tails), e.g.
     # http://10.0.0.5:7070; default: http:// + the --listen address.
     cluster_url: str = ""
