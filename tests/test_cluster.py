@@ -70,6 +70,16 @@ def test_every_host_serves_the_whole_namespace_and_forwards_writes(cluster: Clus
     for client in clients:
         for name, data in expected.items():
             assert client.read(name) == data
+    # /metrics: a sample per container held there (labelled), the unlabelled figure their sum
+    for index, client in enumerate(clients):
+        metrics = client.metrics()
+        per_container = {name: value for name, value in metrics.items()
+                         if name.startswith("tierfs_container_appends_total{")}
+        assert sorted(per_container) == [f'tierfs_container_appends_total{{container="c{c:03d}"}}'
+                                         for c in cluster.held_by(index)], metrics
+        assert set(per_container.values()) == {3.0}  # one append from each host, landed on the owner
+        assert sum(per_container.values()) == metrics["tierfs_appends_total"]
+        assert all(f'tierfs_container_epoch{{container="c{c:03d}"}}' in metrics for c in cluster.held_by(index))
     # a rename inside a top-level entry is metadata-only on its owner; across containers it
     # is refused before anything changes (EXDEV on the mount: mv copies)
     first, second = tops[0], tops[1]

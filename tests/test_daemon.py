@@ -134,6 +134,7 @@ def test_metrics(daemon: Daemon) -> None:
                  "tierfs_flush_backlog_bytes", "tierfs_flush_lag_seconds", "tierfs_cache_hits_total",
                  "tierfs_cache_misses_total", "tierfs_tier2_gets_total"):
         assert name in text
+    assert "tierfs_container_" not in text  # per-container figures: cluster mode only
 
 
 def test_owner_only_by_default(daemon: Daemon) -> None:

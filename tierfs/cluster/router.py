@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import trio
 
 from tierfs.cluster.container_host import ContainerHost
-from tierfs.cluster.container_map import container_of
+from tierfs.cluster.container_map import container_label, container_of
 from tierfs.cluster.forwarding import forwarded_request
 from tierfs.cluster.leases import LeaseTable, Owner
 from tierfs.cluster.statistics_sum import summed_statistics
@@ -376,4 +376,8 @@ class ClusterStore:
 
     def statistics(self) -> StoreStatistics:
         return summed_statistics([store.statistics() for store in self.host.stores.values()])
+
+    def container_statistics(self) -> dict[str, StoreStatistics]:
+        return {container_label(container): store.statistics()
+                for container, store in sorted(self.host.stores.items())}
 

@@ -7,7 +7,7 @@ counters get Prometheus' ``_total`` suffix (docs/API.md lists the names).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tierfs.contracts.reports.statistics import StoreStatistics
 from tierfs.store.datadir.lost_found_files import held_bytes
 from tierfs.store.served import ServedStore
 
@@ -72,6 +73,32 @@ class StoreCollector:
                 family = family_type(name, text)
                 family.add_metric([], value)
                 yield family
+        yield from _per_container(self._store.container_statistics())
+
+
+# cluster mode: the figures an operator compares between containers, one sample per
+# container held here (label ``container="c003"``); the unlabelled ones are their sums
+_PER_CONTAINER: dict[str, tuple[str, bool, Callable[[StoreStatistics], float]]] = {
+    "tierfs_container_appends": ("appends acknowledged", True, lambda s: s.appends),
+    "tierfs_container_appended_bytes": ("bytes appended", True, lambda s: s.appended_bytes),
+    "tierfs_container_flushed_bytes": ("bytes flushed to tier-2", True, lambda s: s.flushed_bytes),
+    "tierfs_container_flush_failures": ("failed tier-2 flushes", True, lambda s: s.flush_failures),
+    "tierfs_container_segments": ("segments", False, lambda s: s.segments),
+    "tierfs_container_flush_backlog_bytes": ("durable bytes not yet in tier-2", False, lambda s: s.unflushed_bytes),
+    "tierfs_container_flush_lag_seconds": ("age of the oldest unflushed append", False, lambda s: s.flush_lag_s),
+    "tierfs_container_journal_bytes": ("bytes in journal files", False, lambda s: s.journal_bytes),
+    "tierfs_container_epoch": ("owner epoch of the container's store", False, lambda s: s.epoch),
+}
+
+
+def _per_container(parts: dict[str, StoreStatistics]) -> Iterator[Any]:
+    if not parts:
+        return
+    for name, (text, counter, figure) in _PER_CONTAINER.items():
+        family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, text, labels=["container"])
+        for container, stats in parts.items():
+            family.add_metric([container], figure(stats))
+        yield family
 
 
 class MetricsRoute:

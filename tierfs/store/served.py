@@ -35,6 +35,11 @@ class ServedStore(SegmentStoreAPI, Protocol):
 
     def statistics(self) -> StoreStatistics: ...
 
+    def container_statistics(self) -> dict[str, StoreStatistics]:
+        """Cluster mode: each container held here (by its label, ``c003``), its own
+        figures; one store: none."""
+        ...
+
 
 class HeldFile(Protocol):
     """An open descriptor's file (``store.holds.SegmentHold``): reads, writes and stats
