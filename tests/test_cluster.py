@@ -279,6 +279,8 @@ def test_a_zombie_owner_that_wakes_up_after_losing_its_lease_commits_nothing(
 def test_containers_rebalance_when_daemons_join_and_leave(cluster: Cluster) -> None:
     cluster.start(0)
     assert len(cluster.wait_balanced([0]).values()) == CONTAINERS
+    alone = run_tierfs("--config", str(cluster.config), "cluster", "drain", cluster.daemon_id(0))
+    assert alone.returncode == 1 and b"no other live daemon could take" in alone.stderr, alone.stderr
     host0 = cluster.client(0)
     written = {}
     for container, top in top_names().items():
@@ -293,13 +295,33 @@ def test_containers_rebalance_when_daemons_join_and_leave(cluster: Cluster) -> N
     cluster.wait_balanced([0, 1, 2])
     assert sorted(len(cluster.held_by(i)) for i in range(3)) == [2, 2, 2]
     _assert_status_shows(cluster, [0, 1, 2])
+    # drain host 2 (by its URL): it gives its containers back flushed, the others take them,
+    # it takes none while drained, and it still serves the whole namespace through them
+    held_by_2 = cluster.held_by(2)
+    drained = run_tierfs("--config", str(cluster.config), "cluster", "drain", f"http://127.0.0.1:{cluster.ports[2]}",
+                         "--json")
+    assert drained.returncode == 0, drained.stderr
+    report = json.loads(drained.stdout)
+    assert report["daemon_id"] == cluster.daemon_id(2) and report["still_held"] == []
+    assert sorted(report["moved"]) == [f"c{c:03d}" for c in held_by_2]
+    assert set(report["moved"].values()) <= {cluster.daemon_id(0), cluster.daemon_id(1)}, report
+    cluster.wait_balanced([0, 1])
+    assert cluster.held_by(2) == []
+    shown = json.loads(run_tierfs("--config", str(cluster.config), "cluster", "status", "--json").stdout)
+    assert {d["daemon_id"]: d["draining"] for d in shown["daemons"]}[cluster.daemon_id(2)] is True
+    host2 = cluster.client(2)
+    for name, data in written.items():
+        assert host2.read(name) == data
+    undrained = run_tierfs("--config", str(cluster.config), "cluster", "undrain", cluster.daemon_id(2))
+    assert undrained.returncode == 0, undrained.stderr
+    cluster.wait_balanced([0, 1, 2])
+    assert sorted(len(cluster.held_by(i)) for i in range(3)) == [2, 2, 2]
     left_at = time.monotonic()
     cluster.daemons[1].stop()  # a clean leave gives its containers back at once
     cluster.wait_balanced([0, 2], timeout_s=30)
     assert time.monotonic() - left_at < 30
     assert sorted(len(cluster.held_by(i)) for i in (0, 2)) == [3, 3]
     _assert_status_shows(cluster, [0, 2])
-    host2 = cluster.client(2)
     for name, data in written.items():
         assert host0.read(name) == data and host2.read(name) == data
     host0.close()
@@ -343,7 +365,8 @@ def _assert_status_shows(cluster: Cluster, indexes: list[int]) -> None:
 
 
 def test_the_status_table_names_unserved_containers_and_daemons_that_did_not_answer() -> None:
-    daemons = (DaemonStatus("host-a", "http://10.0.0.1:7070", 0.3, True, (0,), True, "", 5 << 20, 1.5, 1, 2048),
+    daemons = (DaemonStatus("host-a", "http://10.0.0.1:7070", 0.3, True, (0,), True, "", 5 << 20, 1.5, 1, 2048,
+                            draining=True),
                DaemonStatus("host-b", "http://10.0.0.2:7070", 0.2, True, (), False, "no tierfs daemon at ..."),
                DaemonStatus("host-c", "http://10.0.0.3:7070", 42.0, False, ()))
     containers = (ContainerStatus(0, "host-a", 3, 1.5), ContainerStatus(1, "host-c", 7, -30.25),
@@ -353,8 +376,8 @@ def test_the_status_table_names_unserved_containers_and_daemons_that_did_not_ans
     lines = status_text(status).splitlines()
     assert lines[0] == ("cluster on postgresql://tierfs@db/tierfs: 2 live daemons of 3 registered, "
                         "3 containers, lease 10 s")
-    assert lines[2].split() == ["host-a", "http://10.0.0.1:7070", "0.3", "s", "ago", "yes", "1", "5.0M", "1.5", "s",
-                                "1", "(2.0K)"]
+    assert lines[2].split() == ["host-a", "http://10.0.0.1:7070", "0.3", "s", "ago", "yes,", "draining", "1", "5.0M",
+                                "1.5", "s", "1", "(2.0K)"]
     assert lines[3].split()[-4:] == ["0", "unreachable", "-", "-"]
     assert lines[4].split()[-5:] == ["no", "0", "-", "-", "-"] and "42.0 s ago" in lines[4]
     assert [line.split()[1:] for line in lines[7:10]] == [["host-a", "3", "1.5", "s", "left"],

@@ -57,8 +57,8 @@ class FakeLeaseTable:
     def owners(self) -> dict[int, Any]:
         return {}
 
-    def live_daemons(self, lease_s: float) -> list[str]:
-        return [lease.owner for lease in self.leases.values() if lease.owner][:1] or []
+    def live_daemons(self, lease_s: float) -> dict[str, bool]:
+        return {owner: False for owner in [lease.owner for lease in self.leases.values() if lease.owner][:1]}
 
     def _expired(self, lease: _Lease) -> bool:
         return lease.owner is not None and lease.expires_s < time.monotonic()

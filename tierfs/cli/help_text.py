@@ -72,7 +72,7 @@ EXAMPLES: dict[str, str] = {
     "takeover": "tierfs takeover",
     "owner": "tierfs owner --json",
     "restore": "tierfs restore --tier2 s3://bucket/tier2 --data-dir /var/lib/tierfs",
-    "cluster": "tierfs --config /etc/tierfs/cluster.toml cluster status",
+    "cluster": "tierfs --config /etc/tierfs/cluster.toml cluster drain host-b",
     "metadata": "tierfs metadata export backup.tfm",
     "serve": "tierfs serve --listen 127.0.0.1:7070 &",
     "mount": "tierfs mount ~/tierfs",

@@ -153,6 +153,13 @@ def _store_commands(add: AddCommand) -> None:
                        "and lost+found, read from its PostgreSQL database and the daemons' metrics")
     cluster_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs cluster")
     cluster_sub.add_parser("status", help="every daemon and container, as tables (--json: one document)")
+    q = cluster_sub.add_parser("drain", help="move every container off DAEMON (flushed, nothing lost) and wait "
+                                             "until it holds none; it takes none until undrain or a clean stop")
+    q.add_argument("daemon", metavar="DAEMON", help="a daemon id or URL, as tierfs cluster status shows it")
+    q.add_argument("--wait", type=duration, default=120.0, metavar="DURATION",
+                   help="how long to wait for its containers to move (default 2m)")
+    cluster_sub.add_parser("undrain", help="let DAEMON hold its share of the containers again").add_argument(
+        "daemon", metavar="DAEMON", help="a daemon id or URL")
     p = add("metadata", "export or import the store's metadata (docs/METADATA_FORMAT.md)")
     metadata_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs metadata")
     metadata_sub.add_parser("export", help="write the metadata to FILE (- for stdout)").add_argument("file")

@@ -8,7 +8,10 @@ live daemons (sorted by id) and ``N`` containers, daemon ``i`` should hold
 ``N // L + (1 if i < N % L else 0)``; a daemon holding more gives its highest-numbered
 extras back (flushed, closed, released), one holding fewer takes free or expired ones,
 lowest first. A daemon that stops heartbeating (killed, host gone, paused) drops out of
-the live set after ``lease_s`` and its containers are taken as their leases expire.
+the live set after ``lease_s`` and its containers are taken as their leases expire. A
+drained daemon (``tierfs cluster drain``) is left out of ``L`` and holds nothing, so it
+gives everything back the same way, unless no other live daemon could take it: a drain
+never leaves a container without an owner.
 
 Invariants:
 - Each held container's ``Lease`` (engine/ownership/tenure.py) is valid until the last renewal
@@ -208,10 +211,15 @@ class ContainerHost:
 
     async def _balance(self, nursery: trio.Nursery) -> None:
         live = await self.db_call(self._leases.live_daemons, self._config.lease_s)
-        if self.daemon_id not in live:
-            live = sorted([*live, self.daemon_id])
-        index = live.index(self.daemon_id)
-        target = self.count // len(live) + (1 if index < self.count % len(live) else 0)
+        # a drained daemon shares nothing while another live one can hold its share
+        sharers = sorted(d for d, draining in live.items() if not draining and d != self.daemon_id)
+        if not live.get(self.daemon_id, False) or not sharers:
+            sharers = sorted([*sharers, self.daemon_id])
+        if self.daemon_id in sharers:
+            index = sharers.index(self.daemon_id)
+            target = self.count // len(sharers) + (1 if index < self.count % len(sharers) else 0)
+        else:
+            target = 0
         # availability first: an expired lease means nobody serves that container, so
         # any daemon takes it whatever its share; the share is restored later
         rescued = False
@@ -223,7 +231,8 @@ class ContainerHost:
         active = sorted(c for c, h in self.held.items() if not h.release.is_set())
         if not rescued:
             for container in active[target:]:
-                log.info("giving container %s back (balance: %d daemons)", container_label(container), len(live))
+                log.info("giving container %s back (balance: %d daemons share them)", container_label(container),
+                         len(sharers))
                 self._drop(container, lost=False)
         if len(active) < target:
             takeable = self._leases.free_or_expired if judge else self._leases.free

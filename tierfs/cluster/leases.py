@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS cluster_daemons (
 CREATE TABLE IF NOT EXISTS cluster_containers (
     container INTEGER PRIMARY KEY, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0,
     expires_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch');
+ALTER TABLE cluster_daemons ADD COLUMN IF NOT EXISTS draining BOOLEAN NOT NULL DEFAULT false;
 """
 
 
@@ -137,11 +138,19 @@ class LeaseTable:
         """Unregister (a clean stop): the others rebalance without waiting for expiry."""
         self._execute("DELETE FROM cluster_daemons WHERE daemon_id = %s", (daemon_id,))
 
-    def live_daemons(self, lease_s: float) -> list[str]:
+    def live_daemons(self, lease_s: float) -> dict[str, bool]:
+        """Every daemon that heartbeated within a lease -> whether it is being drained."""
         rows = self._execute(
-            "SELECT daemon_id FROM cluster_daemons WHERE heartbeat_at > now() - make_interval(secs => %s) "
-            "ORDER BY daemon_id", (lease_s,)).fetchall()
-        return [daemon_id for (daemon_id,) in rows]
+            "SELECT daemon_id, draining FROM cluster_daemons "
+            "WHERE heartbeat_at > now() - make_interval(secs => %s) ORDER BY daemon_id", (lease_s,)).fetchall()
+        return {daemon_id: bool(draining) for daemon_id, draining in rows}
+
+    def set_draining(self, daemon_id: str, draining: bool) -> bool:
+        """Mark a registered daemon drained (it gives its containers back and takes none)
+        or not; False if no such daemon is registered. A clean stop unregisters it."""
+        row = self._execute("UPDATE cluster_daemons SET draining = %s WHERE daemon_id = %s RETURNING daemon_id",
+                            (draining, daemon_id)).fetchone()
+        return row is not None
 
     def acquire(self, container: int, daemon_id: str, lease_s: float) -> int | None:
         """Take ``container`` if its lease is free, ours, or expired with its owner dead;
@@ -183,11 +192,12 @@ class LeaseTable:
         """A cluster daemon has set this database up (``set_up``)."""
         return self._execute("SELECT to_regclass('public.cluster_containers')").fetchone()[0] is not None
 
-    def daemons(self) -> list[tuple[str, str, str, float]]:
-        """Every registered daemon: id, URL, token, seconds since its heartbeat (the database's clock)."""
-        rows = self._execute("SELECT daemon_id, url, token, EXTRACT(EPOCH FROM now() - heartbeat_at) "
+    def daemons(self) -> list[tuple[str, str, str, float, bool]]:
+        """Every registered daemon: id, URL, token, seconds since its heartbeat (the
+        database's clock), whether it is being drained."""
+        rows = self._execute("SELECT daemon_id, url, token, EXTRACT(EPOCH FROM now() - heartbeat_at), draining "
                              "FROM cluster_daemons ORDER BY daemon_id").fetchall()
-        return [(daemon_id, url, token, float(age)) for daemon_id, url, token, age in rows]
+        return [(daemon_id, url, token, float(age), bool(draining)) for daemon_id, url, token, age, draining in rows]
 
     def leases(self) -> list[tuple[int, str | None, int, float]]:
         """Every container: number, owner (None: free), epoch, seconds its lease has left

@@ -50,6 +50,7 @@ class DaemonStatus:
     flush_lag_s: float = 0.0
     lost_found_entries: int = 0
     lost_found_bytes: int = 0
+    draining: bool = False  # ``tierfs cluster drain``: it gives its containers back, takes none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,9 +86,9 @@ def cluster_status(metadata_url: str, lease_s: float, *, read_metrics: bool = Tr
     finally:
         table.close()
     daemons = []
-    for daemon_id, url, token, age_s in registered:
+    for daemon_id, url, token, age_s, draining in registered:
         held = tuple(c.container for c in containers if c.owner == daemon_id and c.state == "held")
-        status = DaemonStatus(daemon_id, url, age_s, age_s < lease_s, held)
+        status = DaemonStatus(daemon_id, url, age_s, age_s < lease_s, held, draining=draining)
         if read_metrics and status.live:
             status = _with_metrics(status, token)
         daemons.append(status)

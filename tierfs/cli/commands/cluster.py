@@ -1,16 +1,19 @@
 """``tierfs cluster status``: the hosts and containers of a cluster (cluster/status.py),
-as two tables or, with ``--json``, one JSON document.
+as two tables or, with ``--json``, one JSON document; ``drain`` and ``undrain`` (cluster/drain.py).
 
-Invariant: it gets the config, not a store: the report comes from the cluster's
-PostgreSQL database and the daemons' metrics, never from a store opened here.
+Invariant: it gets the config, not a store: it works on the cluster's PostgreSQL
+database (and reads the daemons' metrics), never on a store opened here.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 
 from tierfs.cluster.container_map import container_label
+from tierfs.cluster.drain import drain, undrain
 from tierfs.cluster.status import ClusterStatus, DaemonStatus, cluster_status
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url
@@ -26,11 +29,38 @@ def cluster_command(args: argparse.Namespace, config: StoreConfig) -> int:
         raise InvalidArgumentError(
             "tierfs cluster reads a cluster's PostgreSQL database: give the daemons' settings "
             "(--config FILE, or --metadata postgresql://...)")
+    if args.action == "drain":
+        return _drain(args, config)
+    if args.action == "undrain":
+        daemon_id = undrain(config.metadata_url, args.daemon)
+        print(json.dumps({"undrained": daemon_id}) if args.json else
+              f"{daemon_id} holds its share again once the daemons rebalance (within a second)")
+        return 0
     status = cluster_status(config.metadata_url, config.lease_s)
     if args.json:
         print(json.dumps(status.as_json(), indent=2))
     else:
         print(status_text(status), end="")
+    return 0
+
+
+def _drain(args: argparse.Namespace, config: StoreConfig) -> int:
+    def progress(held: list[int]) -> None:
+        if not args.json:
+            print(f"tierfs: still holds {len(held)} container(s)", file=sys.stderr, flush=True)
+
+    result = drain(config.metadata_url, config.lease_s, args.daemon, args.wait, progress)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result) | {"moved": {container_label(c): o for c, o in result.moved.items()}},
+                         indent=2))
+    elif not result.still_held:
+        moved = ", ".join(f"{container_label(c)} -> {owner}" for c, owner in result.moved.items())
+        print(f"drained {result.daemon_id} in {result.seconds:.1f} s: {moved or 'it held no container'}")
+    if result.still_held:
+        print(f"tierfs: {', '.join(map(container_label, result.still_held))} of {result.daemon_id} had not moved "
+              f"after {args.wait:g} s (each is flushed before it moves; the drain stays set: tierfs cluster undrain "
+              f"{result.daemon_id} ends it)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -48,8 +78,9 @@ def _daemon_row(daemon: DaemonStatus) -> list[str]:
     else:
         health = [human_size(daemon.flush_backlog_bytes), f"{daemon.flush_lag_s:.1f} s",
                   f"{daemon.lost_found_entries} ({human_size(daemon.lost_found_bytes)})"]
-    return [daemon.daemon_id, daemon.url, f"{daemon.heartbeat_age_s:.1f} s ago", "yes" if daemon.live else "no",
-            str(len(daemon.containers)), *health]
+    live = ("yes, draining" if daemon.draining else "yes") if daemon.live else "no"
+    return [daemon.daemon_id, daemon.url, f"{daemon.heartbeat_age_s:.1f} s ago", live, str(len(daemon.containers)),
+            *health]
 
 
 def _lease_text(left_s: float, state: str) -> str:
