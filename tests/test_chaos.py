@@ -31,8 +31,8 @@ def test_a_seed_mixes_the_faults(tmp_path: Path) -> None:
     _no_problems(run(1, 4, tmp_path, log=lambda line: None))
 
 
-def test_three_hosts_lose_an_owner_to_a_pause_the_database_and_a_kill(postgres_server: object,
-                                                                      tmp_path: Path) -> None:
+def test_three_hosts_lose_an_owner_to_a_pause_the_database_a_kill_and_a_drain(
+        postgres_server: object, tmp_path: Path) -> None:
     del postgres_server  # proves PostgreSQL is installed; the run starts its own
     result = run_cluster(1, len(CLUSTER_NEMESES), tmp_path, nemeses=list(CLUSTER_NEMESES), in_turn=True,
                          log=lambda line: None)

@@ -7,7 +7,10 @@ own is forwarded), and the faults that only many hosts have:
 - ``database_outage`` (path 2): PostgreSQL down for several leases, then back; no
   daemon died, so no acknowledged append may be lost: every owner keeps its containers;
 - ``kill_owner``: kill -9 of a daemon, restarted later; what it acknowledged and had not
-  flushed is in its lost+found (``MOVED``), ``tier2`` appends in their segments.
+  flushed is in its lost+found (``MOVED``), ``tier2`` appends in their segments;
+- ``drain_owner``: ``tierfs cluster drain`` of a daemon while the writers go on (through
+  it too), then ``undrain``; nothing is forgiven: every acknowledged append must be in
+  its segment.
 
 The ledger and writers are the single host's (``ledger``, ``writers``); the check reads
 every segment through one daemon and every daemon's lost+found.
@@ -136,8 +139,23 @@ def kill_owner(chaos: ClusterChaos) -> None:
     chaos.everyone_serving()
 
 
+def drain_owner(chaos: ClusterChaos) -> None:
+    from tierfs.cluster.drain import drain, undrain
+
+    chaos.write_for()
+    victim = chaos.cluster.daemon_id(chaos.rng.randrange(HOSTS))
+    result = drain(chaos.cluster.metadata_url, LEASE_S, victim, wait_s=120)
+    if result.still_held:
+        raise RuntimeError(f"the drain of {victim} left {result.still_held} unmoved after 120 s")
+    chaos.log(f"  drained {victim} in {result.seconds:.1f} s: {len(result.moved)} containers moved")
+    chaos.write_for()
+    undrain(chaos.cluster.metadata_url, victim)
+    chaos.everyone_serving()
+
+
 CLUSTER_NEMESES: dict[str, Callable[[ClusterChaos], None]] = {
     "pause_owner": pause_owner, "database_outage": database_outage, "kill_owner": kill_owner,
+    "drain_owner": drain_owner,
 }
 
 
