@@ -267,3 +267,35 @@ def test_an_old_owner_commits_nothing_once_a_new_owner_began_its_epoch(open_meta
     assert new.load_store_record().journal_checkpoint_lsn == 0
     guard_epoch(new, old_epoch + 1)
     new.create_segment("by the new owner", "", SegmentMeta())  # the current owner commits
+
+
+def test_a_postgresql_connection_that_died_while_idle_is_replaced_but_no_write_is_sent_twice(
+        postgres_url: str) -> None:
+    """The server ended the connection while it was idle (as a restart does): the next
+    transaction's BEGIN and a lone read run again on a new connection; a lone write fails
+    (it may have been sent) and the call after it reconnects."""
+    import psycopg
+
+    from tierfs.contracts.errors import MetadataUnavailableError
+    from tierfs.engine.metadata.database import PostgresDatabase
+
+    def end_its_connection() -> None:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            ended = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE datname = current_database() AND application_name = 'tierfs'").fetchone()
+        assert ended == (1,)
+
+    db = PostgresDatabase(postgres_url)
+    try:
+        db.execute("CREATE TABLE t (x INTEGER)")
+        end_its_connection()
+        with db.transaction():
+            db.execute("INSERT INTO t VALUES (1)")
+        end_its_connection()
+        assert db.execute("SELECT count(*) FROM t").fetchone() == (1,)
+        end_its_connection()
+        with pytest.raises(MetadataUnavailableError):
+            db.execute("INSERT INTO t VALUES (2)")
+        assert db.execute("SELECT x FROM t").fetchall() == [(1,)]
+    finally:
+        db.close()

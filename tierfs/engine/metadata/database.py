@@ -18,7 +18,9 @@ Invariants:
   dir's space reserve, so the caller's retry finds room. A PostgreSQL server that cannot
   be reached, or a connection lost mid-way, raises ``MetadataUnavailableError`` (nothing
   is known to have changed unless the loss hit a COMMIT in flight); the next call
-  reconnects.
+  reconnects. A connection that died while idle (the server restarted) is found by the
+  next statement: a ``BEGIN`` or a read outside a transaction changed nothing, so it runs
+  once more on a new connection; any other statement is never sent twice.
 - The password of a PostgreSQL URL never appears in an error message or a log line
   (``redacted_url``).
 - Not thread-safe: one caller at a time per connection (the store's metadata worker).
@@ -27,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -194,6 +197,10 @@ class SqliteDatabase:
         self._db.close()
 
 
+# statements that change nothing when they run outside a transaction: safe to send again
+_CHANGES_NOTHING = re.compile(r"\s*(BEGIN|SELECT)\b", re.IGNORECASE)
+
+
 class PostgresDatabase:
     """A psycopg 3 connection in autocommit mode; ``transaction()`` opens the explicit
     transactions. READ COMMITTED, with the namespace lock where names are checked."""
@@ -229,6 +236,14 @@ class PostgresDatabase:
         return MetadataUnavailableError(self.description, reason[0] if reason else type(e).__name__)
 
     def _run(self, sql: str, params: Sequence[object], many: bool) -> Any:
+        try:
+            return self._run_once(sql, params, many)
+        except MetadataUnavailableError:
+            if self._in_transaction or many or not _CHANGES_NOTHING.match(sql):
+                raise
+            return self._run_once(sql, params, many)  # on a new connection (see the module docstring)
+
+    def _run_once(self, sql: str, params: Sequence[object], many: bool) -> Any:
         import psycopg
 
         conn = self._connection()
