@@ -6,6 +6,7 @@ command in subprocesses, local tier-2 directories and moto's S3 server."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -167,6 +168,22 @@ async def test_backups_only_on_change_pruned_and_a_torn_newest_is_skipped(
     assert restored.manifest.seq < newest.seq and restored.manifest.epoch == newest.epoch
 
 
+def _block_uploads(folder: Path, aside: Path) -> None:
+    """``folder`` moved to ``aside`` and a file put in its place: uploads into it fail.
+    An upload already running in a worker thread may make the folder again in between:
+    what it wrote goes aside too, and the file is tried again."""
+    folder.rename(aside)
+    while True:
+        try:
+            folder.write_bytes(b"not a folder")
+            return
+        except IsADirectoryError:
+            with contextlib.suppress(OSError):  # it may still be writing: the next round takes the rest
+                for path in folder.iterdir():
+                    path.rename(aside / path.name)
+                folder.rmdir()
+
+
 async def test_a_failing_tier2_never_blocks_appends_and_is_retried(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata_backup, "SNAPSHOT_AFTER_CHANGES", 1)  # a snapshot for every change
@@ -176,8 +193,7 @@ async def test_a_failing_tier2_never_blocks_appends_and_is_retried(
         backup = store.metadata_backup
         await backup.cycle()
         failures = backup.failures
-        (tier2 / "_metadata").rename(tmp_path / "aside")
-        (tier2 / "_metadata").write_bytes(b"not a folder")  # uploads now fail
+        _block_uploads(tier2 / "_metadata", tmp_path / "aside")
         await store.create("a")
         with trio.fail_after(5):
             await store.append("a", b"still appending")
