@@ -112,6 +112,9 @@ case "$mode" in
     # so on two cores three workers keep both busy: about 8 minutes.
     # --durations: the slowest tests are named in every run, so the suite stays well under 20 minutes.
     # One file alone: .venv/bin/pytest tests/test_x.py; the long runs: .venv/bin/pytest -m slow tests
-    exec .venv/bin/pytest -q -m "not slow" -n 3 --dist loadfile --durations=25 tests
+    # PYTHONDONTWRITEBYTECODE emptied for the run: pytest then keeps its assert-rewritten
+    # test modules in __pycache__ (git-ignored) as compileall did the rest, instead of
+    # rewriting every test module in every worker on every run.
+    PYTHONDONTWRITEBYTECODE= exec .venv/bin/pytest -q -m "not slow" -n 3 --dist loadfile --durations=25 tests
     ;;
 esac
