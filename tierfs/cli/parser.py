@@ -26,7 +26,7 @@ import gc
 import re
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tierfs.cli.arguments import duration, host_port, policy_setting, size
 from tierfs.cli.global_options import add_global_options, with_global_options
@@ -116,6 +116,11 @@ def _segment_commands(new: AddCommand) -> None:
                                    "(woken by each durable append, never polling)"))
 
 
+def _with_actions(add: AddCommand, name: str, help_text: str) -> Any:
+    """``tierfs NAME ACTION ...``: the command's parser for its actions (``args.action``)."""
+    return add(name, help_text).add_subparsers(dest="action", required=True, metavar="ACTION", prog=f"tierfs {name}")
+
+
 def _store_commands(add: AddCommand) -> None:
     p = add("offload", "offload a segment's sealed chunks to the long-term store (progress on stderr)")
     p.add_argument("path")
@@ -125,8 +130,7 @@ def _store_commands(add: AddCommand) -> None:
     p = add("offload-status", "NOT_RUN / RUNNING / SUCCESS / ERROR of a segment's offload")
     p.add_argument("path")
     p.add_argument("--wait", action="store_true", help="wait until it is no longer RUNNING")
-    p = add("policy", "set or show offload and retention policies of a directory")
-    policy_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs policy")
+    policy_sub = _with_actions(add, "policy", "set or show offload and retention policies of a directory")
     q = policy_sub.add_parser(
         "set", help="set KEY=VALUE (VALUE none unsets); keys: " + ", ".join(POLICY_KEYS),
         description=f"set KEY=VALUE on a directory (none unsets). Keys: {', '.join(POLICY_KEYS)}. "
@@ -136,9 +140,8 @@ def _store_commands(add: AddCommand) -> None:
     q.add_argument("settings", nargs="+", metavar="KEY=VALUE", type=policy_setting)
     q = policy_sub.add_parser("get", help="the policy in effect, and where each value comes from")
     q.add_argument("path")
-    p = add("lost-found", "what the data dir holds aside (acknowledged bytes that could not stay where they "
-                          "were), and putting it back")
-    lost_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs lost-found")
+    lost_sub = _with_actions(add, "lost-found", "what the data dir holds aside (acknowledged bytes that could not "
+                                                "stay where they were), and putting it back")
     lost_sub.add_parser("list", help="one line per entry: path, segment, offsets, bytes, owner epoch, why")
     q = lost_sub.add_parser("restore", help="append an entry's appends again at the end of their segment, "
                                             "each once (writer identities), then remove the entry")
@@ -149,9 +152,9 @@ def _store_commands(add: AddCommand) -> None:
     add("owner", "who owns tier-2, what this data dir claimed last, and its lost+found")
     add("restore", "rebuild the data dir (--data-dir) from the metadata backups on tier-2 (--tier2) "
                    "and own that tier-2")
-    p = add("cluster", "a cluster's hosts and containers: who holds which lease, heartbeats, flush backlog "
-                       "and lost+found, read from its PostgreSQL database and the daemons' metrics")
-    cluster_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs cluster")
+    cluster_sub = _with_actions(add, "cluster", "a cluster's hosts and containers: who holds which lease, heartbeats, "
+                                                "flush backlog and lost+found, read from its PostgreSQL database and "
+                                                "the daemons' metrics")
     cluster_sub.add_parser("status", help="every daemon and container, as tables (--json: one document)")
     q = cluster_sub.add_parser("drain", help="move every container off DAEMON (flushed, nothing lost) and wait "
                                              "until it holds none; it takes none until undrain or a clean stop")
@@ -160,8 +163,7 @@ def _store_commands(add: AddCommand) -> None:
                    help="how long to wait for its containers to move (default 2m)")
     cluster_sub.add_parser("undrain", help="let DAEMON hold its share of the containers again").add_argument(
         "daemon", metavar="DAEMON", help="a daemon id or URL")
-    p = add("metadata", "export or import the store's metadata (docs/METADATA_FORMAT.md)")
-    metadata_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", prog="tierfs metadata")
+    metadata_sub = _with_actions(add, "metadata", "export or import the store's metadata (docs/METADATA_FORMAT.md)")
     metadata_sub.add_parser("export", help="write the metadata to FILE (- for stdout)").add_argument("file")
     metadata_sub.add_parser("import", help="load FILE (- for stdin) into an empty store").add_argument("file")
 
