@@ -20,7 +20,7 @@ def test_the_spark_events_benchmark_runs_and_prints_its_bounds() -> None:
     tmp_path = disk_scratch_dir("se-")  # short: the daemon's socket lives below it
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "benchmarks", "spark", "--scenario", "events", "--size-mib", "4",
+            [sys.executable, "-m", "benchmarks", "spark", "--scenario", "events", "--size-mib", "1",
              "--partition-mib", "1", "--rounds", "1", "--dir", str(tmp_path), "--json"],
             cwd=REPO, capture_output=True, text=True, timeout=600,
         )
