@@ -57,6 +57,9 @@ class FakeLeaseTable:
     def owners(self) -> dict[int, Any]:
         return {}
 
+    def any_free_or_expired(self) -> bool:
+        return any(lease.owner is None or self._expired(lease) for lease in self.leases.values())
+
     def live_daemons(self, lease_s: float) -> dict[str, bool]:
         return {owner: False for owner in [lease.owner for lease in self.leases.values() if lease.owner][:1]}
 

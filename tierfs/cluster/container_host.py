@@ -2,8 +2,9 @@
 through leases that it renews, balances and gives back.
 
 Every tick (``lease_s / 3``, at most 1 s) the host heartbeats and renews its leases, in
-a task of its own; in another, every look (a tick, at most 0.25 s) it takes every
-container whose lease expired (nobody serves it) and balances: with ``L``
+a task of its own; in another, every tick and at any look (a tick, at most 0.25 s) that
+finds a container free or expired (one cheap read), it takes every container whose
+lease expired (nobody serves it) and balances: with ``L``
 live daemons (sorted by id) and ``N`` containers, daemon ``i`` should hold
 ``N // L + (1 if i < N % L else 0)``; a daemon holding more gives its highest-numbered
 extras back (flushed, closed, released), one holding fewer takes free or expired ones,
@@ -118,6 +119,7 @@ class ContainerHost:
         self.lost_found: list[Path] = []
         self._limiter = trio.CapacityLimiter(1)  # one lease statement at a time
         self._healthy_since_s: float | None = None  # renewals have all succeeded since (monotonic)
+        self._balanced_at_s = -float("inf")  # the last full look (monotonic)
         self.changed = trio.Event()  # set (and replaced) whenever ``stores`` changes
         self._stopping = trio.Event()
         # told the name of a segment whose durable length grew: in a held container, or
@@ -147,7 +149,7 @@ class ContainerHost:
                 while not self._stopping.is_set():
                     with trio.move_on_after(look_s(self._config.lease_s)):
                         await self._stopping.wait()
-                    if not self._stopping.is_set():
+                    if not self._stopping.is_set() and await self._balance_due():
                         await self._tick(nursery)
             finally:
                 with trio.CancelScope(shield=True):
@@ -192,6 +194,21 @@ class ContainerHost:
         time to heartbeat, so one that has not is dead."""
         since = self._healthy_since_s
         return since is not None and time.monotonic() - since >= self._config.lease_s + tick_s(self._config.lease_s)
+
+    async def _balance_due(self) -> bool:
+        """A full look every tick; between ticks only when some container is free or its
+        lease expired, so a failover waits at most a look beyond the lease while a
+        settled cluster costs the database one cheap read per look."""
+        now_s = time.monotonic()
+        due = now_s - self._balanced_at_s >= tick_s(self._config.lease_s)
+        if not due:
+            try:
+                due = await self.db_call(self._leases.any_free_or_expired)
+            except TierFSError:
+                return False  # the renewals notice the database is gone; the next tick looks
+        if due:
+            self._balanced_at_s = now_s
+        return due
 
     async def _tick(self, nursery: trio.Nursery) -> None:
         if self._healthy_since_s is None:

@@ -219,6 +219,11 @@ class LeaseTable:
             "ORDER BY container", (lease_s,)).fetchall()
         return [int(c) for (c,) in rows]
 
+    def any_free_or_expired(self) -> bool:
+        """Whether some container has no owner or an expired lease now (one cheap read)."""
+        return bool(self._execute("SELECT EXISTS (SELECT 1 FROM cluster_containers "
+                                  "WHERE owner IS NULL OR expires_at < now())").fetchone()[0])
+
     def free(self, lease_s: float) -> list[int]:
         """Containers nobody holds (``lease_s``: as ``free_or_expired``'s, unused)."""
         del lease_s
