@@ -106,6 +106,27 @@ def test_errors_are_json_with_stable_codes_and_statuses(daemon: Daemon) -> None:
     assert client.read("x") == b"abc"  # nothing changed
 
 
+def test_an_error_answered_before_the_body_arrived_leaves_the_connection_usable(daemon: Daemon) -> None:
+    """The body's last bytes arrive after the error is decided (a slow client, or just
+    the next packet): the answer waits for them, and the same connection serves the
+    next request instead of closing under the client."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(str(daemon.socket))
+        conn.sendall(b"POST /v1/op/frobnicate HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nab")
+        time.sleep(0.3)  # the route is unknown long before the body is complete
+        conn.sendall(b"cd")
+        conn.sendall(b"GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\n")
+        answers = b""
+        conn.settimeout(30)
+        while answers.count(b"HTTP/1.1 ") < 2 or not answers.rstrip().endswith(b"}"):
+            piece = conn.recv(65536)
+            assert piece, f"the daemon closed the connection after: {answers!r}"
+            answers += piece
+    assert answers.startswith(b"HTTP/1.1 404 ") and b"HTTP/1.1 200 " in answers
+
+
 def test_follow_long_polls_until_new_durable_data(daemon: Daemon) -> None:
     client = daemon.client()
     client.create("f")

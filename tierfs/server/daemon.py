@@ -45,7 +45,7 @@ from tierfs.contracts.datadir import (
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.server.append_socket import serve_append_socket
 from tierfs.server.follow_stream import FollowStreams
-from tierfs.server.http_api import BearerTokenAuth, build_app
+from tierfs.server.http_api import BearerTokenAuth, WholeRequestRead, build_app
 from tierfs.server.reads import ReadRoutes
 from tierfs.server.stream_socket import serve_stream_socket
 from tierfs.store.facade import open_store
@@ -107,7 +107,7 @@ async def serve(
                 await nursery.start(streams.run)
                 if listen:
                     token = load_or_create_token(data_dir)
-                    authed = BearerTokenAuth(app, token)
+                    authed = WholeRequestRead(BearerTokenAuth(app, token))
                     await nursery.start(_serve_one, authed, _hypercorn_config(listen), shutdown)
                 await nursery.start(serve_stream_socket, reads, follow_sock, LISTEN_BACKLOG, shutdown)
                 await nursery.start(serve_append_socket, store, append_sock, LISTEN_BACKLOG, shutdown)

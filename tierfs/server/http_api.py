@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import hmac
 
+import trio
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tierfs.cluster.forwarding import forwarded_request
 from tierfs.contracts.errors import TierFSError
@@ -82,10 +83,63 @@ def build_app(store: ServedStore, streams: FollowStreams | None = None) -> ASGIA
         Route("/v1/segments/{path:name}", reads.read, methods=["GET"]),
         *operation_routes(store),
     ]
-    return ForwardedMarker(Starlette(
+    return WholeRequestRead(ForwardedMarker(Starlette(
         routes=routes,
         exception_handlers={TierFSError: tierfs_error, Exception: unexpected_error},
-    ))
+    )))
+
+
+class WholeRequestRead:
+    """ASGI middleware: a response starts only once its request's body has arrived, read
+    or not, so the connection stays usable for the client's next request.
+
+    An error answered before the body (an append refused for its offset, a bad token, an
+    unknown operation) would otherwise race the body's last bytes: when the response
+    ends first, the server must close the connection, and a client that reuses it for
+    its next request gets "disconnected without a response" for a request the daemon
+    never saw. Only requests that declare a body wait; one past
+    ``UNREAD_BODY_LIMIT_BYTES`` is not waited for (that response ends the connection).
+    While the app itself is reading (a disconnect listener), this waits for what it
+    reads instead of reading beside it."""
+
+    UNREAD_BODY_LIMIT_BYTES = 1 << 20
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope.get("headers", ())) if scope["type"] == "http" else {}
+        if headers.get(b"content-length", b"0") in (b"0", b"") and b"transfer-encoding" not in headers:
+            await self._app(scope, receive, send)
+            return
+        body_done = False
+        readers = 0
+        arrived = trio.Event()
+
+        async def tracked_receive() -> Message:
+            nonlocal body_done, readers, arrived
+            readers += 1
+            try:
+                message = await receive()
+            finally:
+                readers -= 1
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            arrived.set()
+            arrived = trio.Event()
+            return message
+
+        async def send_after_body(message: Message) -> None:
+            skipped = 0
+            while message["type"] == "http.response.start" and not body_done \
+                    and skipped <= self.UNREAD_BODY_LIMIT_BYTES:
+                if readers:
+                    await arrived.wait()
+                else:
+                    skipped += len((await tracked_receive()).get("body", b""))
+            await send(message)
+
+        await self._app(scope, tracked_receive, send_after_body)
 
 
 class ForwardedMarker:
