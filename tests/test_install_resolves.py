@@ -7,7 +7,6 @@ This resolves against the package index (``--dry-run``: nothing is installed).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import venv
@@ -19,14 +18,9 @@ REPO = Path(__file__).resolve().parent.parent
 RESOLVE_TIMEOUT_S = 240  # far above the ~10-30 s both take; a backtracking pip takes minutes
 
 
-def _pip(python: Path, *args: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True,
-                          timeout=timeout_s, cwd=REPO)
-
-
-def _resolves(python: Path) -> None:
-    result = _pip(python, "install", "--dry-run", "--ignore-installed", "--disable-pip-version-check",
-                  "-e", f"{REPO}[test]")
+def _resolves(pip: list[str]) -> None:
+    result = subprocess.run([*pip, "install", "--dry-run", "--ignore-installed", "--disable-pip-version-check",
+                  "-e", f"{REPO}[test]"], capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S, cwd=REPO)
     output = result.stdout + result.stderr
     if result.returncode != 0 and ("Could not fetch URL" in output or "NewConnectionError" in output):
         pytest.skip(f"the package index is not reachable: {output[-500:]}")
@@ -36,25 +30,30 @@ def _resolves(python: Path) -> None:
     assert "Would install" in output and "boto3-" in output
 
 
-@pytest.fixture(scope="module")
-def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new venv with the pip this Python bundles, made once: each test gets a copy."""
-    made = tmp_path_factory.mktemp("fresh") / "venv"
-    venv.create(made, with_pip=True)
-    return made
+def _bundled_pip(tmp_path: Path) -> list[str]:
+    """The pip a new venv of this Python gets: run from the wheel ensurepip installs it
+    from, or (where that wheel is not where ensurepip keeps it) from a new venv."""
+    import ensurepip
+
+    try:
+        package = ensurepip._get_packages()["pip"]  # type: ignore[attr-defined]
+        wheel = Path(package.wheel_path or Path(ensurepip.__file__).parent / "_bundled" / package.wheel_name)
+    except (AttributeError, KeyError, TypeError):
+        wheel = Path("/nonexistent")
+    if wheel.is_file():
+        return [sys.executable, str(wheel / "pip")]
+    venv.create(tmp_path / "venv", with_pip=True)
+    return [str(tmp_path / "venv" / "bin" / "python"), "-m", "pip"]
 
 
 @pytest.mark.parametrize("which_pip", ["bundled", "current"])
-def test_the_test_extra_resolves_with_old_and_current_pip(tmp_path: Path, which_pip: str, fresh_venv: Path) -> None:
-    shutil.copytree(fresh_venv, tmp_path / "venv", symlinks=True)  # the pip this Python bundles
-    python = tmp_path / "venv" / "bin" / "python"
-    if which_pip == "current":
-        upgraded = _pip(python, "install", "-q", "--upgrade", "pip")
-        assert upgraded.returncode == 0, upgraded.stderr[-2000:]
-    else:
-        version = _pip(python, "--version").stdout
-        assert version.startswith("pip "), version
-    _resolves(python)
+def test_the_test_extra_resolves_with_old_and_current_pip(which_pip: str, tmp_path: Path) -> None:
+    """``bundled``: the pip a fresh venv ships, run from its wheel; ``current``: the pip
+    ``dev.sh`` upgrades the suite's venv to."""
+    pip = _bundled_pip(tmp_path) if which_pip == "bundled" else [sys.executable, "-m", "pip"]
+    version = subprocess.run([*pip, "--version"], capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S)
+    assert version.stdout.startswith("pip "), version.stdout + version.stderr
+    _resolves(pip)
 
 
 def test_the_pins_are_what_the_suite_runs_on() -> None:

@@ -139,22 +139,16 @@ def _check(chaos: Chaos, step: int, nemesis: str) -> list[str]:
             if isinstance(read, str):
                 return [f"after step {step} ({nemesis}): cat {name} failed: {read[-300:]}"]
             segments[name] = read
-    fsck = host.cli("fsck")
+        damage = store.fsck()
     found = [f"after step {step} ({nemesis}): {p}" for p in chaos.ledger.check(
         segments, host.lost_found_bytes(*chaos.other_data_dirs))]
-    if fsck.returncode not in (0, 3):  # 3: lost+found holds something, or damage (below)
-        found.append(f"after step {step} ({nemesis}): fsck exited {fsck.returncode}: "
-                     f"{fsck.stderr.decode(errors='replace')[-300:]}")
-    damaged = [line for line in fsck.stdout.decode(errors="replace").splitlines()
-               if line.startswith("DAMAGED") and "lost+found" not in line]
-    found += [f"after step {step} ({nemesis}): fsck: {line}" for line in damaged]
-    return found
+    return found + [f"after step {step} ({nemesis}): {line}" for line in damage]
 
 
 class _DaemonOrCli:
-    """``tierfs sync`` and ``tierfs cat`` for the check: through the daemon's API from
-    this process where it answers (a CLI process per segment was most of a check's time),
-    else with the CLI; a failure is the CLI's message."""
+    """``tierfs sync``, ``cat`` and ``fsck`` for the check: through the daemon's API from
+    this process where it answers (a CLI process per segment was most of a check's time;
+    the CLI would call the same API), else with the CLI; a failure is the CLI's message."""
 
     def __init__(self, host: Host) -> None:
         from tierfs.remote.client import TierClient
@@ -184,6 +178,21 @@ class _DaemonOrCli:
             return bytes(data)
         read = self._host.cli("cat", name)
         return read.stdout if read.returncode == 0 else read.stderr.decode(errors="replace")
+
+    def fsck(self) -> list[str]:
+        """``tierfs fsck``: what it found damaged outside lost+found, as its ``DAMAGED``
+        lines (lost+found holding something is no problem), or how it failed."""
+        from tierfs.contracts.operations import FSCK
+
+        answered, report = self._through_daemon(lambda client: client.call(FSCK))
+        if answered:
+            lines = [f"DAMAGED {problem}" for problem in report.problems]
+        else:
+            fsck = self._host.cli("fsck")
+            if fsck.returncode not in (0, 3):  # 3: lost+found holds something, or damage (below)
+                return [f"fsck exited {fsck.returncode}: {fsck.stderr.decode(errors='replace')[-300:]}"]
+            lines = fsck.stdout.decode(errors="replace").splitlines()
+        return [f"fsck: {line}" for line in lines if line.startswith("DAMAGED") and "lost+found" not in line]
 
     def _through_daemon(self, call: Callable[[TierClient], Any]) -> tuple[bool, Any]:
         """(True, the answer) where the daemon answered, else (False, None)."""
