@@ -114,8 +114,8 @@ class PostgresServer:
                 self._run_as_server([str(self._bin / "initdb"), "-D", str(self.directory / "data"),
                                      "-U", DATABASE_USER, "--auth=trust", "-E", "UTF8", "--no-sync",
                                      "--locale=C.UTF-8"], cwd=self.directory)
-        options = ["-p", str(self.port), "-k", str(self.directory), "-c", "listen_addresses=127.0.0.1",
-                   "-c", "max_connections=200"]
+        # max_connections stays the stock 100: a cluster must fit what operators run
+        options = ["-p", str(self.port), "-k", str(self.directory), "-c", "listen_addresses=127.0.0.1"]
         if not self.durable:
             # commits still reach the OS (a killed server keeps them), never the disk
             options += ["-c", "fsync=off", "-c", "full_page_writes=off"]

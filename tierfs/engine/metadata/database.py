@@ -21,9 +21,13 @@ Invariants:
   reconnects. A connection that died while idle (the server restarted) is found by the
   next statement: a ``BEGIN`` or a read outside a transaction changed nothing, so it runs
   once more on a new connection; any other statement is never sent twice.
+- PostgreSQL statements run on connections of the process's pool, shared by every store
+  of a daemon (``connection_pool``): a transaction holds one connection throughout, a
+  statement outside one borrows a connection for itself alone.
 - The password of a PostgreSQL URL never appears in an error message or a log line
   (``redacted_url``).
-- Not thread-safe: one caller at a time per connection (the store's metadata worker).
+- Not thread-safe: one caller at a time per ``Database`` object (the store's metadata
+  worker); many objects may share one pool.
 """
 
 from __future__ import annotations
@@ -41,16 +45,12 @@ from tierfs.contracts.errors import (
     MetadataUnavailableError,
     NoSpaceError,
 )
+from tierfs.engine.metadata import connection_pool
+from tierfs.engine.metadata.connection_pool import DEAD_PEER_DETECTION, connection_failure
 from tierfs.engine.space_reserve import SpaceReserve
 
-__all__ = ["Database", "IntegrityViolation", "PostgresDatabase", "SqliteDatabase", "is_postgresql_url",
+__all__ = ["DEAD_PEER_DETECTION", "Database", "IntegrityViolation", "PostgresDatabase", "SqliteDatabase", "is_postgresql_url",
            "open_database", "redacted_url"]
-
-# libpq's dead-peer detection for every PostgreSQL connection: a server or network that
-# vanishes without closing the connection (a partition, a host lost) fails the call in
-# about 15 s instead of the kernel's two hours, so no lease renewal or commit waits forever.
-DEAD_PEER_DETECTION: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
-                       "keepalives_count": 3, "tcp_user_timeout": 15_000}
 
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
@@ -202,51 +202,44 @@ _CHANGES_NOTHING = re.compile(r"\s*(BEGIN|SELECT)\b", re.IGNORECASE)
 
 
 class PostgresDatabase:
-    """A psycopg 3 connection in autocommit mode; ``transaction()`` opens the explicit
-    transactions. READ COMMITTED, with the namespace lock where names are checked."""
+    """Statements on connections of the process's pool (``connection_pool``), in
+    autocommit mode; ``transaction()`` holds one connection from BEGIN to COMMIT. READ
+    COMMITTED, with the namespace lock where names are checked."""
 
     dialect = POSTGRESQL
 
     def __init__(self, url: str, connect_timeout_s: float = 10.0) -> None:
         self.url = url
         self.description = redacted_url(url)
-        self._connect_timeout_s = connect_timeout_s
-        self._conn: Any = None
-        self._in_transaction = False
+        self._pool, self._schema = connection_pool.join(url, connect_timeout_s)
+        self._transaction: Any = None  # the connection of the open transaction
+        self._closed = False
         self.epoch_guard: Callable[[], None] | None = None
-        self._connection()  # fail now, with a clear error, if the server is not there
-
-    def _connection(self) -> Any:
-        import psycopg  # only a PostgreSQL store loads the driver
-
-        if self._conn is None or self._conn.closed:
-            if self._in_transaction:  # a new connection would run the rest outside it
-                raise MetadataUnavailableError(self.description, "connection lost in a transaction")
-            try:
-                self._conn = psycopg.connect(
-                    self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s)),
-                    application_name="tierfs", **DEAD_PEER_DETECTION,
-                )
-            except psycopg.Error as e:
-                raise self._unavailable(e) from None
-        return self._conn
+        try:  # fail now, with a clear error, if the server is not there
+            self._pool.give_back(self._pool.borrow(self._schema), self._schema)
+        except BaseException:
+            self.close()
+            raise
 
     def _unavailable(self, e: Exception) -> MetadataUnavailableError:
-        reason = str(e).replace(self.url, self.description).strip().splitlines()
-        return MetadataUnavailableError(self.description, reason[0] if reason else type(e).__name__)
+        return MetadataUnavailableError(self.description, connection_failure(e, self.url))
 
     def _run(self, sql: str, params: Sequence[object], many: bool) -> Any:
         try:
             return self._run_once(sql, params, many)
         except MetadataUnavailableError:
-            if self._in_transaction or many or not _CHANGES_NOTHING.match(sql):
+            if self._transaction is not None or many or not _CHANGES_NOTHING.match(sql):
                 raise
             return self._run_once(sql, params, many)  # on a new connection (see the module docstring)
 
-    def _run_once(self, sql: str, params: Sequence[object], many: bool) -> Any:
+    def _run_once(self, sql: str, params: Sequence[object], many: bool, conn: Any = None) -> Any:
         import psycopg
 
-        conn = self._connection()
+        if conn is None:
+            conn = self._transaction
+        lent = conn is None
+        if lent:
+            conn = self._pool.borrow(self._schema)
         statement = sql.replace("%", "%%").replace("?", "%s")
         try:
             cursor = conn.cursor()
@@ -265,6 +258,9 @@ class PostgresDatabase:
             if conn.closed or conn.broken:
                 raise self._unavailable(e) from None
             raise
+        finally:
+            if lent:
+                self._pool.give_back(conn, self._schema)
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> Cursor:
         return self._run(sql, params, many=False)  # type: ignore[no-any-return]
@@ -274,13 +270,29 @@ class PostgresDatabase:
 
     checkpoint_due = False  # PostgreSQL checkpoints by itself
 
+    def _begin(self) -> Any:
+        """A connection of the pool with a transaction open on it: a BEGIN that found its
+        connection dead (it changed nothing) is sent once more on a new one."""
+        for attempt in (1, 2):
+            conn = self._pool.borrow(self._schema)
+            try:
+                self._run_once("BEGIN", (), many=False, conn=conn)
+                return conn
+            except MetadataUnavailableError:
+                self._pool.give_back(conn, self._schema)  # closed: the pool opens another
+                if attempt == 2:
+                    raise
+            except BaseException:
+                self._pool.give_back(conn, self._schema)
+                raise
+        raise AssertionError("unreachable")
+
     @contextlib.contextmanager
     def transaction(self, namespace: bool = False, synced: bool = True) -> Iterator[None]:
         """``synced`` is SQLite's concern: every PostgreSQL commit is durable."""
-        if self._in_transaction:
+        if self._transaction is not None:
             raise RuntimeError("nested metadata transaction")
-        self.execute("BEGIN")
-        self._in_transaction = True
+        conn = self._transaction = self._begin()
         try:
             if namespace:
                 self.execute("SELECT pg_advisory_xact_lock(?)", (_NAMESPACE_LOCK_KEY,))
@@ -289,16 +301,18 @@ class PostgresDatabase:
             yield
             self.execute("COMMIT")
         except BaseException:
-            if self._conn is not None and not self._conn.closed:
+            if not conn.closed:
                 with contextlib.suppress(Exception):
-                    self._conn.execute("ROLLBACK")
+                    conn.execute("ROLLBACK")
             raise
         finally:
-            self._in_transaction = False
+            self._transaction = None
+            self._pool.give_back(conn, self._schema)  # closed if it is still in a transaction
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        if not self._closed:
+            self._closed = True
+            connection_pool.leave(self._pool)
 
 
 def open_database(url: str, sqlite_path: Path, reserve: SpaceReserve | None = None) -> Database:

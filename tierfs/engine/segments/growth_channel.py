@@ -13,8 +13,10 @@ Invariants:
   (many ``pg_notify`` in a round trip), so a burst of appends costs one message per
   segment per round trip, not one per append.
 - Memory is bounded by the number of segments growing between two sends.
-- Each side has its own connection, never the store's metadata connection (LISTEN
-  would otherwise hold notifications behind the store's transactions).
+- The listener has a connection of its own, the daemon's one LISTEN connection (on a
+  connection of the pool, notifications would wait behind the stores' transactions); the
+  announcer sends on a connection of the daemon's pool (``metadata.connection_pool``),
+  borrowed for one statement.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 import trio
 
-from tierfs.engine.metadata.database import DEAD_PEER_DETECTION, redacted_url
+from tierfs.engine.metadata.database import DEAD_PEER_DETECTION, PostgresDatabase, redacted_url
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ class GrowthAnnouncer:
         self._url = url
         self._pending: dict[int, tuple[str, int]] = {}
         self._wake = trio.Event()
-        self._conn: Any = None
+        self._db: PostgresDatabase | None = None
 
     def announce(self, segment_id: int, name: str, durable_length: int) -> None:
         self._pending[segment_id] = (name, durable_length)
@@ -67,22 +69,15 @@ class GrowthAnnouncer:
                 except Exception as e:  # a hint lost: listeners resync after their reconnect
                     log.warning("growth announcements to %s not sent: %s", redacted_url(self._url),
                                 type(e).__name__)
-                    self._close()
                     await trio.sleep(_RECONNECT_PAUSE_S)
         finally:
-            self._close()
+            if self._db is not None:
+                self._db.close()
 
     def _send(self, payloads: list[str]) -> None:
-        if self._conn is None or self._conn.closed:
-            self._conn = _connect(self._url)
-        self._conn.execute(
-            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload", (CHANNEL, payloads)
-        )
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._db is None:
+            self._db = PostgresDatabase(self._url)
+        self._db.execute("SELECT pg_notify(?, payload) FROM unnest(?::text[]) AS payload", (CHANNEL, payloads))
 
 
 class GrowthListener:
