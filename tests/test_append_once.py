@@ -12,12 +12,18 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 from tierfs.fsspec_impl import TierFileSystem
 
-from tierfs.contracts.errors import BadOffsetError, InvalidArgumentError, ResponseLostError
+from tierfs.contracts.errors import (
+    AlreadyAppendedError,
+    BadOffsetError,
+    InvalidArgumentError,
+    ResponseLostError,
+)
 from tierfs.contracts.writers import Writer
 from tierfs.remote.client import TierClient
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
@@ -102,12 +108,39 @@ def test_a_resend_after_giving_up_lands_once(daemon: Daemon, short_dir: Path, re
         lossy = TierClient(f"unix://{proxy.listen_path}")
         with pytest.raises(ResponseLostError) as lost:
             append_exactly_once(lossy, name, BytesPayload(b"tail"), conditional=False, writer=identity, budget_s=0)
-        assert lost.value.offset == 4
+        assert lost.value.offset is None  # sent without one: the daemon placed it
         client.append(name, b"+other")  # another writer meanwhile
         offset = append_exactly_once(lossy, name, BytesPayload(b"tail"), lost.value.offset,
                                      conditional=False, writer=identity, maybe_landed=True)
         lossy.close()
     assert offset == 4 and client.read(name) == b"0123tail+other"
+
+
+def test_an_append_without_an_offset_is_one_request_the_daemon_places() -> None:
+    """No stat before it and no offset on it (the owner assigns the offset: concurrent
+    writers never refuse each other's); after a lost answer the same identity goes
+    again, still without an offset; an older append of the writer than the daemon's
+    newest is reported, not guessed at."""
+    sent: list[tuple[int | None, object]] = []
+
+    class Recording:
+        def stat(self, name: str) -> None:
+            raise AssertionError("no stat before an unconditional append")
+
+        def append(self, name: str, data: bytes, expected_offset: int | None = None, *,
+                   length: int | None = None, writer: object = None) -> int:
+            sent.append((expected_offset, writer))
+            if len(sent) == 1:
+                raise ResponseLostError("the answer was lost")
+            if len(sent) == 3:
+                raise AlreadyAppendedError(name, "w", 1, 2)
+            return 42
+
+    client: Any = Recording()
+    assert append_exactly_once(client, "s", BytesPayload(b"x"), conditional=False, budget_s=5) == 42
+    assert [offset for offset, _ in sent] == [None, None] and sent[0][1] is sent[1][1]
+    with pytest.raises(AlreadyAppendedError):
+        append_exactly_once(client, "s", BytesPayload(b"x"), conditional=False)
 
 
 def test_an_append_is_known_by_its_writer_never_by_its_bytes(daemon: Daemon, request: pytest.FixtureRequest) -> None:

@@ -34,3 +34,20 @@ def _run_in(tmp_path: Path) -> None:
                  "failover (kill -9", "1 runs, lease 1 s", "tail -f latency", "20 lines"):
         assert line in done.stdout, done.stdout
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
+
+
+def test_the_forwarding_benchmark_runs() -> None:
+    tmp_path = Path(tempfile.mkdtemp(prefix="fb-", dir="/tmp"))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "forwarding", "--seconds", "0.3", "--runs", "1", "--writers", "2",
+             "--dir", str(tmp_path)],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]  # a missed target is reported, not an error
+        for line in ("through the owner", "forwarded", "1 writer", "2 writers, one segment", "2 writers, 2 segments",
+                     "forwarded / owner, 1 writer (worst of 1)", "daemons' CPU-s per 1,000"):
+            assert line in done.stdout, done.stdout
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)

@@ -62,8 +62,11 @@ def test_64_containers_on_3_daemons_stay_within_a_stock_servers_connections(
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        for index in range(DAEMONS):
-            cluster.start(index)
+        starting = [threading.Thread(target=cluster.start, args=(index,)) for index in range(DAEMONS)]
+        for thread in starting:  # together: each takes its share at once, none opens all 64 first
+            thread.start()
+        for thread in starting:
+            thread.join()
         owners = cluster.wait_balanced(list(range(DAEMONS)))
         assert len(set(owners.values())) == DAEMONS
         clients = [cluster.client(index) for index in range(DAEMONS)]

@@ -233,22 +233,20 @@ class ClusterStore:
         container = container_of(names.canonical(name), self.host.count)
         deadline_s = time.monotonic() + self._wait_s
         identity = writer if writer is not None else Writer().next()
-        offset, unsure = expected_offset, False
-        conditional = expected_offset is not None
+        unsure = False
         while True:
             store = await self._store_for(container, name, deadline_s)
             try:
                 if isinstance(store, RemoteStore):
                     return await trio.to_thread.run_sync(functools.partial(
-                        append_exactly_once, store.client, name, BytesPayload(data), offset,
-                        conditional=conditional, writer=identity, maybe_landed=unsure, budget_s=0.0))
+                        append_exactly_once, store.client, name, BytesPayload(data), expected_offset,
+                        conditional=expected_offset is not None, writer=identity, maybe_landed=unsure,
+                        budget_s=0.0))
                 return await store.append(name, data, expected_offset=expected_offset, writer=identity)
-            except ResponseLostError as lost:
+            except ResponseLostError:
                 if forwarded_request.get() is not None or time.monotonic() > deadline_s:
                     raise
-                # no offset: a stat or a read-back went unanswered, never a new append
-                if lost.offset is not None:
-                    offset, unsure = lost.offset, True
+                unsure = True  # sent, maybe landed: the same identity goes again
             except (DaemonUnavailableError, NotOwnerError, StoreClosedError):
                 if forwarded_request.get() is not None or time.monotonic() > deadline_s:
                     raise

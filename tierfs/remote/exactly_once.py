@@ -8,21 +8,24 @@ the same identity: the daemon that holds it answers with the offset it landed at
 (``engine.writer_marks``), one that does not appends it. Bytes are never compared: two
 writers appending identical bytes are two appends.
 
-Every attempt is also conditional on an offset (``expected_offset``: the daemon refuses
-it with ``BadOffsetError`` anywhere else), so an unconditional writer's append moves to
-the segment's new end when another writer's append took its offset (it was refused, so
-nothing was written).
+An append with an offset (``expected_offset``, or a hint where the caller knows where
+its append should go) is conditional on it: the daemon refuses it with
+``BadOffsetError`` anywhere else, so an unconditional writer's hinted append moves to the
+segment's new end when another writer's append took its offset (nothing was written).
+An append with neither is sent unconditionally: the owner assigns its offset in the
+same round trip (no stat first, no retry loop between concurrent writers), and after a
+lost answer the identity alone finds it.
 
 Invariants:
 - A payload is written at most once: its identity names it on every attempt.
 - A caller's ``expected_offset`` is kept (``conditional``): a writer that finds the
-  offset taken by someone else gets ``BadOffsetError``. Without one, the segment's end
-  is learnt with a stat.
+  offset taken by someone else gets ``BadOffsetError``.
 - Only lost answers are retried, for at most ``RETRY_BUDGET_S``; a daemon that cannot
   be reached before anything was sent is ``DaemonUnavailableError`` at once.
 - An ``AlreadyAppendedError`` answer (the daemon holds a newer append of the same
   writer, so this one landed before it) counts as landed at the attempt's offset: a
-  writer's appends are sent in order, each at the end of the one before.
+  writer's appends are sent in order, each at the end of the one before. An attempt
+  without an offset raises it: where the append landed is the caller's to know.
 - Memory stays bounded: file payloads stream in ``FILE_PIECE_BYTES``.
 """
 
@@ -39,7 +42,6 @@ from tierfs.contracts.errors import (
     DaemonUnavailableError,
     ResponseLostError,
 )
-from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.contracts.writers import Writer, WriterSeq
 from tierfs.remote.client import TierClient
 
@@ -83,7 +85,7 @@ class FilePayload:
                 yield piece
 
 
-def _send(client: TierClient, name: str, payload: Payload, offset: int, writer: WriterSeq) -> int:
+def _send(client: TierClient, name: str, payload: Payload, offset: int | None, writer: WriterSeq) -> int:
     if isinstance(payload, BytesPayload):
         return client.append(name, payload.data, offset, writer=writer)
     return client.append(name, payload.pieces(), offset, length=payload.length, writer=writer)
@@ -102,23 +104,24 @@ def append_exactly_once(
 ) -> int:
     """Append ``payload`` once; its offset. ``conditional``: only at ``expected_offset``
     (which must then be given); otherwise at the end, starting from ``expected_offset``
-    as a hint when given (a stat when not). ``writer``: the append's identity (a
-    caller resending an append after giving up once passes the same one, with
-    ``maybe_landed``); a fresh one when None.
+    as a hint when given (where the owner puts it when not). ``writer``: the append's
+    identity (a caller resending an append after giving up once passes the same one,
+    with ``maybe_landed``); a fresh one when None.
 
     When the budget runs out after a lost answer, ``ResponseLostError`` is raised with
     ``offset`` set to where the payload may have landed."""
     identity = writer if writer is not None else Writer().next()
+    if conditional and expected_offset is None:
+        raise ValueError("a conditional append needs its expected_offset")
     offset = expected_offset
-    if offset is None:
-        info = client.stat(name)
-        offset = info.appended_length if isinstance(info, SegmentInfo) else 0
     deadline = time.monotonic() + budget_s
     unsure = maybe_landed  # an earlier attempt may have landed: the daemon may be restarting
     while True:
         try:
             return _send(client, name, payload, offset, identity)
         except AlreadyAppendedError:
+            if offset is None:
+                raise
             return offset
         except BadOffsetError as refused:
             if conditional:
@@ -129,7 +132,8 @@ def append_exactly_once(
             if not unsure:
                 raise
             if time.monotonic() > deadline:
-                lost = ResponseLostError(f"{failed}; the append to {name!r} may have landed at {offset}")
+                where = "" if offset is None else f" at {offset}"
+                lost = ResponseLostError(f"{failed}; the append to {name!r} may have landed{where}")
                 lost.offset = offset
                 raise lost from None
             time.sleep(RETRY_PAUSE_S)
