@@ -80,6 +80,8 @@ def test_every_host_serves_the_whole_namespace_and_forwards_writes(cluster: Clus
         assert set(per_container.values()) == {3.0}  # one append from each host, landed on the owner
         assert sum(per_container.values()) == metrics["tierfs_appends_total"]
         assert all(f'tierfs_container_epoch{{container="c{c:03d}"}}' in metrics for c in cluster.held_by(index))
+    # forwarded appends went to the owners' append listeners, which take only the token's
+    _check_append_listeners(cluster, tops, expected)
     # a rename inside a top-level entry is metadata-only on its owner; across containers it
     # is refused before anything changes (EXDEV on the mount: mv copies)
     first, second = tops[0], tops[1]
@@ -105,6 +107,54 @@ def test_every_host_serves_the_whole_namespace_and_forwards_writes(cluster: Clus
     assert filesystems[1].cat(f"tierfs://{second}/via-fsspec") == b"appended through fsspec on host 0\n"
     assert sorted(p.rsplit("/", 1)[-1] for p in filesystems[1].ls(f"tierfs://{second}", detail=False)) == [
         "log", "via-fsspec"]
+
+
+def _check_append_listeners(cluster: Cluster, tops: dict[int, str], expected: dict[str, bytes]) -> None:
+    """Every daemon registered a TCP append listener; a request there without the
+    daemon's token (or with another daemon's) is 401 and appends nothing; with it, and
+    marked for the container, it lands; marked for a container the daemon does not hold,
+    it is ``not_owner``."""
+    import socket
+    import urllib.parse
+
+    import psycopg
+
+    from tierfs.contracts.datadir import load_or_create_token
+
+    with psycopg.connect(cluster.metadata_url) as conn:
+        listeners = dict(conn.execute("SELECT daemon_id, append_url FROM cluster_daemons").fetchall())
+    owners = cluster.owners()
+    container, top = next(iter(tops.items()))
+    owner = next(i for i in range(3) if cluster.daemon_id(i) == owners[container])
+    other = (owner + 1) % 3
+    parts = urllib.parse.urlsplit(listeners[cluster.daemon_id(owner)])
+    assert parts.scheme == "tcp" and parts.port, listeners
+    name = f"{top}/log"
+
+    def post(token: str, marked: int) -> bytes:
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as conn:
+            conn.sendall(f"POST /v1/segments/{name.replace('/', '%2F')} HTTP/1.1\r\nhost: t\r\n"
+                         f"authorization: Bearer {token}\r\nx-tierfs-forwarded: {marked}\r\n"
+                         f"content-length: 4\r\n\r\nraw\n".encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                piece = conn.recv(65536)
+                if not piece:
+                    break
+                answer += piece
+        return answer
+
+    assert post("", container).startswith(b"HTTP/1.1 401 ")
+    assert post(load_or_create_token(cluster.data_dir(other)), container).startswith(b"HTTP/1.1 401 ")
+    elsewhere = next(c for c, o in owners.items() if o != owners[container])
+    assert b'"not_owner"' in post(load_or_create_token(cluster.data_dir(owner)), elsewhere)
+    client = cluster.client(other)
+    assert client.read(name) == expected[name]  # nothing of those landed
+    landed = post(load_or_create_token(cluster.data_dir(owner)), container)
+    assert landed.startswith(b"HTTP/1.1 200 ") and f'"offset":{len(expected[name])}'.encode() in landed
+    expected[name] += b"raw\n"
+    assert client.read(name) == expected[name]
+    client.close()
 
 
 @pytest.fixture

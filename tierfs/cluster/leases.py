@@ -2,7 +2,8 @@
 
 Tables (schema ``public``; each container's metadata has its own schema ``cNNN``):
 ``cluster`` (the container count, fixed by the first daemon), ``cluster_daemons``
-(every daemon's id, URL, bearer token and last heartbeat) and ``cluster_containers``
+(every daemon's id, URL, bearer token, append listener and last heartbeat) and
+``cluster_containers``
 (each container's owner, lease epoch and expiry).
 
 Invariants:
@@ -41,6 +42,7 @@ CREATE TABLE IF NOT EXISTS cluster_containers (
     container INTEGER PRIMARY KEY, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0,
     expires_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch');
 ALTER TABLE cluster_daemons ADD COLUMN IF NOT EXISTS draining BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE cluster_daemons ADD COLUMN IF NOT EXISTS append_url TEXT NOT NULL DEFAULT '';
 """
 
 
@@ -54,6 +56,7 @@ class Owner:
     token: str
     epoch: int
     live: bool  # the lease has not expired
+    append_url: str = ""  # its append listener (``tcp://HOST:PORT``), '' for none
 
     def __repr__(self) -> str:  # never the token
         return f"Owner(c{self.container} by {self.daemon_id} at {self.url}, epoch {self.epoch}, live={self.live})"
@@ -128,11 +131,12 @@ class LeaseTable:
                     (container,))
         return count
 
-    def heartbeat(self, daemon_id: str, url: str, token: str) -> None:
+    def heartbeat(self, daemon_id: str, url: str, token: str, append_url: str = "") -> None:
         self._execute(
-            "INSERT INTO cluster_daemons VALUES (%s, %s, %s, now()) ON CONFLICT (daemon_id) "
-            "DO UPDATE SET url = excluded.url, token = excluded.token, heartbeat_at = now()",
-            (daemon_id, url, token))
+            "INSERT INTO cluster_daemons (daemon_id, url, token, heartbeat_at, append_url) "
+            "VALUES (%s, %s, %s, now(), %s) ON CONFLICT (daemon_id) DO UPDATE SET url = excluded.url, "
+            "token = excluded.token, heartbeat_at = now(), append_url = excluded.append_url",
+            (daemon_id, url, token, append_url))
 
     def leave(self, daemon_id: str) -> None:
         """Unregister (a clean stop): the others rebalance without waiting for expiry."""
@@ -183,10 +187,10 @@ class LeaseTable:
     def owners(self) -> dict[int, Owner]:
         """Every container with an owner that is registered (expired leases included)."""
         rows = self._execute(
-            "SELECT c.container, c.owner, d.url, d.token, c.epoch, c.expires_at > now() "
+            "SELECT c.container, c.owner, d.url, d.token, c.epoch, c.expires_at > now(), d.append_url "
             "FROM cluster_containers c JOIN cluster_daemons d ON d.daemon_id = c.owner").fetchall()
-        return {int(c): Owner(int(c), owner, url, token, int(epoch), bool(live))
-                for c, owner, url, token, epoch, live in rows}
+        return {int(c): Owner(int(c), owner, url, token, int(epoch), bool(live), append_url)
+                for c, owner, url, token, epoch, live, append_url in rows}
 
     def has_cluster(self) -> bool:
         """A cluster daemon has set this database up (``set_up``)."""

@@ -43,8 +43,9 @@ def daemon_id_of(data_dir: Path) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_cluster(config: StoreConfig, url: str, token: str) -> AsyncIterator[ClusterStore]:
-    """Join the cluster as the daemon reachable at ``url`` with ``token``."""
+async def open_cluster(config: StoreConfig, url: str, token: str, append_url: str = "") -> AsyncIterator[ClusterStore]:
+    """Join the cluster as the daemon reachable at ``url`` with ``token`` (and appends at
+    ``append_url``, ``tcp://HOST:PORT``, when it serves an append listener)."""
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock = DataDirLock(config.data_dir)
     lock.acquire()
@@ -53,6 +54,7 @@ async def open_cluster(config: StoreConfig, url: str, token: str) -> AsyncIterat
         try:
             count = await trio.to_thread.run_sync(leases.set_up, config.containers)
             host = ContainerHost(config, leases, count, daemon_id_of(config.data_dir), url, token)
+            host.append_url = append_url
             store = ClusterStore(config, host, leases)
             host.announcer = GrowthAnnouncer(config.metadata_url)
             listener = GrowthListener(config.metadata_url, host.heard_growth, host.resync_growth)

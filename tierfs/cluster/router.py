@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from tierfs.cluster.append_forwarder import AppendForwarder
 from tierfs.cluster.container_host import ContainerHost
 from tierfs.cluster.container_map import container_label, container_of
 from tierfs.cluster.forwarding import forwarded_request
@@ -105,6 +106,8 @@ class ClusterStore:
         self._owners: dict[int, Owner] = {}
         self._owners_at_s = 0.0
         self._remotes: dict[tuple[str, str, int], RemoteStore] = {}
+        self._remote_owners: dict[int, Owner] = {}  # id(RemoteStore) -> its owner as last seen
+        self._forwarder = AppendForwarder(read_timeout_s=2 * config.lease_s + 5.0)
         self.fence = ClusterFence(host)
         # flushed bytes of other daemons' containers, read from tier-2 here
         self._direct = DirectChunkReader(config.chunk_store_options)
@@ -118,6 +121,7 @@ class ClusterStore:
     def close(self) -> None:
         for remote in self._remotes.values():
             remote.client.close()
+        self._forwarder.close()
 
     # ------------------------------------------------------------ routing
     async def _owner(self, container: int, refresh: bool) -> Owner | None:
@@ -134,7 +138,9 @@ class ClusterStore:
             self._remotes[key] = RemoteStore(TierClient(
                 owner.url, owner.token, forwarded_container=owner.container,
                 read_timeout_s=2 * self.config.lease_s + 5.0))
-        return self._remotes[key]
+        remote = self._remotes[key]
+        self._remote_owners[id(remote)] = owner
+        return remote
 
     async def _store_for(self, container: int, name: str, deadline_s: float) -> SegmentStoreAPI:
         forwarded = forwarded_request.get()
@@ -237,6 +243,10 @@ class ClusterStore:
         while True:
             store = await self._store_for(container, name, deadline_s)
             try:
+                owner = self._remote_owners.get(id(store)) if isinstance(store, RemoteStore) else None
+                if owner is not None and owner.append_url:  # its append listener: the lean path
+                    return await self._forwarder.append(owner.append_url, owner.token, owner.container, name,
+                                                        data, expected_offset, identity)
                 if isinstance(store, RemoteStore):
                     return await trio.to_thread.run_sync(functools.partial(
                         append_exactly_once, store.client, name, BytesPayload(data), expected_offset,

@@ -132,6 +132,10 @@ class StoreConfig:
     # The URL other daemons reach this one at (forwarded writes and tails), e.g.
     # http://10.0.0.5:7070; default: http:// + the --listen address.
     cluster_url: str = ""
+    # The TCP port this daemon takes the appends other daemons forward on (on the
+    # --listen host; others reach it at cluster_url's host), registered with it in the
+    # database; 0: a free port the system picks. Set it where a firewall must know it.
+    cluster_append_port: int = 0
 
     def __post_init__(self) -> None:
         for name, value in _normalized(self).items():
@@ -168,6 +172,8 @@ class StoreConfig:
             raise InvalidArgumentError(
                 "offload_part_bytes must be within 5 MiB..64 MiB (S3 multipart limits)"
             )
+        if not 0 <= self.cluster_append_port <= 65535:
+            raise InvalidArgumentError(f"cluster_append_port must be 0..65535, not {self.cluster_append_port!r}")
         if self.defrag_interval_s < 0:
             raise InvalidArgumentError("defrag_interval_s must be >= 0 (0: no background defrag)")
         if self.offload_deletion_lag_s < 0:

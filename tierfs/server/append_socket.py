@@ -30,13 +30,18 @@ Invariants:
 - A request head must arrive within ``REQUEST_TIMEOUT_S`` once it started, and a body
   that stops moving for ``BODY_STALL_S`` ends the connection; an idle connection is
   kept (a writer's file may stay open for long).
-- Owner-only like the API socket (0600 inside the 0700 data dir). When the daemon
-  stops, accepting stops and open connections get ``unix_listener.STOP_GRACE_S`` to end (an append
-  cut short is resolved by the client's exactly-once resend).
+- Owner-only like the API socket (0600 inside the 0700 data dir). A cluster daemon also
+  serves it on TCP (``serve_append_listener``: other daemons forward appends there), where
+  every request must carry the daemon's bearer token (401 otherwise, nothing appended). A
+  request marked forwarded for a container (``FORWARDED_HEADER``) is served by that
+  container's store or refused ``not_owner``, as on the API. When the daemon stops,
+  accepting stops and open connections get ``unix_listener.STOP_GRACE_S`` to end (an
+  append cut short is resolved by the client's exactly-once resend).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import socket
@@ -49,11 +54,13 @@ from urllib.parse import parse_qs, unquote
 import h11
 import trio
 
+from tierfs.cluster.forwarding import forwarded_request
 from tierfs.contracts.error_wire import error_details
 from tierfs.contracts.errors import AppendTooLargeError, InvalidArgumentError, TierFSError
+from tierfs.contracts.operations import FORWARDED_HEADER
 from tierfs.contracts.writers import WriterSeq
 from tierfs.server.statuses import error_response
-from tierfs.server.unix_listener import serve_unix_socket
+from tierfs.server.unix_listener import serve_listening_socket, serve_unix_socket
 from tierfs.store.served import ServedStore
 
 log = logging.getLogger(__name__)
@@ -78,6 +85,20 @@ async def serve_append_socket(
     await serve_unix_socket(path, backlog, stop, handle, task_status=task_status)
 
 
+async def serve_append_listener(
+    store: ServedStore, sock: trio.socket.SocketType, stop: trio.Event, token: str,
+    *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve appends on the TCP socket ``sock`` (bound and listening) until ``stop`` is
+    set; every request must carry ``Authorization: Bearer <token>``."""
+    expected = f"Bearer {token}".encode()
+
+    async def handle(stream: trio.SocketStream) -> None:
+        await AppendConnection(store, stream.socket, expected).serve()
+
+    await serve_listening_socket(sock, stop, handle, task_status=task_status)
+
+
 class ConnectionEnds(Exception):
     """The connection cannot go on (the client went away, stalled or broke the protocol)."""
 
@@ -90,6 +111,7 @@ class AppendRequest:
     keep_alive: bool
     expect_continue: bool
     writer: WriterSeq | None = None
+    forwarded: int | None = None  # the container another daemon forwarded it for
 
 
 class Refusal(Exception):
@@ -104,9 +126,10 @@ class AppendConnection:
     """One client connection: requests read in order, each appended once the previous
     append returned, answers sent in the same order."""
 
-    def __init__(self, store: ServedStore, sock: trio.socket.SocketType) -> None:
+    def __init__(self, store: ServedStore, sock: trio.socket.SocketType, authorization: bytes | None = None) -> None:
         self._store = store
         self._sock = sock
+        self._authorization = authorization  # the header every request must carry (TCP), None: not asked
         self._pending = bytearray()  # bytes received past the last request's end
         self._buffer = bytearray()  # the body receive buffer, reused across requests
         self._previous: _Append | None = None
@@ -217,6 +240,9 @@ class AppendConnection:
         if not isinstance(event, h11.Request):
             raise Refusal(400, "invalid_argument", "not an HTTP/1.1 request head")
         headers = {name: value for name, value in event.headers}
+        if self._authorization is not None and not hmac.compare_digest(
+                headers.get(b"authorization", b""), self._authorization):
+            raise Refusal(401, "unauthorized", "missing or wrong bearer token: send the daemon's token")
         if event.method != b"POST":
             raise Refusal(405, "invalid_argument", "this socket serves appends (POST); use the API socket")
         target, _, query = event.target.partition(b"?")
@@ -232,8 +258,10 @@ class AppendConnection:
             raise Refusal(413, error.code, str(error))
         name = unquote(target[len(SEGMENTS_PATH):].decode("ascii", errors="replace"))
         keep_alive = event.http_version == b"1.1" and headers.get(b"connection", b"").lower() != b"close"
+        forwarded = headers.get(FORWARDED_HEADER.lower().encode(), b"")
         return AppendRequest(name, _expected_offset(query), length, keep_alive,
-                             headers.get(b"expect", b"").lower() == b"100-continue", _writer(query))
+                             headers.get(b"expect", b"").lower() == b"100-continue", _writer(query),
+                             int(forwarded) if forwarded.isdigit() else None)
 
     async def _receive_body(self, length: int) -> bytes:
         """The body, whole, as ``bytes`` (received into the connection's buffer)."""
@@ -276,6 +304,7 @@ class _Append:
 
     async def run(self) -> None:
         request, body = self._request, self._body
+        marked = forwarded_request.set(request.forwarded)
         try:
             try:
                 offset = await self._store.append(request.name, body, expected_offset=request.expected_offset,
@@ -299,6 +328,7 @@ class _Append:
                 succeeded = False  # nobody hears it: nothing more runs on this connection
             self.succeeded = succeeded
         finally:
+            forwarded_request.reset(marked)
             self.done.set()
 
 

@@ -15,6 +15,9 @@ Invariants:
   callers wait for), the token, the TCP listener, the follow and append sockets exist.
 - Only the lock holder creates the socket, so an existing socket file found at start is
   stale (its daemon died) and is replaced.
+- A cluster daemon's TCP append listener is bound before the daemon registers, so the
+  address other daemons read from the registry accepts connections (they queue until it
+  serves); it takes only requests that carry the token.
 - The TCP token is generated once (``secrets.token_urlsafe``), stored owner-only in
   ``<data_dir>/token``, and never logged.
 """
@@ -27,6 +30,8 @@ import logging
 import os
 import resource
 import signal
+import socket
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -43,7 +48,7 @@ from tierfs.contracts.datadir import (
     socket_path,
 )
 from tierfs.contracts.errors import InvalidArgumentError
-from tierfs.server.append_socket import serve_append_socket
+from tierfs.server.append_socket import serve_append_listener, serve_append_socket
 from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.http_api import BearerTokenAuth, WholeRequestRead, build_app
 from tierfs.server.reads import ReadRoutes
@@ -91,7 +96,7 @@ async def serve(
     task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set, or ``service`` ends)."""
-    async with _open_served(config, listen) as store:
+    async with _open_served(config, listen) as (store, append_listener):
         data_dir = config.data_dir
         os.chmod(data_dir, 0o700)
         sock, follow_sock = socket_path(data_dir), follow_socket_path(data_dir)
@@ -109,6 +114,9 @@ async def serve(
                     token = load_or_create_token(data_dir)
                     authed = WholeRequestRead(BearerTokenAuth(app, token))
                     await nursery.start(_serve_one, authed, _hypercorn_config(listen), shutdown)
+                if append_listener is not None:
+                    await nursery.start(serve_append_listener, store, append_listener, shutdown,
+                                        load_or_create_token(data_dir))
                 await nursery.start(serve_stream_socket, reads, follow_sock, LISTEN_BACKLOG, shutdown)
                 await nursery.start(serve_append_socket, store, append_sock, LISTEN_BACKLOG, shutdown)
                 # last: once the API socket answers, everything above is there
@@ -142,12 +150,15 @@ async def serve(
 
 
 @contextlib.asynccontextmanager
-async def _open_served(config: StoreConfig, listen: str | None) -> AsyncIterator[ServedStore]:
+async def _open_served(config: StoreConfig, listen: str | None,
+                       ) -> AsyncIterator[tuple[ServedStore, trio.socket.SocketType | None]]:
     """The data dir's store, or in cluster mode (``containers``) the whole namespace
-    through the containers this daemon holds and the owners of the others."""
+    through the containers this daemon holds and the owners of the others, with the
+    TCP append listener the others forward appends to (bound here, so its address is
+    registered with the daemon)."""
     if not config.containers:
         async with open_store(config, interruptible=True) as store:
-            yield store
+            yield store, None
         return
     if not listen:
         raise InvalidArgumentError(
@@ -158,8 +169,36 @@ async def _open_served(config: StoreConfig, listen: str | None) -> AsyncIterator
     # here, not at the top: a one-host daemon loads no cluster part (nor its HTTP client)
     from tierfs.cluster.opening import open_cluster
 
-    async with open_cluster(config, config.cluster_url or f"http://{listen}", token) as cluster:
-        yield cluster
+    url = config.cluster_url or f"http://{listen}"
+    listener = await _append_listener(listen, config.cluster_append_port)
+    try:
+        port = listener.getsockname()[1]
+        append_url = f"tcp://{_url_host(url)}:{port}"
+        async with open_cluster(config, url, token, append_url) as cluster:
+            yield cluster, listener
+    finally:
+        listener.close()
+
+
+async def _append_listener(listen: str, port: int) -> trio.socket.SocketType:
+    """A TCP socket listening on ``listen``'s host and ``port`` (0: the system's choice)."""
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    family, kind, proto, _, address = (await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))[0]
+    sock = trio.socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        await sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _url_host(url: str) -> str:
+    """The host of ``url`` as a URL writes it (an IPv6 address in brackets)."""
+    host = urllib.parse.urlsplit(url).hostname or "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
 
 
 def _raise_descriptor_limit() -> None:

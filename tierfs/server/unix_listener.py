@@ -1,9 +1,11 @@
-"""An owner-only Unix socket served by trio until the daemon stops: the daemon's lean
-sockets (``stream_socket``: streamed follows; ``append_socket``: pipelined appends).
+"""A listening socket served by trio until the daemon stops: the daemon's lean sockets
+(``stream_socket``: streamed follows; ``append_socket``: pipelined appends), owner-only
+Unix sockets, and a cluster daemon's TCP append listener (bound by the daemon).
 
 Invariants:
-- The socket is mode 0600 before it listens (inside the daemon's 0700 data dir), so
-  only the daemon's owner can connect.
+- A Unix socket is mode 0600 before it listens (inside the daemon's 0700 data dir), so
+  only the daemon's owner can connect; the TCP listener's requests carry the bearer
+  token (checked by its handler).
 - Once ``stop`` is set no new connection is accepted; connections still open get
   ``STOP_GRACE_S`` to finish, then are cancelled.
 """
@@ -36,6 +38,14 @@ async def serve_unix_socket(
     except BaseException:
         sock.close()
         raise
+    await serve_listening_socket(sock, stop, handle, task_status=task_status)
+
+
+async def serve_listening_socket(
+    sock: trio.socket.SocketType, stop: trio.Event, handle: Callable[[trio.SocketStream], Awaitable[None]],
+    *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``handle`` on ``sock`` (bound and listening) until ``stop`` is set."""
     listener = trio.SocketListener(sock)
     async with trio.open_nursery() as connections:
         async with trio.open_nursery() as accepting:
