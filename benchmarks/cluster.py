@@ -21,6 +21,10 @@ and one local tier-2 on this machine.
    ``lease_s - tick`` to ``lease_s + look`` plus the opening. Target (issue 36): p99 <= 5 s.
 5. Tail latency across hosts: lines appended every 10 ms through the owner, followed on
    the owner (the ceiling) and on another daemon (which forwards the poll).
+6. PostgreSQL connections: ``--many-containers`` (64) containers on 3 daemons, every
+   daemon creating and appending in every container at once; the most connections each
+   daemon held (from /proc), against the bound (its pool, its leases' connection and its
+   LISTEN: ``POOL_CONNECTIONS + 2``) and a stock server's ``max_connections`` (100).
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ from benchmarks.scale import probe_namespace
 from tierfs.cluster.container_host import look_s, tick_s
 from tierfs.cluster.container_map import container_of
 from tierfs.contracts.config import StoreConfig
+from tierfs.engine.metadata.connection_pool import POOL_CONNECTIONS
 from tierfs.engine.metadata.store import MetadataStore
 from tierfs.engine.record_types import Chunk, SegmentMeta
-from tierfs.testing.cluster import Cluster
+from tierfs.testing.cluster import Cluster, tcp_connections_to
 from tierfs.testing.postgres import PostgresServer
 
 HELP = ("metadata latency on PostgreSQL vs SQLite, ls/stat as the namespace grows, append throughput "
@@ -185,6 +190,56 @@ def tail_latencies(directory: Path, server: PostgresServer, lines: int) -> dict[
     return arrivals
 
 
+def connection_peaks(directory: Path, server: PostgresServer, containers: int, daemons: int = 3) -> list[int]:
+    """The most PostgreSQL connections each daemon held while every daemon created and
+    appended in every container (see section 6)."""
+    url = server.create_database()
+    nodes = Cluster(directory / "conn", url, str(directory / "conn-tier2"), containers=containers)
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    peaks, done = [0] * daemons, threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for index, daemon in list(nodes.daemons.items()):
+                try:
+                    peaks[index] = max(peaks[index], tcp_connections_to(daemon.proc.pid, port))
+                except OSError:
+                    pass  # starting or gone
+            done.wait(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        starting = [threading.Thread(target=nodes.start, args=(index,)) for index in range(daemons)]
+        for thread in starting:
+            thread.start()
+        for thread in starting:
+            thread.join()
+        nodes.wait_balanced(list(range(daemons)))
+        tops: dict[int, str] = {}
+        for index in range(containers * 20):
+            tops.setdefault(container_of(f"d{index}", containers), f"d{index}")
+
+        def write(index: int) -> None:
+            client = nodes.client(index)
+            for top in tops.values():
+                client.create(f"{top}/from-{index}", parents=True)
+                client.append(f"{top}/from-{index}", b"x\n")
+            client.close()
+
+        writers = [threading.Thread(target=write, args=(index,)) for index in range(daemons)]
+        for thread in writers:
+            thread.start()
+        for thread in writers:
+            thread.join()
+    finally:
+        done.set()
+        watcher.join()
+        nodes.stop_all()
+        server.drop_database(url.rsplit("/", 1)[1])
+    return peaks
+
+
 def daemons_report(throughput: dict[str, float], failovers: list[float], lease_s: float, writers: int,
                    seconds: float, tails: dict[str, list[float]]) -> list[str]:
     lines = [f"1 KiB PD appends, {writers} writer processes per daemon, {seconds:g} s (appends/s)"]
@@ -213,6 +268,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease", type=float, default=DEFAULT_LEASE_S,
                         help="lease_s of the failover runs (default: tierfs's, %(default)g s)")
     parser.add_argument("--tail-lines", type=int, default=500, help="lines followed across hosts")
+    parser.add_argument("--many-containers", type=int, default=64, help="containers of the connections section")
 
 
 def metadata_ops(meta: Any, round_number: int) -> dict[str, Callable[[], object]]:
@@ -262,6 +318,7 @@ def measure(directory: Path, args: argparse.Namespace) -> Report:
         throughput = append_throughput(directory, server, args.writers, args.seconds)
         failovers = failover_times(directory, server, args.failovers, args.lease)
         tails = tail_latencies(directory, server, args.tail_lines)
+        peaks = connection_peaks(directory, server, args.many_containers)
     rows = [[op, f"{s.p50_us:.0f} / {s.p99_us:.0f}", f"{pg.p50_us:.0f} / {pg.p99_us:.0f}", f"{pg.p50_us / s.p50_us:.2f}"]
             for op, s in latency["sqlite"].items() for pg in [latency["postgresql"][op]]]
     small, large = scaling["small"], scaling["large"]
@@ -277,13 +334,18 @@ def measure(directory: Path, args: argparse.Namespace) -> Report:
                  f"{large['stat_cold']['p50_us'] / small['stat_cold']['p50_us']:.2f}x, ls of 10 "
                  f"{large['ls_small']['p50_us'] / small['ls_small']['p50_us']:.2f}x, ls per entry {per_entry:.2f}x, open "
                  f"{large['open_s'] / small['open_s']:.0f}x")
+    bound = POOL_CONNECTIONS + 2
     sections = [table([f"metadata latency, {args.rounds} rounds (p50 / p99 µs)", "SQLite", "PostgreSQL",
                        "PG/SQLite p50"], rows), lines,
-                daemons_report(throughput, failovers, args.lease, args.writers, args.seconds, tails)]
+                daemons_report(throughput, failovers, args.lease, args.writers, args.seconds, tails),
+                [f"PostgreSQL connections, {args.many_containers} containers on {len(peaks)} daemons, all writing: "
+                 f"most held per daemon {' / '.join(map(str, peaks))} (bound {bound} each: pool "
+                 f"{POOL_CONNECTIONS} + leases + LISTEN), {sum(peaks)} in all of a stock server's 100"]]
     at = "the default lease" if args.lease == DEFAULT_LEASE_S else f"lease {args.lease:g} s (not the default)"
     checks = [Check(f"failover p99 at {at}", percentile(sorted(failovers), 0.99), FAILOVER_TARGET_S, False, "s",
-                    max(failovers) if len(failovers) > 1 else None)]
+                    max(failovers) if len(failovers) > 1 else None),
+              Check("PostgreSQL connections, most held by one daemon", max(peaks), bound, False, "")]
     return Report("cluster benchmark", sections, checks, {"metadata_latency": latency, "namespace": scaling,
                                                       "append_throughput": throughput, "failovers_s": failovers,
-                                                      "tail_latencies_s": tails})
+                                                      "tail_latencies_s": tails, "connection_peaks": peaks})
 

@@ -25,13 +25,15 @@ def _run_in(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "cluster", "--rounds", "5", "--small", "200", "--large", "1000",
          "--large-dir", "300", "--writers", "1", "--seconds", "0.5", "--failovers", "1", "--lease", "1", "--tail-lines", "20",
+         "--many-containers", "8",
          "--dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     for line in ("flush commit", "bound: smallest commit", "small: 200 segments", "large: 1,000 segments",
                  "ls of 300", "large/small (5x segments)", "3 daemons", "the single-host daemon",
-                 "failover (kill -9", "1 runs, lease 1 s", "tail -f latency", "20 lines"):
+                 "failover (kill -9", "1 runs, lease 1 s", "tail -f latency", "20 lines",
+                 "PostgreSQL connections, 8 containers on 3 daemons", "bound 10 each"):
         assert line in done.stdout, done.stdout
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
 

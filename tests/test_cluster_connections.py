@@ -12,32 +12,12 @@ import psycopg
 
 from tierfs.cluster.container_map import container_of
 from tierfs.engine.metadata.connection_pool import POOL_CONNECTIONS
-from tierfs.testing.cluster import Cluster
+from tierfs.testing.cluster import Cluster, tcp_connections_to
 
 CONTAINERS = 64
 DAEMONS = 3
 # the pool, the lease table's connection and the growth channel's LISTEN
 PER_DAEMON = POOL_CONNECTIONS + 2
-
-
-def _tcp_peers(pid: int, port: int) -> int:
-    """How many TCP connections process ``pid`` has open to ``port`` (from /proc)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = fd.readlink().as_posix()
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if remote_port == port and fields[9] in inodes and fields[3] == "01":  # ESTABLISHED
-                count += 1
-    return count
 
 
 def test_64_containers_on_3_daemons_stay_within_a_stock_servers_connections(
@@ -54,7 +34,7 @@ def test_64_containers_on_3_daemons_stay_within_a_stock_servers_connections(
         while not done.is_set():
             for index, daemon in list(cluster.daemons.items()):
                 try:
-                    peaks[index] = max(peaks[index], _tcp_peers(daemon.proc.pid, port))
+                    peaks[index] = max(peaks[index], tcp_connections_to(daemon.proc.pid, port))
                 except OSError:
                     pass  # it is starting or gone
             done.wait(0.02)

@@ -25,6 +25,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def tcp_connections_to(pid: int, port: int) -> int:
+    """How many TCP connections process ``pid`` has open to ``port`` (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink().as_posix()
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[9] in inodes and fields[3] == "01":  # ESTABLISHED
+                count += 1
+    return count
+
+
 class Cluster:
     """``start(i)`` runs daemon ``i`` (data dir ``<root>/host-<i>``) on a fresh port."""
 
