@@ -21,7 +21,11 @@ and one local tier-2 on this machine.
    ``lease_s - tick`` to ``lease_s + look`` plus the opening. Target (issue 36): p99 <= 5 s.
 5. Tail latency across hosts: lines appended every 10 ms through the owner, followed on
    the owner (the ceiling) and on another daemon (which forwards the poll).
-6. PostgreSQL connections: ``--many-containers`` (64) containers on 3 daemons, every
+6. Group commit across containers: 1 KiB PD appends by ``--group-writers`` (8) writer
+   processes on one daemon holding as many containers, alternating ``--group-runs`` (3)
+   times between all to one container and each to its own; the ratio of the two.
+   Target (issue 36): the spread >= 0.8x the single container.
+7. PostgreSQL connections: ``--many-containers`` (64) containers on 3 daemons, every
    daemon creating and appending in every container at once; the most connections each
    daemon held (from /proc), against the bound (its pool, its leases' connection and its
    LISTEN: ``POOL_CONNECTIONS + 2``) and a stock server's ``max_connections`` (100).
@@ -57,6 +61,7 @@ HELP = ("metadata latency on PostgreSQL vs SQLite, ls/stat as the namespace grow
         "with 1-3 cluster daemons, failover time")
 CONTAINERS = 6
 DEFAULT_LEASE_S = float(StoreConfig.lease_s)  # tierfs's own default
+GROUP_COMMIT_TARGET = 0.8  # appends spread over a daemon's containers / the same to one container (issue 36)
 FAILOVER_TARGET_S = 5.0  # p99, kill -9 -> first append accepted by the new owner (issue 36)
 RECORD_BYTES = 1024
 
@@ -79,10 +84,11 @@ print(count, flush=True)
 
 @contextmanager
 def cluster(directory: Path, server: PostgresServer, name: str, daemons: int, lease_s: float = DEFAULT_LEASE_S,
-            flush_interval_s: float = 0.2) -> Iterator[tuple[Cluster, dict[int, str | None]]]:
+            flush_interval_s: float = 0.2, containers: int = CONTAINERS,
+            ) -> Iterator[tuple[Cluster, dict[int, str | None]]]:
     """``daemons`` cluster daemons on a new database, balanced: (the cluster, container owners)."""
     url = server.create_database()
-    nodes = Cluster(directory / name, url, str(directory / f"{name}-tier2"), containers=CONTAINERS, lease_s=lease_s,
+    nodes = Cluster(directory / name, url, str(directory / f"{name}-tier2"), containers=containers, lease_s=lease_s,
                     flush_interval_s=flush_interval_s)
     try:
         for index in range(daemons):
@@ -97,7 +103,7 @@ def segment_of(nodes: Cluster, owners: dict[int, str | None], daemon: int, name:
     """A segment name in the ``index``-th container (round robin) that ``daemon`` owns."""
     mine = [c for c, owner in owners.items() if owner == nodes.daemon_id(daemon)]
     container, top = mine[index % len(mine)], 0
-    while container_of(f"b{top}", CONTAINERS) != container:
+    while container_of(f"b{top}", nodes.containers) != container:
         top += 1
     return f"b{top}/{name}"
 
@@ -240,6 +246,24 @@ def connection_peaks(directory: Path, server: PostgresServer, containers: int, d
     return peaks
 
 
+def group_commit(directory: Path, server: PostgresServer, writers: int, seconds: float,
+                 runs: int) -> dict[str, list[float]]:
+    """1 KiB PD appends by ``writers`` processes on one daemon holding ``writers``
+    containers: all to segments of one container, and each to its own container's."""
+    rates: dict[str, list[float]] = {"one container": [], "a container each": []}
+    with cluster(directory, server, "gc", 1, flush_interval_s=1.0, containers=writers) as (nodes, owners):
+        client = nodes.client(0)
+        shapes = {"one container": [segment_of(nodes, owners, 0, f"same-{w}", 0) for w in range(writers)],
+                  "a container each": [segment_of(nodes, owners, 0, f"own-{w}", w) for w in range(writers)]}
+        for name in shapes["one container"] + shapes["a container each"]:
+            client.create(name, parents=True)
+        client.close()
+        for run in range(runs):
+            for shape in alternate(run, list(shapes)):
+                rates[shape].append(run_writers([(nodes.daemons[0].url, name) for name in shapes[shape]], seconds))
+    return rates
+
+
 def daemons_report(throughput: dict[str, float], failovers: list[float], lease_s: float, writers: int,
                    seconds: float, tails: dict[str, list[float]]) -> list[str]:
     lines = [f"1 KiB PD appends, {writers} writer processes per daemon, {seconds:g} s (appends/s)"]
@@ -269,6 +293,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lease_s of the failover runs (default: tierfs's, %(default)g s)")
     parser.add_argument("--tail-lines", type=int, default=500, help="lines followed across hosts")
     parser.add_argument("--many-containers", type=int, default=64, help="containers of the connections section")
+    parser.add_argument("--group-writers", type=int, default=8, help="writers (and containers) of the group commit section")
+    parser.add_argument("--group-runs", type=int, default=3, help="alternations of the group commit section")
 
 
 def metadata_ops(meta: Any, round_number: int) -> dict[str, Callable[[], object]]:
@@ -319,6 +345,7 @@ def measure(directory: Path, args: argparse.Namespace) -> Report:
         failovers = failover_times(directory, server, args.failovers, args.lease)
         tails = tail_latencies(directory, server, args.tail_lines)
         peaks = connection_peaks(directory, server, args.many_containers)
+        grouped = group_commit(directory, server, args.group_writers, args.seconds, args.group_runs)
     rows = [[op, f"{s.p50_us:.0f} / {s.p99_us:.0f}", f"{pg.p50_us:.0f} / {pg.p99_us:.0f}", f"{pg.p50_us / s.p50_us:.2f}"]
             for op, s in latency["sqlite"].items() for pg in [latency["postgresql"][op]]]
     small, large = scaling["small"], scaling["large"]
@@ -340,12 +367,20 @@ def measure(directory: Path, args: argparse.Namespace) -> Report:
                 daemons_report(throughput, failovers, args.lease, args.writers, args.seconds, tails),
                 [f"PostgreSQL connections, {args.many_containers} containers on {len(peaks)} daemons, all writing: "
                  f"most held per daemon {' / '.join(map(str, peaks))} (bound {bound} each: pool "
-                 f"{POOL_CONNECTIONS} + leases + LISTEN), {sum(peaks)} in all of a stock server's 100"]]
+                 f"{POOL_CONNECTIONS} + leases + LISTEN), {sum(peaks)} in all of a stock server's 100",
+                 f"group commit, 1 KiB PD appends by {args.group_writers} writers on one daemon ({args.seconds:g} s x "
+                 f"{args.group_runs}, appends/s): all to one container {min(grouped['one container']):,.0f}.."
+                 f"{max(grouped['one container']):,.0f}, each to its own {min(grouped['a container each']):,.0f}.."
+                 f"{max(grouped['a container each']):,.0f}"]]
     at = "the default lease" if args.lease == DEFAULT_LEASE_S else f"lease {args.lease:g} s (not the default)"
     checks = [Check(f"failover p99 at {at}", percentile(sorted(failovers), 0.99), FAILOVER_TARGET_S, False, "s",
                     max(failovers) if len(failovers) > 1 else None),
-              Check("PostgreSQL connections, most held by one daemon", max(peaks), bound, False, "")]
+              Check("PostgreSQL connections, most held by one daemon", max(peaks), bound, False, ""),
+              Check(f"group commit: {args.group_writers} containers / one (worst of {args.group_runs})",
+                    min(a / b for a, b in zip(grouped["a container each"], grouped["one container"], strict=True)),
+                    GROUP_COMMIT_TARGET, True, "x")]
     return Report("cluster benchmark", sections, checks, {"metadata_latency": latency, "namespace": scaling,
                                                       "append_throughput": throughput, "failovers_s": failovers,
-                                                      "tail_latencies_s": tails, "connection_peaks": peaks})
+                                                      "tail_latencies_s": tails, "connection_peaks": peaks,
+                                                      "group_commit": grouped})
 

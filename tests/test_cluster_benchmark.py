@@ -25,7 +25,7 @@ def _run_in(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "cluster", "--rounds", "5", "--small", "200", "--large", "1000",
          "--large-dir", "300", "--writers", "1", "--seconds", "0.5", "--failovers", "1", "--lease", "1", "--tail-lines", "20",
-         "--many-containers", "8",
+         "--many-containers", "8", "--group-writers", "2", "--group-runs", "1",
          "--dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
@@ -33,7 +33,8 @@ def _run_in(tmp_path: Path) -> None:
     for line in ("flush commit", "bound: smallest commit", "small: 200 segments", "large: 1,000 segments",
                  "ls of 300", "large/small (5x segments)", "3 daemons", "the single-host daemon",
                  "failover (kill -9", "1 runs, lease 1 s", "tail -f latency", "20 lines",
-                 "PostgreSQL connections, 8 containers on 3 daemons", "bound 10 each"):
+                 "PostgreSQL connections, 8 containers on 3 daemons", "bound 10 each",
+                 "group commit, 1 KiB PD appends by 2 writers on one daemon", "group commit: 2 containers / one"):
         assert line in done.stdout, done.stdout
     assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
 
