@@ -54,7 +54,7 @@ from tierfs.contracts.config import StoreConfig
 from tierfs.engine.metadata.connection_pool import POOL_CONNECTIONS
 from tierfs.engine.metadata.store import MetadataStore
 from tierfs.engine.record_types import Chunk, SegmentMeta
-from tierfs.testing.cluster import Cluster, tcp_connections_to
+from tierfs.testing.cluster import Cluster
 from tierfs.testing.postgres import PostgresServer
 
 HELP = ("metadata latency on PostgreSQL vs SQLite, ls/stat as the namespace grows, append throughput "
@@ -198,52 +198,18 @@ def tail_latencies(directory: Path, server: PostgresServer, lines: int) -> dict[
 
 def connection_peaks(directory: Path, server: PostgresServer, containers: int, daemons: int = 3) -> list[int]:
     """The most PostgreSQL connections each daemon held while every daemon created and
-    appended in every container (see section 6)."""
+    appended in every container (see section 7)."""
     url = server.create_database()
     nodes = Cluster(directory / "conn", url, str(directory / "conn-tier2"), containers=containers)
-    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
-    peaks, done = [0] * daemons, threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            for index, daemon in list(nodes.daemons.items()):
-                try:
-                    peaks[index] = max(peaks[index], tcp_connections_to(daemon.proc.pid, port))
-                except OSError:
-                    pass  # starting or gone
-            done.wait(0.02)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
     try:
-        starting = [threading.Thread(target=nodes.start, args=(index,)) for index in range(daemons)]
-        for thread in starting:
-            thread.start()
-        for thread in starting:
-            thread.join()
-        nodes.wait_balanced(list(range(daemons)))
-        tops: dict[int, str] = {}
-        for index in range(containers * 20):
-            tops.setdefault(container_of(f"d{index}", containers), f"d{index}")
-
-        def write(index: int) -> None:
-            client = nodes.client(index)
-            for top in tops.values():
-                client.create(f"{top}/from-{index}", parents=True)
-                client.append(f"{top}/from-{index}", b"x\n")
-            client.close()
-
-        writers = [threading.Thread(target=write, args=(index,)) for index in range(daemons)]
-        for thread in writers:
-            thread.start()
-        for thread in writers:
-            thread.join()
+        with nodes.connection_peaks(int(url.rsplit(":", 1)[1].split("/", 1)[0])) as peaks:
+            nodes.start_together(range(daemons))
+            nodes.wait_balanced(list(range(daemons)))
+            nodes.write_in_every_container(range(daemons))
     finally:
-        done.set()
-        watcher.join()
         nodes.stop_all()
         server.drop_database(url.rsplit("/", 1)[1])
-    return peaks
+    return [peaks.get(index, 0) for index in range(daemons)]
 
 
 def group_commit(directory: Path, server: PostgresServer, writers: int, seconds: float,

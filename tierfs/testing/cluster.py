@@ -8,13 +8,16 @@ the owners hold the balanced share each, as the lease table says.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psycopg
 
+from tierfs.cluster.container_map import container_of
 from tierfs.remote.client import TierClient
 from tierfs.testing.harness import Daemon, HarnessError, Mount, start_daemon
 
@@ -62,6 +65,74 @@ class Cluster:
         self.daemons: dict[int, Daemon | Mount] = {}
         self.ports: dict[int, int] = {}
         self.starts = 0
+
+    def start_together(self, indexes: Sequence[int]) -> None:
+        """``start`` each of ``indexes`` at once: each takes its share of the containers
+        as it joins, none opens them all first."""
+        failures: list[BaseException] = []
+
+        def start(index: int) -> None:
+            try:
+                self.start(index)
+            except BaseException as e:  # noqa: BLE001 - raised below, in the caller
+                failures.append(e)
+
+        threads = [threading.Thread(target=start, args=(index,)) for index in indexes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
+
+    @contextlib.contextmanager
+    def connection_peaks(self, port: int) -> Iterator[dict[int, int]]:
+        """The most TCP connections to ``port`` (the database's) each daemon held while
+        the block ran, sampled from /proc every 20 ms: daemon index -> connections."""
+        peaks: dict[int, int] = {}
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                for index, daemon in list(self.daemons.items()):
+                    try:
+                        peaks[index] = max(peaks.get(index, 0), tcp_connections_to(daemon.proc.pid, port))
+                    except OSError:
+                        pass  # starting or gone
+                done.wait(0.02)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            yield peaks
+        finally:
+            done.set()
+            watcher.join()
+
+    def write_in_every_container(self, indexes: Sequence[int]) -> dict[str, bytes]:
+        """Every daemon of ``indexes`` at once creates ``<top>/from-<index>`` in a
+        top-level directory of every container and appends its name: the contents."""
+        tops: dict[int, str] = {}
+        for number in range(self.containers * 20):
+            tops.setdefault(container_of(f"d{number}", self.containers), f"d{number}")
+        assert len(tops) == self.containers, "no top-level name found for some container"
+        expected = {f"{top}/from-{index}": f"{top}/from-{index}\n".encode() for top in tops.values() for index in indexes}
+
+        def write(index: int) -> None:
+            client = self.client(index)
+            try:
+                for top in tops.values():
+                    client.create(f"{top}/from-{index}", parents=True)
+                    client.append(f"{top}/from-{index}", expected[f"{top}/from-{index}"])
+            finally:
+                client.close()
+
+        writers = [threading.Thread(target=write, args=(index,)) for index in indexes]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        return expected
 
     def data_dir(self, index: int) -> Path:
         return self.root / f"host-{index}"
