@@ -27,8 +27,9 @@ and one local tier-2 on this machine.
    Target (issue 36): the spread >= 0.8x the single container.
 7. PostgreSQL connections: ``--many-containers`` (64) containers on 3 daemons, every
    daemon creating and appending in every container at once; the most connections each
-   daemon held (from /proc), against the bound (its pool, its leases' connection and its
-   LISTEN: ``POOL_CONNECTIONS + 2``) and a stock server's ``max_connections`` (100).
+   daemon held (from /proc), against the bound (its pool's two lanes, its leases'
+   connection and its LISTEN: ``DAEMON_CONNECTIONS``) and a stock server's
+   ``max_connections`` (100).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from benchmarks.scale import probe_namespace
 from tierfs.cluster.container_host import look_s, tick_s
 from tierfs.cluster.container_map import container_of
 from tierfs.contracts.config import StoreConfig
-from tierfs.engine.metadata.connection_pool import POOL_CONNECTIONS
+from tierfs.engine.metadata.connection_pool import DAEMON_CONNECTIONS, POOL_CONNECTIONS
 from tierfs.engine.metadata.store import MetadataStore
 from tierfs.engine.record_types import Chunk, SegmentMeta
 from tierfs.testing.cluster import Cluster
@@ -327,13 +328,13 @@ def measure(directory: Path, args: argparse.Namespace) -> Report:
                  f"{large['stat_cold']['p50_us'] / small['stat_cold']['p50_us']:.2f}x, ls of 10 "
                  f"{large['ls_small']['p50_us'] / small['ls_small']['p50_us']:.2f}x, ls per entry {per_entry:.2f}x, open "
                  f"{large['open_s'] / small['open_s']:.0f}x")
-    bound = POOL_CONNECTIONS + 2
+    bound = DAEMON_CONNECTIONS
     sections = [table([f"metadata latency, {args.rounds} rounds (p50 / p99 µs)", "SQLite", "PostgreSQL",
                        "PG/SQLite p50"], rows), lines,
                 daemons_report(throughput, failovers, args.lease, args.writers, args.seconds, tails),
                 [f"PostgreSQL connections, {args.many_containers} containers on {len(peaks)} daemons, all writing: "
                  f"most held per daemon {' / '.join(map(str, peaks))} (bound {bound} each: pool "
-                 f"{POOL_CONNECTIONS} + leases + LISTEN), {sum(peaks)} in all of a stock server's 100",
+                 f"{POOL_CONNECTIONS} + event-loop reads + leases + LISTEN), {sum(peaks)} in all of a stock server's 100",
                  f"group commit, 1 KiB PD appends by {args.group_writers} writers on one daemon ({args.seconds:g} s x "
                  f"{args.group_runs}, appends/s): all to one container {min(grouped['one container']):,.0f}.."
                  f"{max(grouped['one container']):,.0f}, each to its own {min(grouped['a container each']):,.0f}.."

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import psycopg
 
-from tierfs.engine.metadata.connection_pool import POOL_CONNECTIONS
+from tierfs.engine.metadata.connection_pool import DAEMON_CONNECTIONS
 from tierfs.testing.cluster import Cluster
 
 CONTAINERS = 64
 DAEMONS = 3
-# the pool, the lease table's connection and the growth channel's LISTEN
-PER_DAEMON = POOL_CONNECTIONS + 2
+PER_DAEMON = DAEMON_CONNECTIONS  # the pool's two lanes, the lease table's connection, the LISTEN
 
 
 def test_64_containers_on_3_daemons_stay_within_a_stock_servers_connections(

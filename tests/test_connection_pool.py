@@ -131,3 +131,24 @@ def test_a_daemon_that_cannot_reach_the_server_says_so_and_holds_no_slot() -> No
         with pytest.raises(MetadataUnavailableError, match="127.0.0.1"):
             pool.borrow(None)
     assert pool.open_connections == 0
+
+
+def test_reads_on_the_event_loop_never_wait_behind_a_full_statements_lane(postgres_url: str) -> None:
+    """Every statements connection held by a transaction (a busy daemon, or commits stuck
+    behind another daemon's namespace lock): a segment row read on the event loop still
+    runs at once, on the reads lane."""
+    writers = [PostgresDatabase(postgres_url) for _ in range(connection_pool.POOL_CONNECTIONS)]
+    reader = PostgresDatabase(postgres_url, lane=connection_pool.READS_LANE)
+    busy = writers[0]._pool
+    try:
+        held = [busy.borrow(None) for _ in range(connection_pool.POOL_CONNECTIONS)]
+        busy._wait_s = 0.1
+        with pytest.raises(MetadataUnavailableError, match="stayed busy"):
+            writers[0].execute("SELECT 1")
+        assert reader.execute("SELECT 1").fetchone() == (1,)
+        for conn in held:
+            busy.give_back(conn, None)
+    finally:
+        for db in [*writers, reader]:
+            db.close()
+    assert _connections(postgres_url, settled=0) == 0

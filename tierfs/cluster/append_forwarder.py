@@ -19,8 +19,8 @@ Invariants:
   so the owner commits them together. At most ``IDLE_PER_OWNER`` idle connections are
   kept per owner.
 - A connection that was idle may have been closed by its owner meanwhile (a restart):
-  when it breaks, the same request (same identity, so it lands once) is sent again on
-  another connection, a new one at the latest.
+  when it breaks, the owner's other idle connections are dropped too and the same
+  request (same identity, so it lands once) is sent again on a new connection.
 - An error answer ends its connection (the owner closes it); it is raised as the
   owner's error.
 """
@@ -64,12 +64,13 @@ class AppendForwarder:
         head = (f"POST {target} HTTP/1.1\r\nhost: tierfs\r\nauthorization: Bearer {token}\r\n"
                 f"{FORWARDED_HEADER}: {container}\r\ncontent-length: {len(data)}\r\n\r\n").encode()
         idle = self._idle.setdefault(append_url, [])
-        while idle:
-            stream = idle.pop()
+        if idle:
             try:
-                return await self._exchange(stream, append_url, head, data, reused=True)
-            except _Stale:
-                continue
+                return await self._exchange(idle.pop(), append_url, head, data, reused=True)
+            except _Stale:  # the owner closed it (a restart): its other idle ones too
+                for stream in idle:
+                    stream.socket.close()
+                idle.clear()
         return await self._exchange(await self._connect(append_url), append_url, head, data, reused=False)
 
     def close(self) -> None:

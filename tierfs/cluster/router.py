@@ -106,7 +106,6 @@ class ClusterStore:
         self._owners: dict[int, Owner] = {}
         self._owners_at_s = 0.0
         self._remotes: dict[tuple[str, str, int], RemoteStore] = {}
-        self._remote_owners: dict[int, Owner] = {}  # id(RemoteStore) -> its owner as last seen
         self._forwarder = AppendForwarder(read_timeout_s=2 * config.lease_s + 5.0)
         self.fence = ClusterFence(host)
         # flushed bytes of other daemons' containers, read from tier-2 here
@@ -138,9 +137,7 @@ class ClusterStore:
             self._remotes[key] = RemoteStore(TierClient(
                 owner.url, owner.token, forwarded_container=owner.container,
                 read_timeout_s=2 * self.config.lease_s + 5.0))
-        remote = self._remotes[key]
-        self._remote_owners[id(remote)] = owner
-        return remote
+        return self._remotes[key]
 
     async def _store_for(self, container: int, name: str, deadline_s: float) -> SegmentStoreAPI:
         forwarded = forwarded_request.get()
@@ -243,7 +240,8 @@ class ClusterStore:
         while True:
             store = await self._store_for(container, name, deadline_s)
             try:
-                owner = self._remote_owners.get(id(store)) if isinstance(store, RemoteStore) else None
+                # a remote store is the owner's that _store_for just read from the owners
+                owner = self._owners.get(container) if isinstance(store, RemoteStore) else None
                 if owner is not None and owner.append_url:  # its append listener: the lean path
                     return await self._forwarder.append(owner.append_url, owner.token, owner.container, name,
                                                         data, expected_offset, identity)

@@ -168,7 +168,7 @@ def open_data_dir(
     # the root has no record of its own until a policy or an attribute is set on it:
     # it was created with the store
     table.root_directory = root if root.created_ns else dataclasses.replace(root, created_ns=store_record.created_ns)
-    rows = SegmentRowReader(open_database(config.metadata_url, data_dir / "metadata.sqlite"))
+    rows = SegmentRowReader(open_database(config.metadata_url, data_dir / "metadata.sqlite", event_loop_reads=True))
     try:
         table.attach(rows)
         report, replayed = recover_journal(

@@ -1,12 +1,12 @@
 """PostgreSQL connections shared by every store of one process: a daemon holding many
-containers uses at most ``POOL_CONNECTIONS`` connections for all their metadata instead
-of two per container, so a cluster of 64 containers on 3 daemons fits a stock server's
+containers uses at most ``POOL_CONNECTIONS`` connections for all their metadata
+statements and one for their reads on the event loop, instead of two per container, so a cluster of 64 containers on 3 daemons fits a stock server's
 ``max_connections`` (100).
 
 Invariants:
-- One pool per server, database and user (the URL without a ``search_path`` option):
-  the stores of every container of a daemon share it, and each still sees only its own
-  schema, because a lent connection's ``search_path`` is the borrower's (one
+- One pool per server, database and user (the URL without a ``search_path`` option)
+  and lane: the stores of every container of a daemon share it, and each still sees only
+  its own schema, because a lent connection's ``search_path`` is the borrower's (one
   ``set_config``, only when it differs) before any statement of the borrower runs.
 - A connection is lent to one borrower at a time, for one autocommit statement (a
   psycopg cursor holds its whole result, so it is read after the connection went back)
@@ -15,6 +15,10 @@ Invariants:
 - Bounded: at most ``size`` connections exist at once; a borrower waits for one at most
   ``wait_s`` and then gets ``MetadataUnavailableError``, never a hang (a transaction
   that needed a second connection of a full pool would otherwise wait forever).
+- Reads made on the event loop (segment rows loaded on demand: ``READS_LANE``) have a
+  lane of their own, so the event loop never waits behind the stores' transactions
+  holding every connection of the statements lane (it would stall every request and the
+  lease renewals with it).
 - The pool closes its connections when its last user leaves (``leave``), so a process
   that opens and closes stores keeps no connection to a server it is done with.
 - Thread-safe: the metadata workers of many stores borrow at the same time.
@@ -30,10 +34,16 @@ from typing import Any
 from tierfs.contracts.database_urls import redacted_url
 from tierfs.contracts.errors import MetadataUnavailableError
 
-# Connections of one pool: enough for the metadata workers of a daemon's containers to
-# commit side by side (each holds one for a transaction of a few statements), few
-# enough that 3 daemons with their lease and growth-channel connections stay far under 100.
-POOL_CONNECTIONS = 8
+# Connections of the statements lane: enough for the metadata workers of a daemon's
+# containers to commit side by side (each holds one for a transaction of a few
+# statements), few enough that 3 daemons with their reads lane, lease and growth-channel
+# connections (10 each) stay far under a stock server's 100.
+POOL_CONNECTIONS = 7
+STATEMENTS_LANE = "statements"
+READS_LANE = "reads"  # one connection: reads made on the event loop, which are one at a time
+LANE_CONNECTIONS = {STATEMENTS_LANE: POOL_CONNECTIONS, READS_LANE: 1}
+# A cluster daemon's connections at most: both lanes, its leases' and its LISTEN.
+DAEMON_CONNECTIONS = sum(LANE_CONNECTIONS.values()) + 2
 # How long a borrower waits for a connection of a full pool before its call fails.
 POOL_WAIT_S = 30.0
 
@@ -77,6 +87,7 @@ class ConnectionPool:
         self._idle: list[tuple[Any, str | None]] = []  # (connection, its search_path), newest last
         self._open = 0
         self._users = 0
+        self.lane = STATEMENTS_LANE
         self._closed = False
         self._changed = threading.Condition()
 
@@ -173,18 +184,19 @@ class ConnectionPool:
             raise MetadataUnavailableError(self.description, connection_failure(e, self.url)) from None
 
 
-_pools: dict[str, ConnectionPool] = {}
+_pools: dict[tuple[str, str], ConnectionPool] = {}
 _pools_lock = threading.Lock()
 
 
-def join(url: str, connect_timeout_s: float = 10.0) -> tuple[ConnectionPool, str | None]:
-    """The process's pool for ``url``'s database (made on first use) and ``url``'s schema;
-    every ``join`` is matched by one ``leave``."""
-    key, schema = split_schema(url)
+def join(url: str, connect_timeout_s: float = 10.0, lane: str = STATEMENTS_LANE) -> tuple[ConnectionPool, str | None]:
+    """The process's pool of ``lane`` for ``url``'s database (made on first use) and
+    ``url``'s schema; every ``join`` is matched by one ``leave``."""
+    base, schema = split_schema(url)
     with _pools_lock:
-        pool = _pools.get(key)
+        pool = _pools.get((base, lane))
         if pool is None:
-            pool = _pools[key] = ConnectionPool(key, connect_timeout_s=connect_timeout_s)
+            pool = _pools[base, lane] = ConnectionPool(base, LANE_CONNECTIONS[lane], connect_timeout_s)
+            pool.lane = lane
         pool._users += 1
     return pool, schema
 
@@ -195,6 +207,6 @@ def leave(pool: ConnectionPool) -> None:
         pool._users -= 1
         if pool._users > 0:
             return
-        if _pools.get(pool.url) is pool:
-            del _pools[pool.url]
+        if _pools.get((pool.url, pool.lane)) is pool:
+            del _pools[pool.url, pool.lane]
     pool.close()

@@ -208,10 +208,11 @@ class PostgresDatabase:
 
     dialect = POSTGRESQL
 
-    def __init__(self, url: str, connect_timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, connect_timeout_s: float = 10.0,
+                 lane: str = connection_pool.STATEMENTS_LANE) -> None:
         self.url = url
         self.description = redacted_url(url)
-        self._pool, self._schema = connection_pool.join(url, connect_timeout_s)
+        self._pool, self._schema = connection_pool.join(url, connect_timeout_s, lane)
         self._transaction: Any = None  # the connection of the open transaction
         self._closed = False
         self.epoch_guard: Callable[[], None] | None = None
@@ -315,11 +316,14 @@ class PostgresDatabase:
             connection_pool.leave(self._pool)
 
 
-def open_database(url: str, sqlite_path: Path, reserve: SpaceReserve | None = None) -> Database:
+def open_database(url: str, sqlite_path: Path, reserve: SpaceReserve | None = None, *,
+                  event_loop_reads: bool = False) -> Database:
     """``postgresql://...`` (or ``postgres://``) opens PostgreSQL; anything else is the
-    data dir's SQLite file ``sqlite_path`` (``sqlite:``, the default)."""
+    data dir's SQLite file ``sqlite_path`` (``sqlite:``, the default). ``event_loop_reads``:
+    for reads made on the event loop, on PostgreSQL the pool's reads lane."""
     if is_postgresql_url(url):
-        return PostgresDatabase(url)
+        return PostgresDatabase(url, lane=connection_pool.READS_LANE if event_loop_reads
+                                else connection_pool.STATEMENTS_LANE)
     return SqliteDatabase(sqlite_path, reserve)
 
 
