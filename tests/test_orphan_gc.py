@@ -231,21 +231,24 @@ async def test_s3_orphans_of_a_crashed_flush_and_of_an_offload_that_lost_its_chu
         await store.flush("logs/b")
         long_term = store.long_term
         assert long_term is not None
-        uploading = threading.Event()
+        uploading: set[str] = set()  # the keys whose upload started
         deleted = threading.Event()
         real_put = long_term.put
 
         def put_after_delete(key: str, data: bytes, metadata: Any) -> None:
-            uploading.set()
+            uploading.add(key)
             deleted.wait(30)
             real_put(key, data, metadata)
 
         long_term.put = put_after_delete  # type: ignore[method-assign]
         seg_b = store._segment("logs/b")
-        await store.offload("logs/b")
-        await _wait_until(uploading.is_set)
+        job = await store.offload("logs/b")
+        # every chunk of the job is uploading (they run side by side), so each has
+        # recorded its attempt: a chunk still starting would land an attempt not listed
+        assert 0 < job["chunks_total"] <= config.offload_concurrency
+        await _wait_until(lambda: len(uploading) == job["chunks_total"])
         attempts = [c for c in await store.chunks_of(seg_b) if c.offload_attempt_uuid]
-        assert attempts, "an attempt is recorded before its upload"
+        assert len(attempts) == job["chunks_total"], "an attempt is recorded before its upload"
         await store.delete("logs/b")
         await store.garbage.collect()  # the attempt's keys: nothing to delete yet
         deleted.set()
