@@ -46,6 +46,7 @@ setup(
             "pytest-trio>=0.8,<0.9",
             "pytest-xdist>=3.8,<4",  # the suite on three workers (dev.sh test); 3.8 has loadscopereorder (conftest)
             "moto[server]>=5,<6",
+            "cryptography>=42,<52",  # the suite's TLS certificates (tierfs.testing.cluster; moto needs it too)
             # The S3 client stack as one tested set: aiobotocore pins the exact botocore
             # range it works with, and moto needs boto3, whose newest release needs a
             # newer botocore. Unpinned, pip 23 (a fresh venv's) reports ResolutionImpossible

@@ -379,14 +379,17 @@ def test_containers_rebalance_when_daemons_join_and_leave(cluster: Cluster) -> N
 
 
 def _assert_status_shows(cluster: Cluster, indexes: list[int]) -> None:
-    """``tierfs cluster status`` (from another machine's point of view: the daemons' config
-    file, no data dir of its own) agrees with the lease table, and names no token."""
+    """``tierfs cluster status`` on a cluster host (the daemons' config file and that
+    host's data dir, whose credentials read the others' metrics) agrees with the lease
+    table, and names no token; from another machine (no data dir of its own) it shows
+    the same, without the metrics, and says why."""
     home = cluster.root / "operator-home"
     home.mkdir(exist_ok=True)
     env = {"HOME": str(home)}
+    host = ("--data-dir", str(cluster.data_dir(indexes[0])))
     deadline = time.monotonic() + 30
     while True:  # a renewal late on a loaded machine shows a lease expired for a moment: ask again
-        done = run_tierfs("--config", str(cluster.config), "cluster", "status", "--json", env=env)
+        done = run_tierfs("--config", str(cluster.config), *host, "cluster", "status", "--json", env=env)
         assert done.returncode == 0, done.stderr
         status, owners = json.loads(done.stdout), cluster.owners()
         if not status["unserved"] and None not in owners.values() or time.monotonic() > deadline:
@@ -408,6 +411,9 @@ def _assert_status_shows(cluster: Cluster, indexes: list[int]) -> None:
     text = table.stdout.decode()
     assert table.returncode == 0 and f"{len(ids)} live daemons of {len(ids)} registered" in text, text
     assert all(daemon_id in text for daemon_id in ids) and "CONTAINER  OWNER" in text
+    assert "metrics not read: no cluster daemon's data dir here" in text, text
+    elsewhere = json.loads(run_tierfs("--config", str(cluster.config), "cluster", "status", "--json", env=env).stdout)
+    assert all(d["reachable"] is None and "metrics not read" in d["error"] for d in elsewhere["daemons"]), elsewhere
     for index in indexes:
         token = (cluster.data_dir(index) / "token").read_text().strip()
         assert token not in text and token not in done.stdout.decode()

@@ -45,7 +45,7 @@ class FakeLeaseTable:
         self.lapses: list[tuple[int, float]] = []  # (container, seconds past its expiry)
         self._lock = threading.Lock()
 
-    def heartbeat(self, daemon_id: str, url: str, token: str, append_url: str = "") -> None:
+    def heartbeat(self, daemon_id: str, url: str, token_sha256: str, append_url: str = "") -> None:
         pass
 
     def leave(self, daemon_id: str) -> None:

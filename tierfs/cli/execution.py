@@ -58,6 +58,9 @@ def config_from_args(args: argparse.Namespace) -> StoreConfig:
             "durability": args.durability,
             "takeover": args.takeover or args.command == "takeover" or None,
             "repair_journal": getattr(args, "repair", False) or None,
+            "tls_cert_path": getattr(args, "tls_cert", None),
+            "tls_key_path": getattr(args, "tls_key", None),
+            "tls_ca_path": args.tls_ca,
         },
         config_file=args.config,
     )
@@ -73,10 +76,10 @@ def named_daemon_url(args: argparse.Namespace) -> str | None:
     return None
 
 
-def client_at(url: str) -> TierClient:
+def client_at(url: str, ca_path: str = "") -> TierClient:
     from tierfs.remote.client import TierClient
 
-    client = TierClient(url)
+    client = TierClient(url, ca_path=ca_path)
     try:
         client.health()
     except BaseException:
@@ -120,7 +123,7 @@ async def _run_store_command(args: argparse.Namespace, config: StoreConfig) -> i
     handler = COMMANDS[args.command]
     url = named_daemon_url(args)
     if url is not None:
-        client: TierClient | None = await trio.to_thread.run_sync(client_at, url)
+        client: TierClient | None = await trio.to_thread.run_sync(client_at, url, config.tls_ca_path)
     else:
         client = await trio.to_thread.run_sync(daemon_client, config.data_dir)
     if client is not None and config.repair_journal:

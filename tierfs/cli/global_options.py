@@ -41,6 +41,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, in_subcommand: bool) 
         help_text="delete the chunk-store copy this long after an offload (default 4h)")
     add("--metadata", metavar="URL", help_text="metadata database: sqlite: (default) or postgresql://...")
     add("--config", metavar="FILE", help_text="TOML config file (default $TIERFS_CONFIG)")
+    add("--tls-ca", metavar="FILE", help_text="CA certificate(s) to trust for an https:// daemon (default "
+                                             "$TIERFS_CA, else the system's)")
     add("--durability", choices=DURABILITY_LEVELS,
         help_text="durability of the segments created (default pd)")
     add("--takeover", action="store_true",

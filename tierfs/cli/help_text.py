@@ -26,6 +26,7 @@ environment:
   TIERFS_URL          the daemon to talk to: unix:///path/tierfs.sock or http://HOST:PORT
                       (--url; --data-dir wins over it)
   TIERFS_TOKEN        bearer token for an http:// TIERFS_URL (in <data-dir>/token of its host)
+  TIERFS_CA           CA certificate(s) to trust for an https:// TIERFS_URL (--tls-ca)
   TIERFS_CONFIG       TOML config file (--config)
   TIERFS_TIER2        tier-2 URL (--tier2)
   TIERFS_METADATA     metadata database: sqlite: or postgresql://... (--metadata)

@@ -173,11 +173,13 @@ def _daemon_commands(add: AddCommand) -> None:
     p = add("serve", "run the daemon: HTTP API on <data-dir>/tierfs.sock until SIGTERM or Ctrl-C; "
                      "prints one line when it serves and one when it stopped")
     p.add_argument("--listen", metavar="HOST:PORT", type=host_port, help=listen_help)
+    _tls_options(p)
     p = add("mount", "run the daemon with the store mounted at MOUNTPOINT (FUSE; an empty directory); "
                      "the API keeps serving. Prints one line once mounted")
     p.add_argument("mountpoint")
     p.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground (logs to stderr)")
     p.add_argument("--listen", metavar="HOST:PORT", type=host_port, help=listen_help)
+    _tls_options(p)
     p.add_argument("--page-cache", action="store_true",
                    help="read and write through the kernel page cache instead of direct I/O "
                         "(needed for mmap; slower, see docs/PERFORMANCE.md)")
@@ -191,6 +193,12 @@ def _daemon_commands(add: AddCommand) -> None:
         ).add_argument("mountpoint")
     add("completion", "print a shell completion script: source <(tierfs completion bash)"
         ).add_argument("shell", choices=("bash", "zsh", "tcsh"))
+
+
+def _tls_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-cert", metavar="FILE", help="serve --listen (and a cluster daemon's append port) over "
+                                                      "TLS with this certificate chain (PEM)")
+    p.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
 
 
 class _Version(argparse.Action):

@@ -9,7 +9,8 @@ rate on two cores). The owner's append listener is its append socket's server
 (``server/append_socket``) on TCP.
 
 Invariants:
-- Every request carries the owner's bearer token and the container it is forwarded for
+- Every request carries this daemon's credentials (``host_credentials``: the owner
+  takes it only from a registered daemon) and the container it is forwarded for
   (the owner serves it from that container's store or answers ``not_owner``, never
   forwarding it again), and the append's writer identity: a request whose answer is
   lost is ``ResponseLostError`` and the caller sends the same identity again, so it
@@ -23,20 +24,25 @@ Invariants:
   request (same identity, so it lands once) is sent again on a new connection.
 - An error answer ends its connection (the owner closes it); it is raised as the
   owner's error.
+- A ``tls://`` owner is reached over TLS, its certificate checked against the CA this
+  daemon trusts (``tls_ca_path``, else the system's) and the owner's host name.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.parse
 from typing import Any
 
 import trio
 
+from tierfs.cluster.host_credentials import HostCredential
 from tierfs.contracts.error_wire import rebuild_error
 from tierfs.contracts.errors import DaemonUnavailableError, ResponseLostError, TierFSError
 from tierfs.contracts.operations import FORWARDED_HEADER
 from tierfs.contracts.writers import WriterSeq
+from tierfs.remote.tls import client_context
 
 IDLE_PER_OWNER = 64
 CONNECT_TIMEOUT_S = 5.0
@@ -51,17 +57,20 @@ class _Stale(Exception):
 class AppendForwarder:
     """Persistent connections to owners' append listeners (see the module docstring)."""
 
-    def __init__(self, read_timeout_s: float) -> None:
+    def __init__(self, credential: HostCredential, *, read_timeout_s: float, ca_path: str = "") -> None:
+        self._credential = credential
         self._read_timeout_s = read_timeout_s
-        self._idle: dict[str, list[trio.SocketStream]] = {}
+        self._ca_path = ca_path
+        self._tls: ssl.SSLContext | None = None  # made when a tls:// owner is first reached
+        self._idle: dict[str, list[trio.abc.Stream]] = {}
 
-    async def append(self, append_url: str, token: str, container: int, name: str, data: bytes,
+    async def append(self, append_url: str, container: int, name: str, data: bytes,
                      expected_offset: int | None, writer: WriterSeq) -> int:
         """``data`` appended to ``name`` at the owner listening at ``append_url``; its offset."""
         query = {} if expected_offset is None else {"expected_offset": str(expected_offset)}
         query.update(writer.query())
         target = f"/v1/segments/{urllib.parse.quote(name, safe='').replace('.', '%2E')}?{urllib.parse.urlencode(query)}"
-        head = (f"POST {target} HTTP/1.1\r\nhost: tierfs\r\nauthorization: Bearer {token}\r\n"
+        head = (f"POST {target} HTTP/1.1\r\nhost: tierfs\r\n{self._credential.header_lines()}"
                 f"{FORWARDED_HEADER}: {container}\r\ncontent-length: {len(data)}\r\n\r\n").encode()
         idle = self._idle.setdefault(append_url, [])
         if idle:
@@ -69,25 +78,37 @@ class AppendForwarder:
                 return await self._exchange(idle.pop(), append_url, head, data, reused=True)
             except _Stale:  # the owner closed it (a restart): its other idle ones too
                 for stream in idle:
-                    stream.socket.close()
+                    _close_now(stream)
                 idle.clear()
         return await self._exchange(await self._connect(append_url), append_url, head, data, reused=False)
 
     def close(self) -> None:
         for streams in self._idle.values():
             for stream in streams:
-                stream.socket.close()
+                _close_now(stream)
         self._idle.clear()
 
-    async def _connect(self, append_url: str) -> trio.SocketStream:
+    async def _connect(self, append_url: str) -> trio.abc.Stream:
         parts = urllib.parse.urlsplit(append_url)
+        host = parts.hostname or ""
         try:
             with trio.fail_after(CONNECT_TIMEOUT_S):
-                return await trio.open_tcp_stream(parts.hostname or "", parts.port or 0)
-        except (OSError, trio.TooSlowError) as e:
-            raise DaemonUnavailableError(f"no tierfs daemon at {append_url}: {e!r}") from None
+                stream = await trio.open_tcp_stream(host, parts.port or 0)
+                if parts.scheme != "tls":
+                    return stream
+                if self._tls is None:
+                    self._tls = client_context(self._ca_path)
+                secured = trio.SSLStream(stream, self._tls, server_hostname=host, https_compatible=True)
+                try:
+                    await secured.do_handshake()
+                except BaseException:
+                    _close_now(secured)
+                    raise
+                return secured
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as e:
+            raise DaemonUnavailableError(f"no tierfs daemon at {append_url}: {_reason(e)}") from None
 
-    async def _exchange(self, stream: trio.SocketStream, append_url: str, head: bytes, data: bytes,
+    async def _exchange(self, stream: trio.abc.Stream, append_url: str, head: bytes, data: bytes,
                         *, reused: bool) -> int:
         try:
             with trio.fail_after(self._read_timeout_s):
@@ -97,18 +118,18 @@ class AppendForwarder:
                 status, body = await _read_answer(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError,
                 _AnswerBroken) as e:
-            await stream.aclose()
+            _close_now(stream)
             if reused and not isinstance(e, trio.TooSlowError):
                 raise _Stale() from None
             raise ResponseLostError(f"no answer from the tierfs daemon at {append_url}: {e!r}") from None
         if status != 200:
-            await stream.aclose()
+            _close_now(stream)
             raise _error(status, body, append_url)
         idle = self._idle.setdefault(append_url, [])
         if len(idle) < IDLE_PER_OWNER:
             idle.append(stream)
         else:
-            await stream.aclose()
+            _close_now(stream)
         return int(json.loads(body)["offset"])
 
 
@@ -116,7 +137,21 @@ class _AnswerBroken(Exception):
     pass
 
 
-async def _read_answer(stream: trio.SocketStream) -> tuple[int, bytes]:
+def _close_now(stream: trio.abc.Stream) -> None:
+    """Close ``stream``'s socket without waiting (a TLS goodbye is not owed to a broken peer)."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    if isinstance(stream, trio.SocketStream):
+        stream.socket.close()
+
+
+def _reason(error: BaseException) -> str:
+    """Why a connection failed, a TLS refusal in the words of its cause."""
+    cause = error.__cause__ if isinstance(error, trio.BrokenResourceError) else None
+    return f"TLS: {cause}" if isinstance(cause, ssl.SSLError) else repr(error)
+
+
+async def _read_answer(stream: trio.abc.Stream) -> tuple[int, bytes]:
     """The next answer's status and body; ``_AnswerBroken`` (or the stream's error)
     when it does not come whole."""
     buffer = bytearray()

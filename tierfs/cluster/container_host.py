@@ -67,6 +67,7 @@ from tierfs.cluster.container_map import (
     container_label,
     container_of,
 )
+from tierfs.cluster.host_credentials import HostCredential, token_digest
 from tierfs.cluster.leases import LeaseTable
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.errors import TierFSError
@@ -113,7 +114,8 @@ class ContainerHost:
         self.count = count
         self.daemon_id = daemon_id
         self._url = url
-        self._token = token
+        self.credential = HostCredential(daemon_id, token)  # what this daemon shows the others
+        self._token_sha256 = token_digest(token)  # what the registry keeps of it
         self.append_url = ""  # its append listener, once it serves one (registered with each heartbeat)
         self.stores: dict[int, SegmentStore] = {}
         self.held: dict[int, HeldContainer] = {}
@@ -140,7 +142,7 @@ class ContainerHost:
         """Hold containers until ``stop``; then give every one back, flushed, and leave."""
         async with trio.open_nursery() as nursery:
             try:
-                await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token, self.append_url)
+                await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token_sha256, self.append_url)
                 epochs = await self.db_call(self._leases.epochs)
                 await trio.to_thread.run_sync(self._keep_followed_journals, epochs)
                 nursery.start_soon(self._keep_renewing)
@@ -169,7 +171,7 @@ class ContainerHost:
     async def _renew(self) -> None:
         sent_s = time.monotonic()  # a lease counts from before its renewal was sent
         try:
-            await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token, self.append_url)
+            await self.db_call(self._leases.heartbeat, self.daemon_id, self._url, self._token_sha256, self.append_url)
             held = {c: h.epoch for c, h in self.held.items() if not h.release.is_set()}
             renewed = await self.db_call(self._leases.renew, self.daemon_id, held, self._config.lease_s)
         except TierFSError as e:

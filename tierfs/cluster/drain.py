@@ -35,7 +35,7 @@ class DrainResult:
 
 def _registered(table: LeaseTable, who: str) -> str:
     """The daemon id of ``who`` (an id or a URL) among the registered daemons."""
-    for daemon_id, url, _token, _age_s, _draining in table.daemons():
+    for daemon_id, url, _age_s, _draining in table.daemons():
         if who in (daemon_id, url, url.rstrip("/")):
             return daemon_id
     raise InvalidArgumentError(f"no registered daemon {who!r} (tierfs cluster status lists them)")

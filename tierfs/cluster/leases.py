@@ -2,7 +2,7 @@
 
 Tables (schema ``public``; each container's metadata has its own schema ``cNNN``):
 ``cluster`` (the container count, fixed by the first daemon), ``cluster_daemons``
-(every daemon's id, URL, bearer token, append listener and last heartbeat) and
+(every daemon's id, URL, token digest, append listener and last heartbeat) and
 ``cluster_containers``
 (each container's owner, lease epoch and expiry).
 
@@ -17,6 +17,9 @@ Invariants:
   and an owner that renews finds out it lost the container (its epoch moved on)
   instead of extending another's.
 - A lease is renewed only at the epoch its holder acquired.
+- The registry keeps a digest of each daemon's token, never the token
+  (``host_credentials``); a database that held tokens in the clear (before digests) has
+  that column dropped when a daemon sets the tables up.
 - Blocking: each call is one or two statements on this object's own connection; callers
   run them in a worker thread, one at a time.
 """
@@ -36,13 +39,14 @@ _SETUP_LOCK_KEY = 0x74696572_00000002  # pg_advisory_xact_lock: one set-up at a 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS cluster (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS cluster_daemons (
-    daemon_id TEXT PRIMARY KEY, url TEXT NOT NULL, token TEXT NOT NULL,
-    heartbeat_at TIMESTAMPTZ NOT NULL);
+    daemon_id TEXT PRIMARY KEY, url TEXT NOT NULL, heartbeat_at TIMESTAMPTZ NOT NULL);
 CREATE TABLE IF NOT EXISTS cluster_containers (
     container INTEGER PRIMARY KEY, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0,
     expires_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch');
 ALTER TABLE cluster_daemons ADD COLUMN IF NOT EXISTS draining BOOLEAN NOT NULL DEFAULT false;
 ALTER TABLE cluster_daemons ADD COLUMN IF NOT EXISTS append_url TEXT NOT NULL DEFAULT '';
+ALTER TABLE cluster_daemons ADD COLUMN IF NOT EXISTS token_sha256 TEXT NOT NULL DEFAULT '';
+ALTER TABLE cluster_daemons DROP COLUMN IF EXISTS token;
 """
 
 
@@ -53,13 +57,9 @@ class Owner:
     container: int
     daemon_id: str
     url: str
-    token: str
     epoch: int
     live: bool  # the lease has not expired
-    append_url: str = ""  # its append listener (``tcp://HOST:PORT``), '' for none
-
-    def __repr__(self) -> str:  # never the token
-        return f"Owner(c{self.container} by {self.daemon_id} at {self.url}, epoch {self.epoch}, live={self.live})"
+    append_url: str = ""  # its append listener (``tcp://`` or ``tls://HOST:PORT``), '' for none
 
 
 class LeaseTable:
@@ -131,12 +131,17 @@ class LeaseTable:
                     (container,))
         return count
 
-    def heartbeat(self, daemon_id: str, url: str, token: str, append_url: str = "") -> None:
+    def heartbeat(self, daemon_id: str, url: str, token_sha256: str, append_url: str = "") -> None:
         self._execute(
-            "INSERT INTO cluster_daemons (daemon_id, url, token, heartbeat_at, append_url) "
+            "INSERT INTO cluster_daemons (daemon_id, url, token_sha256, heartbeat_at, append_url) "
             "VALUES (%s, %s, %s, now(), %s) ON CONFLICT (daemon_id) DO UPDATE SET url = excluded.url, "
-            "token = excluded.token, heartbeat_at = now(), append_url = excluded.append_url",
-            (daemon_id, url, token, append_url))
+            "token_sha256 = excluded.token_sha256, heartbeat_at = now(), append_url = excluded.append_url",
+            (daemon_id, url, token_sha256, append_url))
+
+    def token_digests(self) -> dict[str, str]:
+        """Every registered daemon's id -> its token's digest (``host_credentials``)."""
+        rows = self._execute("SELECT daemon_id, token_sha256 FROM cluster_daemons").fetchall()
+        return {daemon_id: digest for daemon_id, digest in rows if digest}
 
     def leave(self, daemon_id: str) -> None:
         """Unregister (a clean stop): the others rebalance without waiting for expiry."""
@@ -187,21 +192,21 @@ class LeaseTable:
     def owners(self) -> dict[int, Owner]:
         """Every container with an owner that is registered (expired leases included)."""
         rows = self._execute(
-            "SELECT c.container, c.owner, d.url, d.token, c.epoch, c.expires_at > now(), d.append_url "
+            "SELECT c.container, c.owner, d.url, c.epoch, c.expires_at > now(), d.append_url "
             "FROM cluster_containers c JOIN cluster_daemons d ON d.daemon_id = c.owner").fetchall()
-        return {int(c): Owner(int(c), owner, url, token, int(epoch), bool(live), append_url)
-                for c, owner, url, token, epoch, live, append_url in rows}
+        return {int(c): Owner(int(c), owner, url, int(epoch), bool(live), append_url)
+                for c, owner, url, epoch, live, append_url in rows}
 
     def has_cluster(self) -> bool:
         """A cluster daemon has set this database up (``set_up``)."""
         return self._execute("SELECT to_regclass('public.cluster_containers')").fetchone()[0] is not None
 
-    def daemons(self) -> list[tuple[str, str, str, float, bool]]:
-        """Every registered daemon: id, URL, token, seconds since its heartbeat (the
-        database's clock), whether it is being drained."""
-        rows = self._execute("SELECT daemon_id, url, token, EXTRACT(EPOCH FROM now() - heartbeat_at), draining "
+    def daemons(self) -> list[tuple[str, str, float, bool]]:
+        """Every registered daemon: id, URL, seconds since its heartbeat (the database's
+        clock), whether it is being drained."""
+        rows = self._execute("SELECT daemon_id, url, EXTRACT(EPOCH FROM now() - heartbeat_at), draining "
                              "FROM cluster_daemons ORDER BY daemon_id").fetchall()
-        return [(daemon_id, url, token, float(age), bool(draining)) for daemon_id, url, token, age, draining in rows]
+        return [(daemon_id, url, float(age), bool(draining)) for daemon_id, url, age, draining in rows]
 
     def leases(self) -> list[tuple[int, str | None, int, float]]:
         """Every container: number, owner (None: free), epoch, seconds its lease has left

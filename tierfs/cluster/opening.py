@@ -25,10 +25,9 @@ from tierfs.cluster.container_host import ContainerHost
 from tierfs.cluster.leases import LeaseTable
 from tierfs.cluster.router import ClusterStore
 from tierfs.contracts.config import StoreConfig
+from tierfs.contracts.datadir import DAEMON_ID_NAME
 from tierfs.engine.ownership.dir_lock import DataDirLock
 from tierfs.engine.segments.growth_channel import GrowthAnnouncer, GrowthListener
-
-DAEMON_ID_NAME = "daemon-id"
 
 
 def daemon_id_of(data_dir: Path) -> str:

@@ -2,8 +2,9 @@
 
 Each call goes to the store of the name's container (``container_map.container_of``):
 in this process when this daemon holds the container's lease, else to the owner's
-daemon, whose URL and token the lease registry holds (``RemoteStore``, so an append
-lands once even if an answer is lost). The root is in every container: listing it
+daemon, whose URL the lease registry holds, with this daemon's own credentials
+(``host_credentials``; ``RemoteStore``, so an append lands once even if an answer is
+lost). The root is in every container: listing it
 merges theirs; store-wide calls (sync, flush, fsck, gc) go to every container.
 
 Invariants:
@@ -35,6 +36,7 @@ from tierfs.cluster.append_forwarder import AppendForwarder
 from tierfs.cluster.container_host import ContainerHost
 from tierfs.cluster.container_map import container_label, container_of
 from tierfs.cluster.forwarding import forwarded_request
+from tierfs.cluster.host_credentials import PeerRegistry
 from tierfs.cluster.leases import LeaseTable, Owner
 from tierfs.cluster.statistics_sum import summed_statistics
 from tierfs.contracts import names
@@ -105,8 +107,10 @@ class ClusterStore:
         self._leases = leases
         self._owners: dict[int, Owner] = {}
         self._owners_at_s = 0.0
-        self._remotes: dict[tuple[str, str, int], RemoteStore] = {}
-        self._forwarder = AppendForwarder(read_timeout_s=2 * config.lease_s + 5.0)
+        self._remotes: dict[tuple[str, int], RemoteStore] = {}
+        self._forwarder = AppendForwarder(host.credential, read_timeout_s=2 * config.lease_s + 5.0,
+                                          ca_path=config.tls_ca_path)
+        self.peers = PeerRegistry(lambda: host.db_call(leases.token_digests))  # who may call this daemon
         self.fence = ClusterFence(host)
         # flushed bytes of other daemons' containers, read from tier-2 here
         self._direct = DirectChunkReader(config.chunk_store_options)
@@ -130,13 +134,14 @@ class ClusterStore:
         return self._owners.get(container)
 
     def _remote(self, owner: Owner) -> RemoteStore:
-        key = (owner.url, owner.token, owner.container)
+        key = (owner.url, owner.container)
         if key not in self._remotes:
             # an owner that does not answer within twice its lease is presumed gone: the
             # call goes to the next owner (appends: exactly once, see ``append``)
+            credential = self.host.credential
             self._remotes[key] = RemoteStore(TierClient(
-                owner.url, owner.token, forwarded_container=owner.container,
-                read_timeout_s=2 * self.config.lease_s + 5.0))
+                owner.url, credential.token, forwarded_container=owner.container, host_id=credential.daemon_id,
+                ca_path=self.config.tls_ca_path, read_timeout_s=2 * self.config.lease_s + 5.0))
         return self._remotes[key]
 
     async def _store_for(self, container: int, name: str, deadline_s: float) -> SegmentStoreAPI:
@@ -243,7 +248,7 @@ class ClusterStore:
                 # a remote store is the owner's that _store_for just read from the owners
                 owner = self._owners.get(container) if isinstance(store, RemoteStore) else None
                 if owner is not None and owner.append_url:  # its append listener: the lean path
-                    return await self._forwarder.append(owner.append_url, owner.token, owner.container, name,
+                    return await self._forwarder.append(owner.append_url, owner.container, name,
                                                         data, expected_offset, identity)
                 if isinstance(store, RemoteStore):
                     return await trio.to_thread.run_sync(functools.partial(

@@ -6,8 +6,10 @@ Invariants:
   and opens no store, so it can run on any machine that reaches the database.
 - Every age is the database's clock, as the leases' own (hosts may disagree on the time).
 - A daemon that does not answer is reported as unreachable, with why; it never hides
-  the rest of the report. The daemons' tokens are used to read their metrics, and are
-  never part of the report.
+  the rest of the report.
+- Metrics are read with a cluster daemon's own credentials (``host_credentials``: the
+  registry holds no token), so only on a host with such a data dir; elsewhere the
+  report says so and shows the rest.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import dataclasses
 from typing import Any
 
 from tierfs.cluster.container_map import container_label
+from tierfs.cluster.host_credentials import HostCredential
 from tierfs.cluster.leases import LeaseTable
 from tierfs.contracts.errors import InvalidArgumentError, TierFSError
 
@@ -74,8 +77,14 @@ class ClusterStatus:
         }
 
 
-def cluster_status(metadata_url: str, lease_s: float, *, read_metrics: bool = True) -> ClusterStatus:
-    """The cluster as the database sees it now, and (``read_metrics``) as each live daemon does."""
+NO_CREDENTIAL = ("metrics not read: no cluster daemon's data dir here (run this on a cluster host, "
+                 "or name its --data-dir)")
+
+
+def cluster_status(metadata_url: str, lease_s: float, *, read_metrics: bool = True,
+                   credential: HostCredential | None = None, ca_path: str = "") -> ClusterStatus:
+    """The cluster as the database sees it now, and (``read_metrics``, with
+    ``credential``) as each live daemon does."""
     table = LeaseTable(metadata_url)
     try:
         if not table.has_cluster():
@@ -86,20 +95,22 @@ def cluster_status(metadata_url: str, lease_s: float, *, read_metrics: bool = Tr
     finally:
         table.close()
     daemons = []
-    for daemon_id, url, token, age_s, draining in registered:
+    for daemon_id, url, age_s, draining in registered:
         held = tuple(c.container for c in containers if c.owner == daemon_id and c.state == "held")
         status = DaemonStatus(daemon_id, url, age_s, age_s < lease_s, held, draining=draining)
         if read_metrics and status.live:
-            status = _with_metrics(status, token)
+            status = (_with_metrics(status, credential, ca_path) if credential is not None
+                      else dataclasses.replace(status, error=NO_CREDENTIAL))
         daemons.append(status)
     return ClusterStatus(table.description, lease_s, tuple(daemons), containers)
 
 
-def _with_metrics(status: DaemonStatus, token: str) -> DaemonStatus:
+def _with_metrics(status: DaemonStatus, credential: HostCredential, ca_path: str) -> DaemonStatus:
     from tierfs.remote.client import TierClient
 
     try:
-        client = TierClient(status.url, token, read_timeout_s=METRICS_TIMEOUT_S, overload_retry_s=1.0)
+        client = TierClient(status.url, credential.token, host_id=credential.daemon_id, ca_path=ca_path,
+                            read_timeout_s=METRICS_TIMEOUT_S, overload_retry_s=1.0)
         try:
             metrics = client.metrics()
         finally:

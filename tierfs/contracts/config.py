@@ -136,6 +136,13 @@ class StoreConfig:
     # --listen host; others reach it at cluster_url's host), registered with it in the
     # database; 0: a free port the system picks. Set it where a firewall must know it.
     cluster_append_port: int = 0
+    # TLS on the daemon's TCP listeners (--listen's API and a cluster daemon's append
+    # listener): its certificate chain and private key (PEM), both or neither. The CA
+    # file is what this process trusts when it connects to a daemon over TLS (other
+    # hosts, or a client); empty: the system's CAs.
+    tls_cert_path: str = ""
+    tls_key_path: str = ""
+    tls_ca_path: str = ""
 
     def __post_init__(self) -> None:
         for name, value in _normalized(self).items():
@@ -174,6 +181,13 @@ class StoreConfig:
             )
         if not 0 <= self.cluster_append_port <= 65535:
             raise InvalidArgumentError(f"cluster_append_port must be 0..65535, not {self.cluster_append_port!r}")
+        if bool(self.tls_cert_path) != bool(self.tls_key_path):
+            raise InvalidArgumentError("TLS needs both a certificate and its key (tls_cert_path and tls_key_path, "
+                                       "--tls-cert and --tls-key), or neither")
+        for name in ("tls_cert_path", "tls_key_path", "tls_ca_path"):
+            path = getattr(self, name)
+            if path and not os.path.isfile(path):
+                raise InvalidArgumentError(f"{name}: no such file: {path!r}")
         if self.defrag_interval_s < 0:
             raise InvalidArgumentError("defrag_interval_s must be >= 0 (0: no background defrag)")
         if self.offload_deletion_lag_s < 0:

@@ -20,6 +20,7 @@ SOCKET_NAME = "tierfs.sock"
 FOLLOW_SOCKET_NAME = "tierfs-follow.sock"
 APPEND_SOCKET_NAME = "tierfs-append.sock"
 TOKEN_NAME = "token"
+DAEMON_ID_NAME = "daemon-id"  # a cluster daemon's id (cluster/opening.py)
 LOCK_NAME = "LOCK"  # flock'ed by the owner, which writes its pid into it
 
 

@@ -41,6 +41,9 @@ T = TypeVar("T")
 # A request one cluster daemon passes on to a container's owner carries this header
 # (``cluster.forwarding``): the owner serves it itself or answers ``not_owner``.
 FORWARDED_HEADER = "X-Tierfs-Forwarded"
+# A cluster daemon calling another names itself (its daemon id) in this header and sends
+# its own token (``cluster.host_credentials``): the other checks both against the registry.
+HOST_HEADER = "X-Tierfs-Host"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -50,7 +51,7 @@ from tierfs.contracts.errors import (
     ResponseLostError,
     TierFSError,
 )
-from tierfs.contracts.operations import FORWARDED_HEADER, Operation
+from tierfs.contracts.operations import FORWARDED_HEADER, HOST_HEADER, Operation
 from tierfs.contracts.reports.info import Info, SegmentInfo
 from tierfs.contracts.writers import WriterSeq
 from tierfs.remote.append_connection import AnswerLost, AppendConnection
@@ -84,13 +85,15 @@ class TierClient:
     """Blocking client; safe to share between threads (httpx.Client is)."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *,
-                 forwarded_container: int | None = None, read_timeout_s: float = READ_TIMEOUT_S,
-                 overload_retry_s: float = OVERLOAD_RETRY_S) -> None:
+                 forwarded_container: int | None = None, host_id: str | None = None, ca_path: str = "",
+                 read_timeout_s: float = READ_TIMEOUT_S, overload_retry_s: float = OVERLOAD_RETRY_S) -> None:
         """``forwarded_container``: a cluster daemon passing calls for that container on
         to its owner (which serves them from that container only, or answers
-        ``not_owner``; never forwards them again). ``overload_retry_s``: how long a
-        daemon that does not accept connections is retried before
-        ``DaemonOverloadedError``."""
+        ``not_owner``; never forwards them again). ``host_id``: the calling cluster
+        daemon's id, ``token`` then its own (``cluster.host_credentials``). ``ca_path``:
+        the CA an https:// daemon's certificate is checked against (default
+        ``TIERFS_CA``, else the system's). ``overload_retry_s``: how long a daemon that
+        does not accept connections is retried before ``DaemonOverloadedError``."""
         self.url = url or discover_url()
         if not self.url.startswith(("unix://", "http://", "https://")):
             hint = f"http://{self.url}" if ":" in self.url and "/" not in self.url else "unix:///path/to/tierfs.sock"
@@ -99,6 +102,8 @@ class TierClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if forwarded_container is not None:
             headers[FORWARDED_HEADER] = str(forwarded_container)
+        if host_id is not None:
+            headers[HOST_HEADER] = host_id
         self.read_timeout_s = read_timeout_s
         self.overload_retry_s = overload_retry_s
         timeout = httpx.Timeout(read_timeout_s, connect=CONNECT_TIMEOUT_S)
@@ -107,7 +112,11 @@ class TierClient:
         self._append_connections = threading.local()  # append_on_socket's, one per thread
         # Only an https:// daemon needs certificates: loading the CA bundle costs 25-40 ms
         # a client, and Spark makes one per partition.
-        verify = self.url.startswith("https://")
+        verify: bool | ssl.SSLContext = False
+        if self.url.startswith("https://"):
+            from tierfs.remote.tls import client_context
+
+            verify = client_context(ca_path)
         if self.url.startswith("unix://"):
             transport = httpx.HTTPTransport(uds=self.url[len("unix://"):], limits=limits, verify=verify)
             self._http = httpx.Client(

@@ -31,20 +31,21 @@ Invariants:
   that stops moving for ``BODY_STALL_S`` ends the connection; an idle connection is
   kept (a writer's file may stay open for long).
 - Owner-only like the API socket (0600 inside the 0700 data dir). A cluster daemon also
-  serves it on TCP (``serve_append_listener``: other daemons forward appends there), where
-  every request must carry the daemon's bearer token (401 otherwise, nothing appended). A
+  serves it on TCP (``serve_append_listener``: other daemons forward appends there, over
+  TLS when the daemon has a certificate), where every request must carry credentials
+  ``server/credentials`` allows: a registered peer's (401 otherwise, nothing appended). A
   request marked forwarded for a container (``FORWARDED_HEADER``) is served by that
   container's store or refused ``not_owner``, as on the API. When the daemon stops,
-  accepting stops and open connections get ``unix_listener.STOP_GRACE_S`` to end (an
+  accepting stops and open connections get ``listeners.STOP_GRACE_S`` to end (an
   append cut short is resolved by the client's exactly-once resend).
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import socket
+import ssl
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -57,10 +58,11 @@ import trio
 from tierfs.cluster.forwarding import forwarded_request
 from tierfs.contracts.error_wire import error_details
 from tierfs.contracts.errors import AppendTooLargeError, InvalidArgumentError, TierFSError
-from tierfs.contracts.operations import FORWARDED_HEADER
+from tierfs.contracts.operations import FORWARDED_HEADER, HOST_HEADER
 from tierfs.contracts.writers import WriterSeq
-from tierfs.server.statuses import error_response
-from tierfs.server.unix_listener import serve_listening_socket, serve_unix_socket
+from tierfs.server.credentials import UNAUTHORIZED_MESSAGE, TcpCredentials
+from tierfs.server.listeners import TlsSocket, serve_listening_socket, serve_unix_socket
+from tierfs.server.statuses import STATUS_BY_CODE, error_response
 from tierfs.store.served import ServedStore
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ BUFFER_IDLE_S = 1.0  # an idle connection frees its receive buffer after this
 REQUEST_HEAD_MAX_BYTES = 16 << 10
 HEAD_RECV_BYTES = 16 << 10  # a head is read in pieces of this size (a body's first bytes may come along)
 SEGMENTS_PATH = "/v1/segments/"
+Connection = trio.socket.SocketType | TlsSocket  # a plain connection, or one over TLS
 
 
 async def serve_append_socket(
@@ -86,15 +89,16 @@ async def serve_append_socket(
 
 
 async def serve_append_listener(
-    store: ServedStore, sock: trio.socket.SocketType, stop: trio.Event, token: str,
-    *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    store: ServedStore, sock: trio.socket.SocketType, stop: trio.Event, credentials: TcpCredentials,
+    tls: ssl.SSLContext | None, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve appends on the TCP socket ``sock`` (bound and listening) until ``stop`` is
-    set; every request must carry ``Authorization: Bearer <token>``."""
-    expected = f"Bearer {token}".encode()
+    """Serve appends on the TCP socket ``sock`` (bound and listening; over TLS with
+    ``tls``) until ``stop`` is set; every request must carry credentials that
+    ``credentials`` allows."""
 
     async def handle(stream: trio.SocketStream) -> None:
-        await AppendConnection(store, stream.socket, expected).serve()
+        connection = stream.socket if tls is None else TlsSocket(stream.socket, tls)
+        await AppendConnection(store, connection, credentials).serve()
 
     await serve_listening_socket(sock, stop, handle, task_status=task_status)
 
@@ -126,10 +130,10 @@ class AppendConnection:
     """One client connection: requests read in order, each appended once the previous
     append returned, answers sent in the same order."""
 
-    def __init__(self, store: ServedStore, sock: trio.socket.SocketType, authorization: bytes | None = None) -> None:
+    def __init__(self, store: ServedStore, sock: Connection, credentials: TcpCredentials | None = None) -> None:
         self._store = store
         self._sock = sock
-        self._authorization = authorization  # the header every request must carry (TCP), None: not asked
+        self._credentials = credentials  # who may send requests (TCP), None: not asked (the Unix socket)
         self._pending = bytearray()  # bytes received past the last request's end
         self._buffer = bytearray()  # the body receive buffer, reused across requests
         self._previous: _Append | None = None
@@ -220,7 +224,16 @@ class AppendConnection:
             raise ConnectionEnds("a request head did not arrive in time")
         head = bytes(self._pending[:head_end + 4])
         del self._pending[:head_end + 4]
-        return self._parse(head)
+        event, headers = _request_head(head)
+        if self._credentials is not None:
+            try:
+                allowed = await self._credentials.allows(headers.get(b"authorization", b""),
+                                                         headers.get(HOST_HEADER.lower().encode()))
+            except TierFSError as e:  # the registry cannot be read: the database is down
+                raise Refusal(STATUS_BY_CODE.get(e.code, 500), e.code, str(e)) from None
+            if not allowed:
+                raise Refusal(401, "unauthorized", UNAUTHORIZED_MESSAGE)
+        return self._parse(event, headers)
 
     async def _receive_head_piece(self) -> bool:
         try:
@@ -230,19 +243,7 @@ class AppendConnection:
         self._pending += data
         return bool(data)
 
-    def _parse(self, head: bytes) -> AppendRequest:
-        connection = h11.Connection(h11.SERVER, max_incomplete_event_size=REQUEST_HEAD_MAX_BYTES)
-        connection.receive_data(head)
-        try:
-            event = connection.next_event()
-        except h11.RemoteProtocolError as e:
-            raise Refusal(e.error_status_hint, "invalid_argument", str(e)) from None
-        if not isinstance(event, h11.Request):
-            raise Refusal(400, "invalid_argument", "not an HTTP/1.1 request head")
-        headers = {name: value for name, value in event.headers}
-        if self._authorization is not None and not hmac.compare_digest(
-                headers.get(b"authorization", b""), self._authorization):
-            raise Refusal(401, "unauthorized", "missing or wrong bearer token: send the daemon's token")
+    def _parse(self, event: h11.Request, headers: dict[bytes, bytes]) -> AppendRequest:
         if event.method != b"POST":
             raise Refusal(405, "invalid_argument", "this socket serves appends (POST); use the API socket")
         target, _, query = event.target.partition(b"?")
@@ -290,10 +291,23 @@ class AppendConnection:
         await _send_all(self._sock, data)
 
 
+def _request_head(head: bytes) -> tuple[h11.Request, dict[bytes, bytes]]:
+    """A request head, parsed: the request and its headers (lower-case names)."""
+    connection = h11.Connection(h11.SERVER, max_incomplete_event_size=REQUEST_HEAD_MAX_BYTES)
+    connection.receive_data(head)
+    try:
+        event = connection.next_event()
+    except h11.RemoteProtocolError as e:
+        raise Refusal(e.error_status_hint, "invalid_argument", str(e)) from None
+    if not isinstance(event, h11.Request):
+        raise Refusal(400, "invalid_argument", "not an HTTP/1.1 request head")
+    return event, {name: value for name, value in event.headers}
+
+
 class _Append:
     """One request's append and its answer."""
 
-    def __init__(self, store: ServedStore, sock: trio.socket.SocketType, request: AppendRequest,
+    def __init__(self, store: ServedStore, sock: Connection, request: AppendRequest,
                  body: bytes) -> None:
         self._store = store
         self._sock = sock
@@ -383,7 +397,7 @@ def _reason(status: int) -> bytes:
         return b""
 
 
-async def _send_all(sock: trio.socket.SocketType, data: bytes) -> None:
+async def _send_all(sock: Connection, data: bytes) -> None:
     view = memoryview(data)
     try:
         while view:

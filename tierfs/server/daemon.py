@@ -17,9 +17,11 @@ Invariants:
   stale (its daemon died) and is replaced.
 - A cluster daemon's TCP append listener is bound before the daemon registers, so the
   address other daemons read from the registry accepts connections (they queue until it
-  serves); it takes only requests that carry the token.
+  serves); it takes only requests from registered daemons (``server/credentials``).
 - The TCP token is generated once (``secrets.token_urlsafe``), stored owner-only in
   ``<data_dir>/token``, and never logged.
+- With a certificate (``tls_cert_path``), both TCP listeners speak TLS only, and the
+  URLs registered for the others are ``https://`` and ``tls://``.
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ from tierfs.contracts.datadir import (
 )
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.server.append_socket import serve_append_listener, serve_append_socket
+from tierfs.server.credentials import PeerCheck, TcpCredentials
 from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.http_api import BearerTokenAuth, WholeRequestRead, build_app
+from tierfs.server.listeners import server_context
 from tierfs.server.reads import ReadRoutes
 from tierfs.server.stream_socket import serve_stream_socket
 from tierfs.store.facade import open_store
@@ -67,9 +71,11 @@ LISTEN_BACKLOG = 4096
 WANTED_DESCRIPTORS = 65536
 
 
-def _hypercorn_config(bind: str) -> hypercorn.config.Config:
+def _hypercorn_config(bind: str, cert_path: str = "", key_path: str = "") -> hypercorn.config.Config:
     config = hypercorn.config.Config()
     config.bind = [bind]
+    if cert_path:  # TLS on the TCP API (the config checked that both are given)
+        config.certfile, config.keyfile = cert_path, key_path
     config.backlog = LISTEN_BACKLOG
     config.accesslog = None  # request lines may carry names; headers carry tokens
     config.errorlog = logging.getLogger("tierfs.http")
@@ -96,7 +102,7 @@ async def serve(
     task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until SIGTERM/SIGINT (or ``stop`` is set, or ``service`` ends)."""
-    async with _open_served(config, listen) as (store, append_listener):
+    async with _open_served(config, listen) as (store, append_listener, peers):
         data_dir = config.data_dir
         os.chmod(data_dir, 0o700)
         sock, follow_sock = socket_path(data_dir), follow_socket_path(data_dir)
@@ -110,13 +116,14 @@ async def serve(
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(streams.run)
-                if listen:
-                    token = load_or_create_token(data_dir)
-                    authed = WholeRequestRead(BearerTokenAuth(app, token))
-                    await nursery.start(_serve_one, authed, _hypercorn_config(listen), shutdown)
-                if append_listener is not None:
-                    await nursery.start(serve_append_listener, store, append_listener, shutdown,
-                                        load_or_create_token(data_dir))
+                credentials = TcpCredentials(load_or_create_token(data_dir), peers) if listen else None
+                if credentials is not None and listen:
+                    authed = WholeRequestRead(BearerTokenAuth(app, credentials))
+                    tcp = _hypercorn_config(listen, config.tls_cert_path, config.tls_key_path)
+                    await nursery.start(_serve_one, authed, tcp, shutdown)
+                if append_listener is not None and credentials is not None:
+                    tls = server_context(config.tls_cert_path, config.tls_key_path) if config.tls_cert_path else None
+                    await nursery.start(serve_append_listener, store, append_listener, shutdown, credentials, tls)
                 await nursery.start(serve_stream_socket, reads, follow_sock, LISTEN_BACKLOG, shutdown)
                 await nursery.start(serve_append_socket, store, append_sock, LISTEN_BACKLOG, shutdown)
                 # last: once the API socket answers, everything above is there
@@ -124,7 +131,8 @@ async def serve(
                 os.chmod(sock, 0o600)
                 log.info("serving %s on %s (epoch %d)", data_dir, sock, store.epoch)
                 if listen:
-                    log.info("also serving on tcp %s (bearer token in %s)", listen, data_dir / TOKEN_NAME)
+                    log.info("also serving on tcp %s%s (bearer token in %s)", listen,
+                             " over TLS" if config.tls_cert_path else "", data_dir / TOKEN_NAME)
                 stopping = trio.Event()
                 if service is not None:
                     await nursery.start(service, store, stopping)
@@ -151,14 +159,14 @@ async def serve(
 
 @contextlib.asynccontextmanager
 async def _open_served(config: StoreConfig, listen: str | None,
-                       ) -> AsyncIterator[tuple[ServedStore, trio.socket.SocketType | None]]:
+                       ) -> AsyncIterator[tuple[ServedStore, trio.socket.SocketType | None, PeerCheck | None]]:
     """The data dir's store, or in cluster mode (``containers``) the whole namespace
     through the containers this daemon holds and the owners of the others, with the
     TCP append listener the others forward appends to (bound here, so its address is
-    registered with the daemon)."""
+    registered with the daemon) and the check of the other daemons' credentials."""
     if not config.containers:
         async with open_store(config, interruptible=True) as store:
-            yield store, None
+            yield store, None, None
         return
     if not listen:
         raise InvalidArgumentError(
@@ -169,13 +177,14 @@ async def _open_served(config: StoreConfig, listen: str | None,
     # here, not at the top: a one-host daemon loads no cluster part (nor its HTTP client)
     from tierfs.cluster.opening import open_cluster
 
-    url = config.cluster_url or f"http://{listen}"
+    secure = bool(config.tls_cert_path)
+    url = config.cluster_url or f"{'https' if secure else 'http'}://{listen}"
     listener = await _append_listener(listen, config.cluster_append_port)
     try:
         port = listener.getsockname()[1]
-        append_url = f"tcp://{_url_host(url)}:{port}"
+        append_url = f"{'tls' if secure else 'tcp'}://{_url_host(url)}:{port}"
         async with open_cluster(config, url, token, append_url) as cluster:
-            yield cluster, listener
+            yield cluster, listener, cluster.peers.verify
     finally:
         listener.close()
 

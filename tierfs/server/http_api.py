@@ -36,8 +36,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hmac
-
 import trio
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
@@ -46,7 +44,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tierfs.cluster.forwarding import forwarded_request
 from tierfs.contracts.errors import TierFSError
-from tierfs.contracts.operations import FORWARDED_HEADER
+from tierfs.contracts.operations import FORWARDED_HEADER, HOST_HEADER
+from tierfs.server.credentials import UNAUTHORIZED_MESSAGE, TcpCredentials
 from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.metrics import MetricsRoute
 from tierfs.server.op_route import operation_routes
@@ -164,20 +163,24 @@ class ForwardedMarker:
 
 
 class BearerTokenAuth:
-    """ASGI middleware: every request must carry ``Authorization: Bearer <token>``."""
+    """ASGI middleware: every request must carry credentials ``credentials`` allows
+    (``server/credentials``): the daemon's token, or a registered peer's."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, credentials: TcpCredentials) -> None:
         self._app = app
-        self._token = token.encode()
+        self._credentials = credentials
+        self._host_header = HOST_HEADER.lower().encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            header = dict(scope["headers"]).get(b"authorization", b"")
-            scheme, _, given = header.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(given, self._token):
-                response = error_response(
-                    "unauthorized", "missing or wrong bearer token: send the daemon's token (the file "
-                    "'token' in its data dir, on its host; the CLI reads TIERFS_TOKEN)")
-                await response(scope, receive, send)
+            headers = dict(scope["headers"])
+            try:
+                allowed = await self._credentials.allows(headers.get(b"authorization", b""),
+                                                         headers.get(self._host_header))
+            except TierFSError as e:  # the registry cannot be read: the database is down
+                await error_response(e.code, str(e))(scope, receive, send)
+                return
+            if not allowed:
+                await error_response("unauthorized", UNAUTHORIZED_MESSAGE)(scope, receive, send)
                 return
         await self._app(scope, receive, send)

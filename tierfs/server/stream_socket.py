@@ -22,7 +22,7 @@ Invariants:
   is the daemon's (sized for thousands of followers connecting at once).
 - A client that closes its connection ends its request at once (a task per connection
   watches for the end of its input); when the daemon stops, accepting stops and open
-  connections get ``unix_listener.STOP_GRACE_S`` to end.
+  connections get ``listeners.STOP_GRACE_S`` to end.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from starlette.responses import Response, StreamingResponse
 from tierfs.contracts.errors import TierFSError
 from tierfs.server.follow_feed import Framing
 from tierfs.server.follow_stream import FollowResponse, StreamCursor
+from tierfs.server.listeners import serve_unix_socket
 from tierfs.server.reads import ReadRoutes
 from tierfs.server.statuses import tierfs_error, unexpected_error
-from tierfs.server.unix_listener import serve_unix_socket
 
 log = logging.getLogger(__name__)
 

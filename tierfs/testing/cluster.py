@@ -1,6 +1,7 @@
 """Several real cluster daemons on one machine, as several hosts: each with its own data
 dir and TCP port, all on one PostgreSQL database and one tier-2 (test support, also used
-by the cluster benchmark).
+by the cluster benchmark); ``make_certificates`` makes a CA and a host certificate for
+a cluster (and a PostgreSQL) over TLS.
 
 Invariant: ``wait_balanced`` returns only once every container has a live owner and
 the owners hold the balanced share each, as the lease table says.
@@ -9,6 +10,7 @@ the owners hold the balanced share each, as the lease table says.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -48,11 +50,73 @@ def tcp_connections_to(pid: int, port: int) -> int:
     return count
 
 
+@dataclasses.dataclass(frozen=True)
+class Certificates:
+    ca: Path  # the CA certificate (PEM) that signed ``cert``
+    cert: Path  # the host certificate (PEM)
+    key: Path  # its private key (PEM, mode 0600)
+
+    def config_lines(self) -> list[str]:
+        return [f'tls_cert_path = "{self.cert}"', f'tls_key_path = "{self.key}"', f'tls_ca_path = "{self.ca}"']
+
+
+def make_certificates(directory: Path, hosts: Sequence[str] = ("127.0.0.1", "localhost"),
+                      days: int = 2) -> Certificates:
+    """A fresh CA and a certificate it signed for ``hosts`` (IP addresses or names), in
+    ``directory``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def name(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+    def alt_name(host: str) -> x509.GeneralName:
+        try:
+            return x509.IPAddress(ipaddress.ip_address(host))
+        except ValueError:
+            return x509.DNSName(host)
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, host_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("tierfs test CA")).issuer_name(name("tierfs test CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    host = (x509.CertificateBuilder().subject_name(name(hosts[0])).issuer_name(ca.subject)
+            .public_key(host_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName([alt_name(h) for h in hosts]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    directory.mkdir(parents=True, exist_ok=True)
+    made = Certificates(directory / "ca.pem", directory / "host.pem", directory / "host.key")
+    made.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    made.cert.write_bytes(host.public_bytes(serialization.Encoding.PEM))
+    made.key.touch(mode=0o600)
+    made.key.write_bytes(host_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                serialization.NoEncryption()))
+    return made
+
+
 class Cluster:
-    """``start(i)`` runs daemon ``i`` (data dir ``<root>/host-<i>``) on a fresh port."""
+    """``start(i)`` runs daemon ``i`` (data dir ``<root>/host-<i>``) on a fresh port;
+    with ``tls``, every daemon serves its TCP ports over TLS and trusts its CA."""
 
     def __init__(self, root: Path, metadata_url: str, tier2_url: str, *, containers: int = 6,
-                 lease_s: float = 2.0, flush_interval_s: float = 0.2, extra: Sequence[str] = ()) -> None:
+                 lease_s: float = 2.0, flush_interval_s: float = 0.2, extra: Sequence[str] = (),
+                 tls: Certificates | None = None) -> None:
+        extra = [*extra, *(tls.config_lines() if tls is not None else [])]
         self.root = root
         self.metadata_url = metadata_url
         self.containers = containers

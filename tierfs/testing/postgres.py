@@ -78,8 +78,12 @@ def _server_user() -> tuple[int, int] | None:
 
 
 class PostgresServer:
-    def __init__(self, durable: bool = False, port: int | None = None, directory: Path | None = None) -> None:
+    def __init__(self, durable: bool = False, port: int | None = None, directory: Path | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
+        """``tls``: a certificate and its key (PEM): the server then also takes TLS
+        connections (``sslmode=verify-full`` with the CA that signed it)."""
         self.durable = durable
+        self.tls = tls
         self.port = port or _free_port()
         self._given_directory = directory
         self.directory: Path | None = None
@@ -119,6 +123,8 @@ class PostgresServer:
         if not self.durable:
             # commits still reach the OS (a killed server keeps them), never the disk
             options += ["-c", "fsync=off", "-c", "full_page_writes=off"]
+        if self.tls is not None:
+            options += ["-c", "ssl=on", *self._server_tls_files()]
         log = open(self.directory / "server.log", "ab")  # noqa: SIM115 (the server keeps it)
         uid, gid = self._user if self._user is not None else (None, None)
         self._process = subprocess.Popen([str(self._bin / "postgres"), "-D", str(self.directory / "data"), *options],
@@ -128,6 +134,20 @@ class PostgresServer:
         atexit.register(self.stop)
         self._wait_ready()
         return self
+
+    def _server_tls_files(self) -> list[str]:
+        """The certificate and key copied where the server's user owns them (PostgreSQL
+        refuses a key others can read)."""
+        assert self.tls is not None and self.directory is not None
+        options = []
+        for source, name, setting in zip(self.tls, ("server.crt", "server.key"), ("ssl_cert_file", "ssl_key_file"), strict=True):
+            target = self.directory / name
+            target.write_bytes(source.read_bytes())
+            os.chmod(target, 0o600)
+            if self._user is not None:
+                os.chown(target, *self._user)
+            options += ["-c", f"{setting}={target}"]
+        return options
 
     def _wait_ready(self, timeout_s: float = 60.0) -> None:
         import psycopg

@@ -11,12 +11,15 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from tierfs.cluster.container_map import container_label
 from tierfs.cluster.drain import drain, undrain
-from tierfs.cluster.status import ClusterStatus, DaemonStatus, cluster_status
+from tierfs.cluster.host_credentials import HostCredential
+from tierfs.cluster.status import NO_CREDENTIAL, ClusterStatus, DaemonStatus, cluster_status
 from tierfs.contracts.config import StoreConfig
 from tierfs.contracts.database_urls import is_postgresql_url
+from tierfs.contracts.datadir import DAEMON_ID_NAME, token_path
 from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.contracts.size_text import human_size
 
@@ -36,12 +39,22 @@ def cluster_command(args: argparse.Namespace, config: StoreConfig) -> int:
         print(json.dumps({"undrained": daemon_id}) if args.json else
               f"{daemon_id} holds its share again once the daemons rebalance (within a second)")
         return 0
-    status = cluster_status(config.metadata_url, config.lease_s)
+    status = cluster_status(config.metadata_url, config.lease_s, credential=_host_credential(config.data_dir),
+                            ca_path=config.tls_ca_path)
     if args.json:
         print(json.dumps(status.as_json(), indent=2))
     else:
         print(status_text(status), end="")
     return 0
+
+
+def _host_credential(data_dir: Path) -> HostCredential | None:
+    """The credentials of the cluster daemon whose data dir this is, if it is one (read,
+    never created)."""
+    try:
+        return HostCredential((data_dir / DAEMON_ID_NAME).read_text().strip(), token_path(data_dir).read_text().strip())
+    except OSError:
+        return None
 
 
 def _drain(args: argparse.Namespace, config: StoreConfig) -> int:
@@ -105,4 +118,6 @@ def status_text(status: ClusterStatus) -> str:
     for daemon in status.daemons:
         if daemon.reachable is False:
             lines.append(f"{daemon.daemon_id} did not answer: {daemon.error}")
+    if any(d.error == NO_CREDENTIAL for d in status.daemons):
+        lines.append(NO_CREDENTIAL)
     return "\n".join(lines) + "\n"
