@@ -27,6 +27,8 @@ import hmac
 import time
 from collections.abc import Awaitable, Callable
 
+import trio
+
 from tierfs.contracts.errors import TierFSError
 from tierfs.contracts.operations import HOST_HEADER
 
@@ -64,6 +66,7 @@ class PeerRegistry:
         self._clock = clock
         self._digests: dict[str, str] = {}
         self._read_at_s = -float("inf")
+        self._reading = trio.Lock()
 
     async def verify(self, daemon_id: str, token: bytes) -> bool:
         """True if ``daemon_id`` is registered and ``token`` is its token."""
@@ -74,14 +77,19 @@ class PeerRegistry:
             await self._reread(now_s)
         return self._matches(daemon_id, token)
 
-    async def _reread(self, now_s: float) -> None:
-        try:
-            self._digests = await self._read_digests()
-        except TierFSError:
-            if not self._digests:
-                raise  # nothing known yet: the caller answers that the database is down
-            # the database is down: the peers known a moment ago stay known until it answers
-        self._read_at_s = now_s
+    async def _reread(self, wanted_s: float) -> None:
+        """Read the digests, unless a read that ended after ``wanted_s`` did (many
+        requests at once share one read)."""
+        async with self._reading:
+            if self._read_at_s >= wanted_s:
+                return
+            try:
+                self._digests = await self._read_digests()
+            except TierFSError:
+                if not self._digests:
+                    raise  # nothing known yet: the caller answers that the database is down
+                # the database is down: the peers known a moment ago stay known until it answers
+            self._read_at_s = self._clock()
 
     def _matches(self, daemon_id: str, token: bytes) -> bool:
         expected = self._digests.get(daemon_id)
