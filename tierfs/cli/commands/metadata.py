@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import IO
 
 import trio
 
@@ -57,25 +58,45 @@ def _restore(config: StoreConfig) -> int:
 
 
 def _export(config: StoreConfig, file: str) -> int:
-    from tierfs.store.datadir.metadata_files import export_store_metadata
+    if config.containers:
+        from tierfs.cluster.metadata_transfer import export_cluster_metadata
+
+        def export(out: IO[bytes]) -> int:
+            return export_cluster_metadata(config.metadata_url, out)
+    else:
+        from tierfs.store.datadir.metadata_files import export_store_metadata
+
+        def export(out: IO[bytes]) -> int:
+            return export_store_metadata(config, out)
 
     if file == "-":
-        rows = export_store_metadata(config, sys.stdout.buffer)
+        rows = export(sys.stdout.buffer)
         sys.stdout.buffer.flush()
     else:
         with open(file, "wb") as out:
-            rows = export_store_metadata(config, out)
+            rows = export(out)
     print(f"exported {rows} rows", file=sys.stderr)
     return EXIT_OK
 
 
 def _import(config: StoreConfig, file: str) -> int:
-    from tierfs.store.datadir.metadata_files import import_store_metadata
+    if config.containers:
+        from tierfs.cluster.metadata_transfer import import_cluster_metadata
+
+        def load(source: IO[bytes]) -> int:
+            return import_cluster_metadata(config.metadata_url, source, config.containers, config.lease_s)
+        where = f"the cluster in {config.metadata_description}"
+    else:
+        from tierfs.store.datadir.metadata_files import import_store_metadata
+
+        def load(source: IO[bytes]) -> int:
+            return import_store_metadata(config, source)
+        where = str(config.data_dir)
 
     if file == "-":
-        rows = import_store_metadata(config, sys.stdin.buffer)
+        rows = load(sys.stdin.buffer)
     else:
         with open(file, "rb") as source:
-            rows = import_store_metadata(config, source)
-    print(f"imported {rows} rows into {config.data_dir}", file=sys.stderr)
+            rows = load(source)
+    print(f"imported {rows} rows into {where}", file=sys.stderr)
     return EXIT_OK

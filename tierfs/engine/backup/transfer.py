@@ -23,9 +23,9 @@ import base64
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from tierfs.contracts.errors import MetadataFormatError, StoreNotEmptyError
 from tierfs.engine import records
@@ -47,6 +47,38 @@ _TABLES: dict[str, tuple[tuple[str, ...], type[Any] | None]] = {
 _STORE_KEYS = {"store": StoreMeta, "root_directory": DirectoryMeta}
 
 
+class RowSource(Protocol):
+    """The metadata tables of one store, read inside one consistent read transaction."""
+
+    def rows(self, table: str, columns: Sequence[str], where: str) -> Iterable[Sequence[Any]]: ...
+
+    def segment_sequence(self) -> int:
+        """The highest segment id ever given (ids are never reused)."""
+        ...
+
+
+class RowTarget(Protocol):
+    """The metadata tables of one store being imported into, inside one transaction."""
+
+    def used(self) -> int:
+        """How many segments, directories and chunks it holds."""
+        ...
+
+    def insert(self, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
+        """Insert (or replace) one row; ``ValueError`` with the reason when it breaks a constraint."""
+        ...
+
+    def store_value(self, key: str) -> bytes | None: ...
+
+    def orphan_chunk(self) -> int | None:
+        """The id of a segment with chunk rows but no segment row, if any."""
+        ...
+
+    def raise_sequence(self, sequence: int) -> None:
+        """The segment id sequence at ``sequence`` at least (never lowered)."""
+        ...
+
+
 def export_metadata(database: Path, out: IO[bytes]) -> int:
     """Write ``database``'s metadata to ``out``; returns the number of rows."""
     if not database.exists():
@@ -54,24 +86,29 @@ def export_metadata(database: Path, out: IO[bytes]) -> int:
     db = sqlite3.connect(database, isolation_level=None)  # only reads
     try:
         db.execute("BEGIN")  # one read transaction: one consistent state
-        _write_line(out, {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
-                          "record_version": records.RECORD_VERSION})
-        rows = 0
-        for table, (columns, _) in _TABLES.items():
-            # the store's binding to its tier-2 ('tier2') is the data dir's own, not metadata to move
-            where = " WHERE key IN ('store', 'root_directory')" if table == "store" else ""
-            for values in db.execute(f"SELECT {', '.join(columns)} FROM {table}{where}"):
-                row: dict[str, Any] = {"table": table}
-                for column, value in zip(columns, values, strict=True):
-                    row[column] = base64.b64encode(value).decode() if column == "value" else value
-                _write_line(out, row)
-                rows += 1
-        sequence = db.execute("SELECT seq FROM sqlite_sequence WHERE name='segments'").fetchone()
-        _write_line(out, {"table": "sequence", "segments": sequence[0] if sequence else 0})
-        _write_line(out, {"end": True, "rows": rows})
+        rows = write_export(_SqliteRows(db), out)
         db.execute("COMMIT")
     finally:
         db.close()
+    return rows
+
+
+def write_export(source: RowSource, out: IO[bytes]) -> int:
+    """Write the store ``source`` reads as one export (header, rows, trailer); the number of rows."""
+    _write_line(out, {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+                      "record_version": records.RECORD_VERSION})
+    rows = 0
+    for table, (columns, _) in _TABLES.items():
+        # the store's binding to its tier-2 ('tier2') is the data dir's own, not metadata to move
+        where = " WHERE key IN ('store', 'root_directory')" if table == "store" else ""
+        for values in source.rows(table, columns, where):
+            row: dict[str, Any] = {"table": table}
+            for column, value in zip(columns, values, strict=True):
+                row[column] = base64.b64encode(value).decode() if column == "value" else value
+            _write_line(out, row)
+            rows += 1
+    _write_line(out, {"table": "sequence", "segments": source.segment_sequence()})
+    _write_line(out, {"end": True, "rows": rows})
     return rows
 
 
@@ -90,7 +127,10 @@ def import_metadata(data_dir: Path, source: IO[bytes]) -> int:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                rows = _import_rows(db, _lines(source))
+                lines = lines_of(source)
+                rows = read_export(_SqliteRows(db), lines)
+                if next(lines, None) is not None:
+                    raise MetadataFormatError("lines after the trailer")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -102,7 +142,8 @@ def import_metadata(data_dir: Path, source: IO[bytes]) -> int:
     return rows
 
 
-def _lines(source: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+def lines_of(source: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """An export's lines, numbered, each a JSON object."""
     for number, line in enumerate(source, start=1):
         try:
             body = json.loads(line)
@@ -113,7 +154,9 @@ def _lines(source: IO[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, body
 
 
-def _import_rows(db: sqlite3.Connection, lines: Iterator[tuple[int, dict[str, Any]]]) -> int:
+def read_export(target: RowTarget, lines: Iterator[tuple[int, dict[str, Any]]]) -> int:
+    """Load one export from ``lines`` (up to and with its trailer) into ``target``, checked
+    line by line; the number of rows. The caller rolls back on any error."""
     header = next(lines, None)
     if header is None or header[1].get("format") != EXPORT_FORMAT:
         raise MetadataFormatError(f"not a {EXPORT_FORMAT} export (the first line is its header)")
@@ -122,8 +165,7 @@ def _import_rows(db: sqlite3.Connection, lines: Iterator[tuple[int, dict[str, An
         raise MetadataFormatError(
             f"{EXPORT_FORMAT} version {version!r} is not one this tierfs reads ({EXPORT_VERSION})"
         )
-    used = db.execute("SELECT (SELECT count(*) FROM segments) + (SELECT count(*) FROM directories)"
-                      " + (SELECT count(*) FROM chunks)").fetchone()[0]
+    used = target.used()
     if used:
         raise StoreNotEmptyError(f"the store holds {used} segments, directories or chunks; "
                                  "import only into an empty store")
@@ -133,9 +175,10 @@ def _import_rows(db: sqlite3.Connection, lines: Iterator[tuple[int, dict[str, An
             if body.get("rows") != rows:
                 raise MetadataFormatError(f"line {number}: the trailer counts {body.get('rows')!r} rows, "
                                           f"the stream holds {rows}")
-            _finish(db, sequence)
-            if next(lines, None) is not None:
-                raise MetadataFormatError(f"lines after the trailer (line {number})")
+            orphan = target.orphan_chunk()
+            if orphan is not None:
+                raise MetadataFormatError(f"chunk records of segment id {orphan}, which the export lacks")
+            target.raise_sequence(sequence)
             return rows
         table = body.get("table")
         if table == "sequence":
@@ -143,7 +186,7 @@ def _import_rows(db: sqlite3.Connection, lines: Iterator[tuple[int, dict[str, An
             continue
         if table not in _TABLES:
             raise MetadataFormatError(f"line {number}: unknown table {table!r}")
-        _insert(db, number, table, body)
+        _insert(target, number, table, body)
         rows += 1
     raise MetadataFormatError(f"the stream ends after {rows} rows without its trailer (truncated?)")
 
@@ -155,7 +198,7 @@ def _integer(number: int, body: dict[str, Any], key: str) -> int:
     return value
 
 
-def _insert(db: sqlite3.Connection, number: int, table: str, body: dict[str, Any]) -> None:
+def _insert(target: RowTarget, number: int, table: str, body: dict[str, Any]) -> None:
     columns, record_type = _TABLES[table]
     values: list[Any] = []
     for column in columns:
@@ -169,11 +212,10 @@ def _insert(db: sqlite3.Connection, number: int, table: str, body: dict[str, Any
             value = _integer(number, body, column)
         values.append(value)
     if table == "store":
-        values[1] = _merged_store_value(db, values[0], values[1])
+        values[1] = _merged_store_value(target.store_value(values[0]), values[0], values[1])
     try:
-        db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES "
-                   f"({', '.join('?' * len(columns))})", values)
-    except sqlite3.IntegrityError as e:
+        target.insert(table, columns, values)
+    except ValueError as e:
         raise MetadataFormatError(f"line {number}: {e}") from e
 
 
@@ -193,25 +235,53 @@ def _record(number: int, body: dict[str, Any], table: str, record_type: type[Any
     return data
 
 
-def _merged_store_value(db: sqlite3.Connection, key: str, data: bytes) -> bytes:
+def _merged_store_value(local_value: bytes | None, key: str, data: bytes) -> bytes:
     """The imported store record keeps this store's journal checkpoint and the higher
     epoch; the root directory record is taken as it is."""
     if key != "store":
         return data
     imported = records.load(StoreMeta, data)
-    row = db.execute("SELECT value FROM store WHERE key='store'").fetchone()
-    local = records.load(StoreMeta, row[0]) if row else StoreMeta()
+    local = records.load(StoreMeta, local_value) if local_value is not None else StoreMeta()
     return records.dump(dataclasses.replace(
         imported, epoch=max(imported.epoch, local.epoch),
         journal_checkpoint_lsn=local.journal_checkpoint_lsn,
     ))
 
 
-def _finish(db: sqlite3.Connection, sequence: int) -> None:
-    orphan = db.execute("SELECT segment_id FROM chunks WHERE segment_id NOT IN "
-                        "(SELECT id FROM segments) LIMIT 1").fetchone()
-    if orphan:
-        raise MetadataFormatError(f"chunk records of segment id {orphan[0]}, which the export lacks")
-    db.execute("UPDATE sqlite_sequence SET seq=max(seq, ?) WHERE name='segments'", (sequence,))
-    db.execute("INSERT INTO sqlite_sequence (name, seq) SELECT 'segments', ? WHERE NOT EXISTS "
-               "(SELECT 1 FROM sqlite_sequence WHERE name='segments')", (sequence,))
+class _SqliteRows:
+    """``RowSource`` and ``RowTarget`` on a SQLite metadata database."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def rows(self, table: str, columns: Sequence[str], where: str) -> Iterable[Sequence[Any]]:
+        return self._db.execute(f"SELECT {', '.join(columns)} FROM {table}{where}")
+
+    def segment_sequence(self) -> int:
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='segments'").fetchone()
+        return int(row[0]) if row else 0
+
+    def used(self) -> int:
+        return int(self._db.execute("SELECT (SELECT count(*) FROM segments) + (SELECT count(*) FROM directories)"
+                                    " + (SELECT count(*) FROM chunks)").fetchone()[0])
+
+    def insert(self, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
+        try:
+            self._db.execute(f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES "
+                             f"({', '.join('?' * len(columns))})", values)
+        except sqlite3.IntegrityError as e:
+            raise ValueError(str(e)) from None
+
+    def store_value(self, key: str) -> bytes | None:
+        row = self._db.execute("SELECT value FROM store WHERE key=?", (key,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def orphan_chunk(self) -> int | None:
+        row = self._db.execute("SELECT segment_id FROM chunks WHERE segment_id NOT IN "
+                               "(SELECT id FROM segments) LIMIT 1").fetchone()
+        return int(row[0]) if row else None
+
+    def raise_sequence(self, sequence: int) -> None:
+        self._db.execute("UPDATE sqlite_sequence SET seq=max(seq, ?) WHERE name='segments'", (sequence,))
+        self._db.execute("INSERT INTO sqlite_sequence (name, seq) SELECT 'segments', ? WHERE NOT EXISTS "
+                         "(SELECT 1 FROM sqlite_sequence WHERE name='segments')", (sequence,))
