@@ -23,7 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "fuse": "benchmarks.fuse", "offload": "benchmarks.offload", "s3faults": "benchmarks.s3faults",
     "spark": "benchmarks.spark.command", "instructions": "benchmarks.instructions", "cluster": "benchmarks.cluster",
     "peers": "benchmarks.peers.command", "followers": "benchmarks.followers.command", "scale": "benchmarks.scale",
-    "mixed": "benchmarks.mixed", "tail": "benchmarks.tail_latency", "forwarding": "benchmarks.forwarding",
+    "mixed": "benchmarks.mixed", "tail": "benchmarks.tail_latency",
 }
 
 

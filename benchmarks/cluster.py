@@ -30,6 +30,14 @@ and one local tier-2 on this machine.
    daemon held (from /proc), against the bound (its pool's two lanes, its leases'
    connection and its LISTEN: ``DAEMON_CONNECTIONS``) and a stock server's
    ``max_connections`` (100).
+8. Forwarded appends: two daemons, every segment owned by daemon 0; 1 KiB PD appends
+   for ``--seconds`` by writer processes in three shapes (one writer; ``--forward-writers``
+   (8) on one segment; as many on as many segments), through the owner (the ceiling)
+   and through daemon 1, which forwards each append to the owner's append listener,
+   alternating ``--forward-runs`` (3) times; the worst ratio, and the CPU both daemons
+   used per 1,000 appends. Target (issue 36): >= 0.8x in every shape. Bound: both
+   daemons and every writer share this machine's cores, so a forwarded append costs a
+   second daemon's CPU on the same cores.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from typing import Any
 
 from benchmarks.harness.figures import Check, Latency, percentile
 from benchmarks.harness.mounts import serving
+from benchmarks.harness.procfs import cpu_s
 from benchmarks.harness.scenario import Report, alternate, table
 from benchmarks.scale import probe_namespace
 from tierfs.cluster.container_host import look_s, tick_s
@@ -59,11 +68,12 @@ from tierfs.testing.cluster import Cluster
 from tierfs.testing.postgres import PostgresServer
 
 HELP = ("metadata latency on PostgreSQL vs SQLite, ls/stat as the namespace grows, append throughput "
-        "with 1-3 cluster daemons, failover time")
+        "with 1-3 cluster daemons, failover time, forwarded appends, connections, group commit")
 CONTAINERS = 6
 DEFAULT_LEASE_S = float(StoreConfig.lease_s)  # tierfs's own default
 GROUP_COMMIT_TARGET = 0.8  # appends spread over a daemon's containers / the same to one container (issue 36)
 FAILOVER_TARGET_S = 5.0  # p99, kill -9 -> first append accepted by the new owner (issue 36)
+FORWARDED_TARGET = 0.8  # forwarded appends / the same through the owner, every shape (issue 36)
 RECORD_BYTES = 1024
 
 _WRITER = """
@@ -231,6 +241,50 @@ def group_commit(directory: Path, server: PostgresServer, writers: int, seconds:
     return rates
 
 
+def forwarded_rates(directory: Path, server: PostgresServer, seconds: float, runs: int, writers: int,
+                    ) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Section 8: per shape, the appends/s and the daemons' CPU-s per 1,000 appends,
+    through the owner and forwarded, one figure per run."""
+    one, many, spread = "1 writer", f"{writers} writers, one segment", f"{writers} writers, {writers} segments"
+    shapes = {one: 1, many: writers, spread: writers}
+    figures: dict[str, dict[str, dict[str, list[float]]]] = {
+        shape: {"rate": {"owner": [], "forwarded": []}, "cpu_s_per_1000": {"owner": [], "forwarded": []}}
+        for shape in shapes}
+    with cluster(directory, server, "fw", 2, flush_interval_s=1.0) as (nodes, owners):
+        client = nodes.client(0)
+        names = {shape: [segment_of(nodes, owners, 0, f"s{s}-w{w}", w) for w in range(count)]
+                 for s, (shape, count) in enumerate(shapes.items())}
+        names[many] = [names[many][0]] * writers  # all on one segment
+        for segment in {name for group in names.values() for name in group}:
+            client.create(segment, parents=True)
+        client.close()
+        pids = [nodes.daemons[index].proc.pid for index in (0, 1)]
+        for run in range(runs):
+            for shape in shapes:
+                for path in alternate(run, ["owner", "forwarded"]):
+                    url = nodes.daemons[0 if path == "owner" else 1].url
+                    before = sum(cpu_s(pid) for pid in pids)
+                    rate = run_writers([(url, name) for name in names[shape]], seconds)
+                    used = sum(cpu_s(pid) for pid in pids) - before
+                    figures[shape]["rate"][path].append(rate)
+                    figures[shape]["cpu_s_per_1000"][path].append(used / max(1.0, rate * seconds) * 1000)
+    return figures
+
+
+def forwarded_section(figures: dict[str, dict[str, dict[str, list[float]]]], seconds: float,
+                      runs: int) -> tuple[list[str], list[Check]]:
+    worst = {shape: min(f / o for f, o in zip(r["rate"]["forwarded"], r["rate"]["owner"], strict=True))
+             for shape, r in figures.items()}
+    rows = [[shape, f"{min(r['rate']['owner']):,.0f}..{max(r['rate']['owner']):,.0f}",
+             f"{min(r['rate']['forwarded']):,.0f}..{max(r['rate']['forwarded']):,.0f}", f"{worst[shape]:.2f}",
+             f"{max(r['cpu_s_per_1000']['owner']):.2f} / {max(r['cpu_s_per_1000']['forwarded']):.2f}"]
+            for shape, r in figures.items()]
+    section = table([f"forwarded appends, 1 KiB PD, {seconds:g} s x {runs} runs (appends/s)", "through the owner",
+                     "forwarded", "worst ratio", "daemons' CPU-s per 1,000 (owner / forwarded)"], rows)
+    return section, [Check(f"forwarded / owner, {shape} (worst of {runs})", worst[shape], FORWARDED_TARGET, True, "x")
+                     for shape in figures]
+
+
 def daemons_report(throughput: dict[str, float], failovers: list[float], lease_s: float, writers: int,
                    seconds: float, tails: dict[str, list[float]]) -> list[str]:
     lines = [f"1 KiB PD appends, {writers} writer processes per daemon, {seconds:g} s (appends/s)"]
@@ -262,6 +316,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--many-containers", type=int, default=64, help="containers of the connections section")
     parser.add_argument("--group-writers", type=int, default=8, help="writers (and containers) of the group commit section")
     parser.add_argument("--group-runs", type=int, default=3, help="alternations of the group commit section")
+    parser.add_argument("--forward-writers", type=int, default=8, help="writers of the forwarded section's many-writer shapes")
+    parser.add_argument("--forward-runs", type=int, default=3, help="alternations of the forwarded section")
 
 
 def metadata_ops(meta: Any, round_number: int) -> dict[str, Callable[[], object]]:
@@ -313,6 +369,8 @@ def measure(directory: Path, args: argparse.Namespace) -> Report:
         tails = tail_latencies(directory, server, args.tail_lines)
         peaks = connection_peaks(directory, server, args.many_containers)
         grouped = group_commit(directory, server, args.group_writers, args.seconds, args.group_runs)
+        forwarded = forwarded_rates(directory, server, args.seconds, args.forward_runs, args.forward_writers)
+    forwarded_table, forwarded_checks = forwarded_section(forwarded, args.seconds, args.forward_runs)
     rows = [[op, f"{s.p50_us:.0f} / {s.p99_us:.0f}", f"{pg.p50_us:.0f} / {pg.p99_us:.0f}", f"{pg.p50_us / s.p50_us:.2f}"]
             for op, s in latency["sqlite"].items() for pg in [latency["postgresql"][op]]]
     small, large = scaling["small"], scaling["large"]
@@ -338,16 +396,16 @@ def measure(directory: Path, args: argparse.Namespace) -> Report:
                  f"group commit, 1 KiB PD appends by {args.group_writers} writers on one daemon ({args.seconds:g} s x "
                  f"{args.group_runs}, appends/s): all to one container {min(grouped['one container']):,.0f}.."
                  f"{max(grouped['one container']):,.0f}, each to its own {min(grouped['a container each']):,.0f}.."
-                 f"{max(grouped['a container each']):,.0f}"]]
+                 f"{max(grouped['a container each']):,.0f}"], forwarded_table]
     at = "the default lease" if args.lease == DEFAULT_LEASE_S else f"lease {args.lease:g} s (not the default)"
     checks = [Check(f"failover p99 at {at}", percentile(sorted(failovers), 0.99), FAILOVER_TARGET_S, False, "s",
                     max(failovers) if len(failovers) > 1 else None),
               Check("PostgreSQL connections, most held by one daemon", max(peaks), bound, False, ""),
               Check(f"group commit: {args.group_writers} containers / one (worst of {args.group_runs})",
                     min(a / b for a, b in zip(grouped["a container each"], grouped["one container"], strict=True)),
-                    GROUP_COMMIT_TARGET, True, "x")]
+                    GROUP_COMMIT_TARGET, True, "x"), *forwarded_checks]
     return Report("cluster benchmark", sections, checks, {"metadata_latency": latency, "namespace": scaling,
                                                       "append_throughput": throughput, "failovers_s": failovers,
                                                       "tail_latencies_s": tails, "connection_peaks": peaks,
-                                                      "group_commit": grouped})
+                                                      "group_commit": grouped, "forwarded": forwarded})
 
