@@ -12,9 +12,13 @@ RSS (VmHWM) are its own.
    empty files on the scratch disk.
 4. Recovery of ``--recover-mib`` (512) unflushed VD appends of 1 and 64 KiB after a
    crash: open time and peak RSS against ``tail_memory_bytes`` + 150 MiB.
+5. A restart after a burst of ``--burst-creates`` (50,000) creates through the store (its
+   journal holds every creation): the first open after the clean close, and a later
+   open (the ceiling: nothing left to look at).
 
 Targets (issue 19): open <= 0.3 s and stat p99 <= 150 µs at the largest store; ``ls -l``
-on the mount <= 3 s; recovery peak RSS within its bound.
+on the mount <= 3 s; recovery peak RSS within its bound. Issue 37: the first open after
+the burst <= 0.3 s.
 """
 
 from __future__ import annotations
@@ -106,6 +110,21 @@ async def chunks(data_dir: Path, segment: str) -> dict[str, Any]:
     return {"read": read, "peak_bytes": memory_bytes()["VmHWM"]}
 
 
+async def create_burst(data_dir: Path, count: int) -> dict[str, Any]:
+    """``count`` creates through the store (journaled, as a daemon takes them), then a clean close."""
+    async with open_store(StoreConfig(data_dir=data_dir)) as store:
+        for index in range(count):
+            await store.create(f"burst/s{index:07d}", make_parents=True)
+    return {}
+
+
+async def timed_open(data_dir: Path) -> dict[str, Any]:
+    started = time.perf_counter()
+    async with open_store(StoreConfig(data_dir=data_dir)):
+        open_s = time.perf_counter() - started
+    return {"open_s": open_s}
+
+
 async def fill_journal(data_dir: Path, mib: int, append_bytes: int) -> None:
     """Unflushed appends, then exit without closing: what a crash leaves."""
     async with open_store(StoreConfig(data_dir=data_dir, **NO_FLUSH)) as store:  # type: ignore[arg-type]
@@ -137,6 +156,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks", default="100,1000,10000,100000", help="chunks per segment, comma-separated")
     parser.add_argument("--ls-entries", type=int, default=100_000, help="entries of the directory ls -l lists")
     parser.add_argument("--recover-mib", type=int, default=512, help="unflushed journal to recover")
+    parser.add_argument("--burst-creates", type=int, default=50_000, help="creates before the restart of section 5")
 
 
 def probe(*args: str) -> dict[str, Any]:
@@ -224,11 +244,16 @@ def measure(directory: Path, args: argparse.Namespace) -> Report:
         recovered.append({"append_bytes": append_bytes, "journal_bytes": journal_bytes, "read_s": read_s,
                           **probe("recover", str(data_dir))})
         shutil.rmtree(data_dir)
-    return report(segments, chunk_rows, listing, recovered, args)
+    burst_dir = directory / "burst"
+    probe("create-burst", str(burst_dir), str(args.burst_creates))
+    burst = {"creates": args.burst_creates, "first_open_s": probe("timed-open", str(burst_dir))["open_s"],
+             "later_open_s": probe("timed-open", str(burst_dir))["open_s"]}
+    shutil.rmtree(burst_dir)
+    return report(segments, chunk_rows, listing, recovered, burst, args)
 
 
 def report(segments: list[dict[str, Any]], chunk_rows: list[dict[str, Any]], listing: dict[str, Any],
-           recovered: list[dict[str, Any]], args: argparse.Namespace) -> Report:
+           recovered: list[dict[str, Any]], burst: dict[str, Any], args: argparse.Namespace) -> Report:
     def ms(seconds: float) -> str:
         return f"{seconds * 1e3:,.1f} ms"
 
@@ -249,14 +274,17 @@ def report(segments: list[dict[str, Any]], chunk_rows: list[dict[str, Any]], lis
     lines += [f"  {r['append_bytes']:>6} B appends: open {r['open_s']:.2f} s (reading the journal: {r['read_s']:.2f} s), "
               f"peak RSS {r['peak_bytes'] / MiB:.0f} MiB (bound {r['tail_memory_bytes'] / MiB + RSS_SLACK_MIB:.0f})"
               for r in recovered]
+    lines.append(f"5. a restart after {burst['creates']:,} creates through the store: first open "
+                 f"{ms(burst['first_open_s'])}, a later open {ms(burst['later_open_s'])} (the ceiling)")
     largest = segments[-1]
     checks = [Check(f"open at {largest['segments']:,} segments", largest["open_s"], 0.3, False, "s"),
               Check(f"stat p99 at {largest['segments']:,} segments", largest["stat_cold"]["p99_us"], 150, False, "µs"),
               Check(f"ls -l of {listing['entries']:,} on the mount, fresh", listing["fresh_s"], 3.0, False, "s"),
               *(Check(f"recovery peak RSS, {r['append_bytes']} B appends", r["peak_bytes"] / MiB,
-                      r["tail_memory_bytes"] / MiB + RSS_SLACK_MIB, False, "MiB") for r in recovered)]
+                      r["tail_memory_bytes"] / MiB + RSS_SLACK_MIB, False, "MiB") for r in recovered),
+              Check(f"first open after {burst['creates']:,} creates", burst["first_open_s"], 0.3, False, "s")]
     return Report("scale benchmark", [lines], checks, {"segments": segments, "chunks": chunk_rows, "ls": listing,
-                                                       "recovery": recovered})
+                                                       "recovery": recovered, "burst": burst})
 
 
 if __name__ == "__main__":
@@ -264,6 +292,7 @@ if __name__ == "__main__":
     probes: dict[str, Callable[[], Awaitable[Any]]] = {
         "namespace": lambda: namespace(data_dir, Path(rest[0]).read_text().split("\n")),
         "first-open": lambda: first_open(data_dir), "chunks": lambda: chunks(data_dir, rest[0]),
-        "fill-journal": lambda: fill_journal(data_dir, int(rest[0]), int(rest[1])), "recover": lambda: recover(data_dir)}
+        "fill-journal": lambda: fill_journal(data_dir, int(rest[0]), int(rest[1])), "recover": lambda: recover(data_dir),
+        "create-burst": lambda: create_burst(data_dir, int(rest[0])), "timed-open": lambda: timed_open(data_dir)}
     found = trio.run(probes[mode])
     print(json.dumps(found, default=dataclasses.asdict), flush=True)

@@ -86,6 +86,37 @@ async def test_recovery_puts_back_a_creation_the_metadata_lost(tmp_path: Path) -
         assert await store.read("logs/b") == b"b"
 
 
+async def test_a_reopen_after_a_clean_close_looks_up_no_creation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creations below the checkpoint a clean close records are in the metadata for sure:
+    the reopen after a burst of creates costs no transaction per creation (issue 37)."""
+    from tierfs.engine.metadata import replay
+
+    data = tmp_path / "data"
+    async with open_store(small_config(data, **NO_FLUSH)) as store:
+        for index in range(200):
+            await store.create(f"burst/s{index}", make_parents=True)
+    looked_up: list[int] = []
+    real = replay.recreate_segment
+
+    def counted(metadata: object, segment_id: int, *args: object) -> bool:
+        looked_up.append(segment_id)
+        return real(metadata, segment_id, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replay, "recreate_segment", counted)
+    async with open_store(small_config(data, **NO_FLUSH)) as store:
+        assert len(await store.list("burst")) == 200
+        await store.create("burst/after")  # above the checkpoint now
+    assert looked_up == []
+    copy_metadata(data, tmp_path / "metadata-before")
+    async with open_store(small_config(data, **NO_FLUSH)) as store:
+        await store.create_file("burst/unsynced")
+        await store.sync()
+        crashed = crash_copy(data, tmp_path / "metadata-before", tmp_path / "crashed")
+    async with open_store(small_config(crashed, **NO_FLUSH)) as store:
+        assert (await store.stat("burst/unsynced")).length == 0  # above the checkpoint: put back
+    assert len(looked_up) == 1
+
+
 async def test_a_creation_deleted_since_stays_deleted(tmp_path: Path) -> None:
     data = tmp_path / "live"
     async with open_store(small_config(data, **NO_FLUSH)) as store:

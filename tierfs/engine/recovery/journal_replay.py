@@ -8,9 +8,10 @@ Steps, in order:
    follow is corruption, not a tear (``journal.scan``): recovery stops with
    ``JournalDamagedError``, or, repairing (``fsck --repair``, ``recovery.journal_repair``),
    moves the damage to lost+found and scans again;
-3. for each valid create frame: put the segment back if the metadata lost its
-   unsynced creation (``recreate``, ``metadata.replay``), so the appends that follow
-   find it; for each valid append: skip it if its segment was deleted, skip the part already
+3. for each valid create frame at or above the checkpoint: put the segment back if the
+   metadata lost its unsynced creation (``recreate``, ``metadata.replay``), so the appends
+   that follow find it (below the checkpoint a creation is durable: its unsynced commit
+   came before its frame, and the checkpoint's synced commit after it); for each valid append: skip it if its segment was deleted, skip the part already
    flushed to tier-2 (offset below the flushed length) or already replayed
    (duplicates), and append the rest to the segment's tail; a gap is corruption (when
    repairing, the frames after it go to lost+found);
@@ -87,7 +88,8 @@ def recover_journal(
         result = ScanResult(end_lsn=keep[0][0] if keep else checkpoint_lsn, next_seq=1)
         try:
             for frame in scan(keep, max_payload_bytes, result):
-                counts = _replay(frame, keep, file_starts, replayed, segment_by_id, recreate, budget, now_s, repair)
+                counts = _replay(frame, keep, file_starts, replayed, segment_by_id, recreate, budget, now_s, repair,
+                                 checkpoint_lsn)
                 frames, skipped, replayed_bytes, recreated = (
                     frames + counts[0], skipped + counts[1], replayed_bytes + counts[2], recreated + counts[3])
         except JournalDamagedError as damaged:
@@ -147,10 +149,13 @@ def _replay(
     budget: TailBudget,
     now_s: float,
     repair: JournalRepair | None,
+    checkpoint_lsn: int,
 ) -> tuple[int, int, int, int]:
     """Replay one frame; (frames replayed, skipped, bytes replayed, segments recreated)."""
     if isinstance(frame, ReplayedCreate):
-        return 0, 0, 0, int(recreate(frame))
+        # below the checkpoint the metadata holds it for sure: a reopen after many creates
+        # then costs no transaction per creation
+        return 0, 0, 0, int(frame.frame_lsn >= checkpoint_lsn and recreate(frame))
     seg = replayed.get(frame.segment_id)
     if seg is None:
         seg = segment_by_id(frame.segment_id)
