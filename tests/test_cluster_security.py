@@ -21,6 +21,7 @@ import pytest
 from tierfs.contracts.errors import DaemonUnavailableError
 from tierfs.remote.client import TierClient
 from tierfs.testing.cluster import Cluster, make_certificates
+from tierfs.testing.harness import HarnessError
 from tierfs.testing.postgres import PostgresServer
 
 pytestmark = pytest.mark.usefixtures("postgres_server")  # skipped where PostgreSQL is not installed
@@ -160,6 +161,24 @@ def test_hosts_and_clients_talk_tls_with_every_certificate_checked(tmp_path: Pat
                                  "cat", first], capture_output=True, timeout=120,
                                 env={"TIERFS_TOKEN": token, "PATH": "/usr/bin:/bin"})
         assert listed.returncode == 0 and listed.stdout == expected[first], listed.stderr
+        by_env = subprocess.run([sys.executable, "-m", "tierfs.cli", "--url", url, "cat", first], capture_output=True,
+                                timeout=120, env={"TIERFS_TOKEN": token, "TIERFS_CA": str(certificates.ca),
+                                                  "PATH": "/usr/bin:/bin"})
+        assert by_env.returncode == 0 and by_env.stdout == expected[first], by_env.stderr
+        without = subprocess.run([sys.executable, "-m", "tierfs.cli", "--url", url, "cat", first], capture_output=True,
+                                 timeout=120, env={"TIERFS_TOKEN": token, "PATH": "/usr/bin:/bin"})
+        assert without.returncode != 0 and b"certificate verify failed" in without.stderr, without.stderr
+    finally:
+        cluster.stop_all()
+
+
+def test_a_cluster_url_that_does_not_match_the_daemons_tls_is_refused(tmp_path: Path, postgres_url: str) -> None:
+    certificates = make_certificates(tmp_path / "tls")
+    cluster = Cluster(tmp_path / "cluster", postgres_url, str(tmp_path / "tier2"), containers=2, tls=certificates,
+                      extra=['cluster_url = "http://127.0.0.1:1"'])
+    try:
+        with pytest.raises(HarnessError, match="must be https:// since this daemon serves TLS"):
+            cluster.start(0)
     finally:
         cluster.stop_all()
 

@@ -178,7 +178,12 @@ async def _open_served(config: StoreConfig, listen: str | None,
     from tierfs.cluster.opening import open_cluster
 
     secure = bool(config.tls_cert_path)
-    url = config.cluster_url or f"{'https' if secure else 'http'}://{listen}"
+    scheme = "https" if secure else "http"
+    if config.cluster_url and not config.cluster_url.startswith(f"{scheme}://"):
+        raise InvalidArgumentError(
+            f"cluster_url {config.cluster_url!r} must be {scheme}:// since this daemon serves "
+            + ("TLS (tls_cert_path)" if secure else "plain HTTP (no tls_cert_path)"))
+    url = config.cluster_url or f"{scheme}://{listen}"
     listener = await _append_listener(listen, config.cluster_append_port)
     try:
         port = listener.getsockname()[1]
