@@ -172,12 +172,25 @@ class _DaemonOrCli:
         return None if synced.returncode == 0 else synced.stderr.decode(errors="replace")
 
     def cat(self, name: str) -> bytes | str:
-        """The segment's bytes, or why they could not be read."""
-        answered, data = self._through_daemon(lambda client: client.read(name))
+        """The segment's bytes, or why they could not be read. A segment that does not
+        exist reads as empty: a creation a fault took back, which the ledger then judges
+        by the records acknowledged in it."""
+        from tierfs.contracts.errors import SegmentNotFoundError
+
+        def read_or_empty(client: TierClient) -> bytes:
+            try:
+                return bytes(client.read(name))
+            except SegmentNotFoundError:
+                return b""
+
+        answered, data = self._through_daemon(read_or_empty)
         if answered:
             return bytes(data)
         read = self._host.cli("cat", name)
-        return read.stdout if read.returncode == 0 else read.stderr.decode(errors="replace")
+        if read.returncode == 0:
+            return read.stdout
+        message = read.stderr.decode(errors="replace")
+        return b"" if message.rstrip().endswith("(not_found)") else message
 
     def fsck(self) -> list[str]:
         """``tierfs fsck``: what it found damaged outside lost+found, as its ``DAMAGED``

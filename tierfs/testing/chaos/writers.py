@@ -8,9 +8,15 @@ record, acknowledged when it exits 0), ``fsspec`` (a ``tierfs://`` ``ab`` file, 
 flush per record) and ``mount`` (``write(2)`` on an ``O_APPEND`` descriptor of the
 mounted file; a PD or tier2 write returns once durable).
 
+Every ``ROTATE_EVERY`` acknowledged records a writer goes on in a new segment
+(``<segment>.<n>``, created through the API as logs rotate), so creations meet every
+fault too; an append that failed is followed by a create of its segment (one a fault
+took back, with nothing acknowledged in it, is created anew; an existing one is left).
+
 Invariant: a record is acknowledged in the ledger only after its front end said so;
 a writer never sends its next record before the last one was acknowledged or given up
-(``pause``: a record in doubt stays sent, never acknowledged).
+(``pause``: a record in doubt stays sent, never acknowledged), nor moves to a new
+segment with a record in doubt.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ CLI_TIMEOUT_S = 60.0
 # a killed daemon's writes are given up soon (a pause waits for them), then sent anew
 FSSPEC_RETRY_BUDGET_S = 1.0
 IDLE_TIMEOUT_S = 120.0  # a pause waits this long at most for appends in flight
+ROTATE_EVERY = 100  # acknowledged records per segment before a writer moves to a new one
 
 
 class ChaosWriter(threading.Thread, abc.ABC):
@@ -46,6 +53,7 @@ class ChaosWriter(threading.Thread, abc.ABC):
         super().__init__(name=f"chaos-{name}", daemon=True)
         self.ledger = ledger
         self.segment = segment
+        self._base_segment, self._generation, self._acked_here = segment, 0, 0
         self.durability = durability
         self.writer_name = name
         self.rng = random.Random(rng.random())
@@ -74,7 +82,11 @@ class ChaosWriter(threading.Thread, abc.ABC):
                     if self.append(self.pending):
                         self.ledger.acked(self.pending)
                         self.pending = None
+                        self._acked_here += 1
+                        if self._acked_here >= ROTATE_EVERY:
+                            self._rotate()
                         continue
+                    self._create(self.segment)  # a segment a fault took back: created anew
                 finally:
                     self.busy = False
                 time.sleep(RETRY_PAUSE_S)
@@ -87,6 +99,33 @@ class ChaosWriter(threading.Thread, abc.ABC):
 
     def close(self) -> None:
         pass
+
+    def _rotate(self) -> None:
+        """Go on in the next segment once it is created (later again if it could not be)."""
+        following = f"{self._base_segment}.{self._generation + 1}"
+        if self._create(following):
+            self.close()  # the front end's handle on the old segment
+            self.segment, self._generation, self._acked_here = following, self._generation + 1, 0
+
+    def _create(self, name: str) -> bool:
+        """``name`` exists (created now, or already); False if the daemon did not answer."""
+        from tierfs.contracts.errors import SegmentExistsError
+        from tierfs.remote.client import TierClient
+
+        try:
+            # a paused daemon must not hold the writer longer than its appends would
+            client = TierClient(f"unix://{self.socket}", read_timeout_s=5.0, overload_retry_s=1.0)
+        except TierFSError:
+            return False
+        try:
+            client.create(name, durability=self.durability, parents=True)
+            return True
+        except SegmentExistsError:
+            return True
+        except (TierFSError, OSError):
+            return False
+        finally:
+            client.close()
 
     def give_up(self) -> None:
         """The record in doubt stays sent and unacknowledged; the next gets a new number."""
