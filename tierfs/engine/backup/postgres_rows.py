@@ -14,49 +14,37 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tierfs.engine.backup.transfer import SqlRows
 
-class PostgresRows:
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
+
+class PostgresRows(SqlRows):
+    _mark = "%s"
 
     def rows(self, table: str, columns: Sequence[str], where: str) -> Iterable[Sequence[Any]]:
-        cursor = self._conn.cursor(name=f"export_{table}")  # server-side: memory does not grow with the table
+        cursor = self._db.cursor(name=f"export_{table}")  # server-side: memory does not grow with the table
         cursor.execute(f"SELECT {', '.join(columns)} FROM {table}{where}")
         for row in cursor:
             yield tuple(bytes(value) if isinstance(value, memoryview) else value for value in row)
         cursor.close()
 
     def segment_sequence(self) -> int:
-        sequence = self._conn.execute("SELECT pg_get_serial_sequence('segments', 'id')").fetchone()[0]
-        given = self._conn.execute(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}").fetchone()[0]
-        held = self._conn.execute("SELECT coalesce(max(id), 0) FROM segments").fetchone()[0]
+        sequence = self._db.execute("SELECT pg_get_serial_sequence('segments', 'id')").fetchone()[0]
+        given = self._db.execute(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}").fetchone()[0]
+        held = self._db.execute("SELECT coalesce(max(id), 0) FROM segments").fetchone()[0]
         return max(int(given), int(held))
-
-    def used(self) -> int:
-        return int(self._conn.execute("SELECT (SELECT count(*) FROM segments) + (SELECT count(*) FROM directories)"
-                                      " + (SELECT count(*) FROM chunks)").fetchone()[0])
 
     def insert(self, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
         import psycopg
 
         if table == "store":  # the store's own records exist from its creation: replaced
-            self._conn.execute("DELETE FROM store WHERE key = %s", (values[0],))
+            self._db.execute("DELETE FROM store WHERE key = %s", (values[0],))
         try:
-            self._conn.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-                               f"({', '.join(['%s'] * len(columns))})", values)
+            self._db.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                             f"({', '.join(['%s'] * len(columns))})", values)
         except psycopg.errors.IntegrityError as e:
             raise ValueError(str(e).splitlines()[0]) from None
-
-    def store_value(self, key: str) -> bytes | None:
-        row = self._conn.execute("SELECT value FROM store WHERE key = %s", (key,)).fetchone()
-        return bytes(row[0]) if row else None
-
-    def orphan_chunk(self) -> int | None:
-        row = self._conn.execute("SELECT segment_id FROM chunks WHERE segment_id NOT IN "
-                                 "(SELECT id FROM segments) LIMIT 1").fetchone()
-        return int(row[0]) if row else None
 
     def raise_sequence(self, sequence: int) -> None:
         highest = max(sequence, self.segment_sequence())
         if highest > 0:
-            self._conn.execute("SELECT setval(pg_get_serial_sequence('segments', 'id'), %s, true)", (highest,))
+            self._db.execute("SELECT setval(pg_get_serial_sequence('segments', 'id'), %s, true)", (highest,))

@@ -248,22 +248,38 @@ def _merged_store_value(local_value: bytes | None, key: str, data: bytes) -> byt
     ))
 
 
-class _SqliteRows:
-    """``RowSource`` and ``RowTarget`` on a SQLite metadata database."""
+class SqlRows:
+    """What both dialects' ``RowSource``/``RowTarget`` share: the statements alike on
+    SQLite and PostgreSQL (``_mark``: the connection's placeholder)."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    _mark = "?"
+
+    def __init__(self, db: Any) -> None:
         self._db = db
-
-    def rows(self, table: str, columns: Sequence[str], where: str) -> Iterable[Sequence[Any]]:
-        return self._db.execute(f"SELECT {', '.join(columns)} FROM {table}{where}")
-
-    def segment_sequence(self) -> int:
-        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='segments'").fetchone()
-        return int(row[0]) if row else 0
 
     def used(self) -> int:
         return int(self._db.execute("SELECT (SELECT count(*) FROM segments) + (SELECT count(*) FROM directories)"
                                     " + (SELECT count(*) FROM chunks)").fetchone()[0])
+
+    def store_value(self, key: str) -> bytes | None:
+        row = self._db.execute(f"SELECT value FROM store WHERE key = {self._mark}", (key,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def orphan_chunk(self) -> int | None:
+        row = self._db.execute("SELECT segment_id FROM chunks WHERE segment_id NOT IN "
+                               "(SELECT id FROM segments) LIMIT 1").fetchone()
+        return int(row[0]) if row else None
+
+
+class _SqliteRows(SqlRows):
+    """``RowSource`` and ``RowTarget`` on a SQLite metadata database."""
+
+    def rows(self, table: str, columns: Sequence[str], where: str) -> Iterable[Sequence[Any]]:
+        return self._db.execute(f"SELECT {', '.join(columns)} FROM {table}{where}")  # type: ignore[no-any-return]
+
+    def segment_sequence(self) -> int:
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name='segments'").fetchone()
+        return int(row[0]) if row else 0
 
     def insert(self, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
         try:
@@ -271,15 +287,6 @@ class _SqliteRows:
                              f"({', '.join('?' * len(columns))})", values)
         except sqlite3.IntegrityError as e:
             raise ValueError(str(e)) from None
-
-    def store_value(self, key: str) -> bytes | None:
-        row = self._db.execute("SELECT value FROM store WHERE key=?", (key,)).fetchone()
-        return bytes(row[0]) if row else None
-
-    def orphan_chunk(self) -> int | None:
-        row = self._db.execute("SELECT segment_id FROM chunks WHERE segment_id NOT IN "
-                               "(SELECT id FROM segments) LIMIT 1").fetchone()
-        return int(row[0]) if row else None
 
     def raise_sequence(self, sequence: int) -> None:
         self._db.execute("UPDATE sqlite_sequence SET seq=max(seq, ?) WHERE name='segments'", (sequence,))
