@@ -53,7 +53,7 @@ from tierfs.contracts.errors import InvalidArgumentError
 from tierfs.server.append_socket import serve_append_listener, serve_append_socket
 from tierfs.server.credentials import PeerCheck, TcpCredentials
 from tierfs.server.follow_stream import FollowStreams
-from tierfs.server.http_api import BearerTokenAuth, WholeRequestRead, build_app
+from tierfs.server.http_api import BearerTokenAuth, WholeRequestRead, api_routes
 from tierfs.server.listeners import server_context
 from tierfs.server.reads import ReadRoutes
 from tierfs.server.stream_socket import serve_stream_socket
@@ -110,7 +110,8 @@ async def serve(
         sock.unlink(missing_ok=True)
         _raise_descriptor_limit()
         streams = FollowStreams(store)
-        app = build_app(store, streams)
+        routes = api_routes(store, streams)
+        app = WholeRequestRead(routes)  # build_app's, sharing its routes with the TCP listener
         reads = ReadRoutes(store, streams)  # the follow socket's route
         shutdown = trio.Event()
         try:
@@ -118,7 +119,7 @@ async def serve(
                 await nursery.start(streams.run)
                 credentials = TcpCredentials(load_or_create_token(data_dir), peers) if listen else None
                 if credentials is not None and listen:
-                    authed = WholeRequestRead(BearerTokenAuth(app, credentials))
+                    authed = WholeRequestRead(BearerTokenAuth(routes, credentials))
                     tcp = _hypercorn_config(listen, config.tls_cert_path, config.tls_key_path)
                     await nursery.start(_serve_one, authed, tcp, shutdown)
                 if append_listener is not None and credentials is not None:

@@ -74,6 +74,12 @@ register_url_convertor("name", NameConvertor())
 def build_app(store: ServedStore, streams: FollowStreams | None = None) -> ASGIApp:
     """The API over ``store``; ``streams`` holds its streaming follows (the daemon keeps
     it to end them when it stops)."""
+    return WholeRequestRead(api_routes(store, streams))
+
+
+def api_routes(store: ServedStore, streams: FollowStreams | None = None) -> ASGIApp:
+    """The API's routes over ``store``, without ``WholeRequestRead`` (the daemon puts the
+    TCP listener's ``BearerTokenAuth`` inside it, so a refusal waits for the body too)."""
     segments, reads = SegmentRoutes(store), ReadRoutes(store, streams or FollowStreams(store))
     routes = [
         Route("/v1/health", segments.health),
@@ -82,10 +88,10 @@ def build_app(store: ServedStore, streams: FollowStreams | None = None) -> ASGIA
         Route("/v1/segments/{path:name}", reads.read, methods=["GET"]),
         *operation_routes(store),
     ]
-    return WholeRequestRead(ForwardedMarker(Starlette(
+    return ForwardedMarker(Starlette(
         routes=routes,
         exception_handlers={TierFSError: tierfs_error, Exception: unexpected_error},
-    )))
+    ))
 
 
 class WholeRequestRead:
