@@ -78,7 +78,7 @@ class ConnectionPool:
     """Autocommit connections to one database, lent with a schema (see the module docstring)."""
 
     def __init__(self, url: str, size: int = POOL_CONNECTIONS, connect_timeout_s: float = 10.0,
-                 wait_s: float = POOL_WAIT_S) -> None:
+                 wait_s: float = POOL_WAIT_S, lane: str = STATEMENTS_LANE) -> None:
         self.url = url
         self.description = redacted_url(url)
         self.size = size
@@ -87,7 +87,7 @@ class ConnectionPool:
         self._idle: list[tuple[Any, str | None]] = []  # (connection, its search_path), newest last
         self._open = 0
         self._users = 0
-        self.lane = STATEMENTS_LANE
+        self.lane = lane
         self._closed = False
         self._changed = threading.Condition()
 
@@ -195,8 +195,7 @@ def join(url: str, connect_timeout_s: float = 10.0, lane: str = STATEMENTS_LANE)
     with _pools_lock:
         pool = _pools.get((base, lane))
         if pool is None:
-            pool = _pools[base, lane] = ConnectionPool(base, LANE_CONNECTIONS[lane], connect_timeout_s)
-            pool.lane = lane
+            pool = _pools[base, lane] = ConnectionPool(base, LANE_CONNECTIONS[lane], connect_timeout_s, lane=lane)
         pool._users += 1
     return pool, schema
 
