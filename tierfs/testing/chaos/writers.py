@@ -10,8 +10,8 @@ mounted file; a PD or tier2 write returns once durable).
 
 Every ``ROTATE_EVERY`` acknowledged records a writer goes on in a new segment
 (``<segment>.<n>``, created through the API as logs rotate), so creations meet every
-fault too; an append that failed is followed by a create of its segment (one a fault
-took back, with nothing acknowledged in it, is created anew; an existing one is left).
+fault too; an append refused because its segment is not there (``missing``: a creation a fault
+took back, with nothing acknowledged in it) creates the segment anew.
 
 Invariant: a record is acknowledged in the ledger only after its front end said so;
 a writer never sends its next record before the last one was acknowledged or given up
@@ -22,6 +22,7 @@ segment with a record in doubt.
 from __future__ import annotations
 
 import abc
+import errno
 import os
 import random
 import subprocess
@@ -31,7 +32,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tierfs.contracts.errors import TierFSError
+from tierfs.contracts.errors import SegmentNotFoundError, TierFSError
 from tierfs.contracts.writers import Writer
 from tierfs.testing.chaos.ledger import Ledger, Record
 
@@ -40,7 +41,8 @@ CLI_TIMEOUT_S = 60.0
 # a killed daemon's writes are given up soon (a pause waits for them), then sent anew
 FSSPEC_RETRY_BUDGET_S = 1.0
 IDLE_TIMEOUT_S = 120.0  # a pause waits this long at most for appends in flight
-ROTATE_EVERY = 100  # acknowledged records per segment before a writer moves to a new one
+ROTATE_EVERY = 400  # acknowledged records per segment before a writer moves to a new one (about one
+# rotation per step among the writers: creations meet every fault, and the store does not fill with segments)
 
 
 class ChaosWriter(threading.Thread, abc.ABC):
@@ -65,6 +67,7 @@ class ChaosWriter(threading.Thread, abc.ABC):
         self.errors: list[str] = []
         self.pending: Record | None = None  # sent, not acknowledged yet
         self.busy = False  # set before ``running`` is looked at: a pause waits for it
+        self.missing = False  # the last append was refused: no such segment (set by ``append``)
 
     def run(self) -> None:
         try:
@@ -86,7 +89,8 @@ class ChaosWriter(threading.Thread, abc.ABC):
                         if self._acked_here >= ROTATE_EVERY:
                             self._rotate()
                         continue
-                    self._create(self.segment)  # a segment a fault took back: created anew
+                    if self.missing and self._create(self.segment):  # a creation a fault took back
+                        self.missing = False
                 finally:
                     self.busy = False
                 time.sleep(RETRY_PAUSE_S)
@@ -188,6 +192,7 @@ class HttpWriter(ChaosWriter):
                                 writer=self._current[1], maybe_landed=True, budget_s=1.0)  # type: ignore[arg-type]
             return True
         except (TierFSError, OSError) as e:
+            self.missing = isinstance(e, SegmentNotFoundError)
             self._reset(e)
             return False
 
@@ -212,6 +217,7 @@ class CliWriter(ChaosWriter):
                               capture_output=True, timeout=CLI_TIMEOUT_S)
         if done.returncode == 0:
             return True
+        self.missing = done.stderr.rstrip().endswith(b"(not_found)")
         self.give_up()  # a CLI process that failed may or may not have appended: never sent again
         return False
 
@@ -235,6 +241,7 @@ class FsspecWriter(ChaosWriter):
             self._file.flush()  # type: ignore[attr-defined]
             return True
         except (TierFSError, OSError, ValueError) as e:
+            self.missing = isinstance(e, (SegmentNotFoundError, FileNotFoundError))
             self._drop(e)
             self.give_up()  # the buffer died with the file: its fate is unknown
             return False
@@ -265,7 +272,8 @@ class MountWriter(ChaosWriter):
                 self._fd = os.open(self._path / self.segment, os.O_WRONLY | os.O_APPEND)
             os.write(self._fd, record.line)
             return True
-        except OSError:
+        except OSError as e:
+            self.missing = e.errno == errno.ENOENT
             self.close()
             self.give_up()
             return False
