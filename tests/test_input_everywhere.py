@@ -197,6 +197,36 @@ def test_remote_read_refuses_negative_like_in_process(daemon: Daemon, tmp_path: 
     client.close()
 
 
+def test_a_read_of_a_directory_or_the_root_fails_the_same_whatever_its_window(daemon: Daemon, tmp_path: Path) -> None:
+    """An empty window (length 0) is no reason to skip the checks: the daemon is asked,
+    and says what the in-process store says (the model test found RemoteStore answering
+    b'' for a directory read with length 0)."""
+    windows = ((0, None), (0, 0), (1, 0), (5, 3))
+
+    async def codes(store: object) -> list[str]:
+        found = []
+        for name in ("dir", "/"):
+            for offset, length in windows:
+                try:
+                    await store.read(name, offset, length)  # type: ignore[attr-defined]
+                    found.append("success")
+                except TierFSError as e:
+                    found.append(e.code)
+        return found
+
+    async def in_process() -> list[str]:
+        async with open_store(small_config(tmp_path / "local")) as store:
+            await store.create("dir/s", make_parents=True)
+            return await codes(store)
+
+    client = daemon.client()
+    if "dir" not in {e.name for e in client.ls("")}:
+        client.create("dir/s", parents=True)
+    expected = ["is_a_directory"] * len(windows) + ["invalid_name"] * len(windows)
+    assert trio.run(codes, RemoteStore(client)) == trio.run(in_process) == expected
+    client.close()
+
+
 def test_percent_encoded_names_are_not_decoded_twice(daemon: Daemon) -> None:
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.data_dir / "tierfs.sock")),
                       base_url="http://tierfs") as http:

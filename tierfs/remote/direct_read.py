@@ -281,8 +281,8 @@ def read_directly(direct: DirectChunkReader, client: TierClient, name: str, offs
     errors), the flushed part read from the chunks here, the rest through the daemon."""
     check_read_window(offset, length)
     info = client.stat(name)
-    if not isinstance(info, SegmentInfo):  # the daemon gives the directory's error
-        return client.read(name, offset, None if length is None else offset + length, unconfirmed)
+    if not isinstance(info, SegmentInfo):  # the daemon's error for it, whatever the window
+        return client.read(name, offset, None, unconfirmed)
     limit = info.appended_length if unconfirmed else info.length
     if offset > limit:
         raise OffsetOutOfRangeError(name, offset, limit)

@@ -70,10 +70,11 @@ class RemoteStore:
     async def read(self, name: str, offset: int = 0, length: int | None = None, *, unconfirmed: bool = False) -> bytes:
         check_read_window(offset, length)
         info = await self.stat(name)
-        if isinstance(info, SegmentInfo):
-            limit = info.appended_length if unconfirmed else info.length
-            if offset > limit:
-                raise OffsetOutOfRangeError(name, offset, limit)
+        if not isinstance(info, SegmentInfo):  # the daemon's error for it, whatever the window
+            return await self._call(lambda: self.client.read(name, offset, None, unconfirmed))
+        limit = info.appended_length if unconfirmed else info.length
+        if offset > limit:
+            raise OffsetOutOfRangeError(name, offset, limit)
         end = None if length is None else offset + length
         return await self._call(lambda: self.client.read(name, offset, end, unconfirmed))
 
