@@ -34,7 +34,7 @@ setup(
         "hypercorn>=0.16,<0.20",
         "starlette>=0.37,<2",
         "httpx>=0.27,<0.30",
-        "h11>=0.14,<0.17",  # tierfs.testing.fault_proxy (already there through httpx and hypercorn)
+        "h11>=0.14,<0.17",  # tierfs.testing.faults.fault_proxy (already there through httpx and hypercorn)
         "prometheus-client>=0.20,<1",
         "pyfuse3>=3.3,<4",  # needs libfuse3-dev and pkg-config to build (dev.sh installs them)
         "psycopg[binary]>=3.2,<3.4",  # --metadata postgresql://... (imported only then)

@@ -1,7 +1,7 @@
 """S3 faults benchmark: cold reads through a fault-injecting proxy next to fault-free ones,
 and every acknowledged byte read back.
 
-s3rver and three fault proxies (``tierfs.testing.fault_proxy``, each a process): *write*
+s3rver and three fault proxies (``tierfs.testing.faults.fault_proxy``, each a process): *write*
 and *faulty* inject 10 % 503 SlowDown, 2 % resets mid-body and 2 % stalls of 10 s;
 *clean* none. Through *write*: a segment of ``--size-mib`` (128) MiB by 1 MiB VD appends,
 flushed; then an outage of ``--outage-s`` (10), *write* resetting every
@@ -42,8 +42,8 @@ FAULTS = {"--slowdown": 0.10, "--reset": 0.02, "--stall": 0.02, "--stall-s": 10.
 @contextmanager
 def fault_proxy(upstream: str, faults: bool, seed: int, counters: dict[str, int], log_path: Path,
                 outage_s: float = 0.0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``tierfs.testing.fault_proxy`` in its own process: (its URL, the process); its counters."""
-    command = [sys.executable, "-m", "tierfs.testing.fault_proxy", upstream, "--seed", str(seed), "--outage-s",
+    """``tierfs.testing.faults.fault_proxy`` in its own process: (its URL, the process); its counters."""
+    command = [sys.executable, "-m", "tierfs.testing.faults.fault_proxy", upstream, "--seed", str(seed), "--outage-s",
                str(outage_s), *(str(word) for option in FAULTS.items() if faults for word in option)]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)

@@ -28,8 +28,8 @@ from tierfs.contracts.writers import Writer
 from tierfs.remote.client import TierClient
 from tierfs.remote.exactly_once import BytesPayload, append_exactly_once
 from tierfs.remote.remote_store import RemoteStore
+from tierfs.testing.faults.lossy_proxy import AnswerDroppingProxy
 from tierfs.testing.harness import Daemon, start_daemon
-from tierfs.testing.lossy_proxy import AnswerDroppingProxy
 
 MiB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""The power-loss layer (``tierfs.testing.lazyfs``) the chaos harness puts under a data
+"""The power-loss layer (``tierfs.testing.faults.lazyfs``) the chaos harness puts under a data
 dir: unsynced writes are seen by every reader until the power cut and then gone,
 whether the file was closed and forgotten by the kernel meanwhile or not; synced bytes,
 and names, survive; a deleted file's unsynced writes never show in a new file."""

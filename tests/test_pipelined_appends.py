@@ -23,8 +23,8 @@ from tierfs.contracts.datadir import append_socket_path
 from tierfs.contracts.errors import BadOffsetError, SegmentSealedError
 from tierfs.contracts.reports.info import SegmentInfo
 from tierfs.remote.append_pipeline import AppendPipeline
+from tierfs.testing.faults.lossy_proxy import AnswerDroppingProxy, UnixSocketProxy, close_both
 from tierfs.testing.harness import Daemon, start_daemon
-from tierfs.testing.lossy_proxy import AnswerDroppingProxy, UnixSocketProxy, close_both
 
 WAIT_S = 30.0
 

@@ -19,7 +19,7 @@ from tierfs import open_store
 from tierfs.contracts.errors import DataCorruptionError
 from tierfs.engine.tier2.chunk_storage import ChunkStorage
 from tierfs.store.facade import SegmentStore
-from tierfs.testing.fault_proxy import FaultProxy, Faults
+from tierfs.testing.faults.fault_proxy import FaultProxy, Faults
 from tierfs.testing.harness import small_config
 from tierfs.testing.storages import CountingStorage
 

@@ -21,7 +21,7 @@ from tierfs.contracts.operations import FLUSH, FSCK
 from tierfs.engine.tier2 import chunk_storage as chunkstore
 from tierfs.remote import client as client_module
 from tierfs.store.fsck import fsck
-from tierfs.testing.fault_proxy import FaultProxy, Faults
+from tierfs.testing.faults.fault_proxy import FaultProxy, Faults
 from tierfs.testing.harness import small_config, start_daemon
 
 KiB = 1 << 10

@@ -37,6 +37,7 @@ environment:
                       TIERFS_FLUSH_INTERVAL_S=500ms (sizes and durations take units)
   TIERFS_JOURNAL_AIO  0: the journal syncs from a thread instead of through Linux native AIO
   TIERFS_CRASH_AT     tests only: the daemon kills itself at that crash point
+  TIERFS_WARM_START   tests only: 1: the test harness forks its daemons from a warm interpreter
   XDG_DATA_HOME       the default data dir's parent
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ...: S3 credentials/endpoint
   PYSPARK_PYTHON, SPARK_LOCAL_IP: Spark (tierfs fills them in for local sessions)"""

@@ -10,7 +10,8 @@
 Invariants:
 
 - Every process runs ``python -m tierfs.cli --data-dir D [--config F] [-v] COMMAND``
-  with this interpreter, so it runs the same tierfs as the caller.
+  with this interpreter, so it runs the same tierfs as the caller (forked from a warm
+  interpreter with ``TIERFS_WARM_START=1``: ``warm_start``).
 - When ``start_daemon`` or ``Mount(...)`` returns, the process is ready (its socket
   answers ``/v1/health``; for a mount, the mount point is mounted as well). Otherwise
   the process has been killed and ``HarnessError`` says why, with the end of its
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from tierfs.contracts.config import StoreConfig
+from tierfs.testing import warm_start
+from tierfs.testing.warm_start import Process
 
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
@@ -134,7 +137,7 @@ def process_environment(
 
 def wait_for_mount(
     mountpoint: Path,
-    proc: subprocess.Popen[bytes],
+    proc: Process,
     *,
     also_exists: Path | None = None,
     timeout_s: float = START_TIMEOUT_S,
@@ -161,7 +164,7 @@ def _close_dropped_clients() -> None:
     gc.collect()
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def _kill(proc: Process) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait()
@@ -196,7 +199,7 @@ class TierProcess:
             open(log_path, "w+b") if log_path is not None else tempfile.TemporaryFile()
         )
         self._final_stderr: str | None = None
-        self.proc = subprocess.Popen(
+        self.proc: Process = warm_start.start(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
             env=process_environment(env, drop_tierfs=drop_tierfs_env),
         )
@@ -235,7 +238,7 @@ class TierProcess:
         """Wait for the process to exit by itself; its exit code and whole stderr.
         Killed, and ``HarnessError``, if it is still running after ``timeout_s``."""
         try:
-            self.proc.wait(timeout=timeout_s)
+            code = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill(self.proc)
             self._finish()
@@ -244,7 +247,7 @@ class TierProcess:
                 f"{self.stderr_tail()}"
             ) from None
         self._finish()
-        return self.proc.returncode, self.stderr_text()
+        return code, self.stderr_text()
 
     def kill9(self) -> None:
         """SIGKILL, as a crash or an operator's ``kill -9``; waits until it is gone."""

@@ -261,7 +261,7 @@ def s3_faults(chaos: Chaos) -> None:
     a while; appends go on, flushes catch up, nothing is lost."""
     if chaos.s3 is None:
         return kill9(chaos)
-    from tierfs.testing.fault_proxy import Faults
+    from tierfs.testing.faults.fault_proxy import Faults
 
     proxy = chaos.s3.proxy
     proxy.faults = Faults(slowdown_rate=0.2, reset_rate=0.05, stall_rate=0.02, stall_s=1.0)
@@ -304,7 +304,7 @@ def lost_answers(chaos: Chaos) -> None:
 
     from tierfs.remote.client import TierClient
     from tierfs.remote.remote_store import RemoteStore
-    from tierfs.testing.lossy_proxy import AnswerDroppingProxy
+    from tierfs.testing.faults.lossy_proxy import AnswerDroppingProxy
 
     segment = f"chaos/identical-{chaos.copies}"
     chaos.copies += 1

@@ -2,9 +2,9 @@
 
 - ``Host``: one ``tierfs serve`` on a data dir (``start``, ``kill9``, ``stop``), its
   TOML settings, a client; the data dir on the power-loss layer (``LazyLayer``:
-  ``tierfs.testing.lazyfs``) when asked; tier-2 a local directory or S3.
+  ``tierfs.testing.faults.lazyfs``) when asked; tier-2 a local directory or S3.
 - ``S3Tier2``: moto's S3 server on 127.0.0.1, behind the fault-injecting proxy
-  (``tierfs.testing.fault_proxy``), with a bucket of the run's own.
+  (``tierfs.testing.faults.fault_proxy``), with a bucket of the run's own.
 
 Invariant: everything started here is stopped by ``close`` (daemons, mounts, servers),
 also after a failure, so a run leaves no process or mount behind.
@@ -30,7 +30,7 @@ READY_TIMEOUT_S = 30.0
 
 
 class LazyLayer:
-    """``tierfs.testing.lazyfs`` serving ``backing`` at ``mountpoint``."""
+    """``tierfs.testing.faults.lazyfs`` serving ``backing`` at ``mountpoint``."""
 
     def __init__(self, backing: Path, mountpoint: Path) -> None:
         self.backing, self.mountpoint = backing, mountpoint
@@ -41,7 +41,7 @@ class LazyLayer:
 
     def start(self) -> None:
         self.full = False
-        self.proc = subprocess.Popen([sys.executable, "-m", "tierfs.testing.lazyfs", str(self.backing),
+        self.proc = subprocess.Popen([sys.executable, "-m", "tierfs.testing.faults.lazyfs", str(self.backing),
                                       str(self.mountpoint)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -88,7 +88,7 @@ class S3Tier2:
     def __init__(self, root: Path, seed: int) -> None:
         import boto3
 
-        from tierfs.testing.fault_proxy import FaultProxy
+        from tierfs.testing.faults.fault_proxy import FaultProxy
 
         self.port = free_port()
         env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")

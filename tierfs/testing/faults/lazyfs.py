@@ -1,6 +1,6 @@
 """A file layer that loses what was not synced: power loss for tests, as LazyFS does.
 
-``python -m tierfs.testing.lazyfs BACKING MOUNTPOINT`` mounts ``BACKING`` at
+``python -m tierfs.testing.faults.lazyfs BACKING MOUNTPOINT`` mounts ``BACKING`` at
 ``MOUNTPOINT`` (FUSE, pyfuse3 on trio). Names (create, rename, unlink, mkdir) go to the
 backing directory at once; file *data* does not: every write and truncate is kept in
 memory, per file, until an ``fsync``/``fdatasync`` of that file applies them to the
@@ -435,7 +435,7 @@ async def serve(backing: Path, mountpoint: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tierfs.testing.lazyfs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tierfs.testing.faults.lazyfs", description=__doc__.split("\n")[0])
     parser.add_argument("backing", type=Path)
     parser.add_argument("mountpoint", type=Path)
     args = parser.parse_args(argv)

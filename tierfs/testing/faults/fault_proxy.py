@@ -27,7 +27,7 @@ Invariants:
 - ``FaultProxy`` runs its own trio loop in a daemon thread; ``faults`` is replaced
   whole (a frozen dataclass), so a change applies from the next request on. Counters
   are plain integers read by other threads (safe under the GIL).
-- ``python -m tierfs.testing.fault_proxy UPSTREAM [--slowdown R ...]`` runs one in the
+- ``python -m tierfs.testing.faults.fault_proxy UPSTREAM [--slowdown R ...]`` runs one in the
   foreground (benchmarks use a separate process so the proxy never competes with the
   code under test for the GIL); it prints ``listening on 127.0.0.1:PORT`` once ready,
   starts an outage of ``--outage-s`` on SIGUSR1 and, on SIGTERM or SIGINT, prints its
@@ -371,7 +371,7 @@ class FaultProxy:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tierfs.testing.fault_proxy", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tierfs.testing.faults.fault_proxy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("upstream", help="the S3 server, http://HOST:PORT")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
