@@ -98,6 +98,7 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/
 # where PYTHONDONTWRITEBYTECODE is set (many container images) none of them writes what it
 # compiled, so each would compile tierfs again (~0.15 CPU-s per daemon). pip compiled the venv.
 .venv/bin/python -m compileall -q -j 0 -x node_modules tierfs fuse fsspec_impl examples benchmarks tests >/dev/null
+.venv/bin/python tests/pyspark_bytecode.py  # the same for PySpark's zip, which Spark's Python processes import
 case "$mode" in
   demo)
     exec .venv/bin/python examples/pipeline.py
