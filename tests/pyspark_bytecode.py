@@ -36,10 +36,11 @@ def spark_zips() -> list[Path]:
     return sorted((Path(spec.origin).parent / "python" / "lib").glob("*.zip"))
 
 
-def _pyc(source: bytes, info: zipfile.ZipInfo) -> bytes:
+def _pyc(source: bytes, info: zipfile.ZipInfo, path: Path) -> bytes:
     """The zip importer's ``.pyc`` for ``source``: magic, flags 0 (checked against the
-    source's time and size, both as the zip records them), then the code."""
-    code = compile(source, info.filename, "exec", dont_inherit=True)
+    source's time and size, both as the zip records them), then the code, compiled under
+    the name the zip importer gives it (tracebacks read the same)."""
+    code = compile(source, f"{path}{os.sep}{info.filename}", "exec", dont_inherit=True)
     mtime_s = int(time.mktime((*info.date_time, 0, 0, -1)))  # as zipimport reads a DOS time
     return (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") + (mtime_s & 0xFFFFFFFF).to_bytes(4, "little")
             + (len(source) & 0xFFFFFFFF).to_bytes(4, "little") + marshal.dumps(code))
@@ -59,7 +60,7 @@ def add_bytecode(path: Path) -> bool:
                     zip_out.writestr(info, data)
                     if info.filename.endswith(".py") and info.filename + "c" not in names:
                         try:
-                            compiled = _pyc(data, info)
+                            compiled = _pyc(data, info, path)
                         except (SyntaxError, ValueError):  # left to the source, as before
                             continue
                         zip_out.writestr(zipfile.ZipInfo(info.filename + "c", info.date_time), compiled)

@@ -10,14 +10,17 @@ from pathlib import Path
 
 from pyspark_bytecode import add_bytecode
 
-MODULE = "VALUE = sum(range(10))\n"
+MODULE = "VALUE = sum(range(10))\n\n\ndef where():\n    return where.__code__.co_filename\n"
 
 
 def _imported(zip_path: Path) -> tuple[str, str]:
-    done = subprocess.run([sys.executable, "-c", "import m; print(m.__file__); print(m.VALUE)"],
+    """(the module's file, its VALUE) as imported from ``zip_path``; its code carries the
+    name a traceback shows, which compiled code must keep."""
+    done = subprocess.run([sys.executable, "-c", "import m; print(m.__file__); print(m.VALUE); print(m.where())"],
                           env={"PYTHONPATH": str(zip_path)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    where, value = done.stdout.split()
+    where, value, code_name = done.stdout.split()
+    assert code_name == f"{zip_path}/m.py"
     return where, value
 
 
@@ -44,7 +47,7 @@ def test_code_that_does_not_match_its_source_is_not_used(tmp_path: Path) -> None
         info = compiled.getinfo("m.py")
     changed = tmp_path / "changed.zip"
     with zipfile.ZipFile(changed, "w") as out:  # a new source of another size, the old code
-        out.writestr(info, "VALUE = 7 * 6\n")
+        out.writestr(info, "VALUE = 7 * 6\n\n\ndef where():\n    return where.__code__.co_filename\n")
         out.writestr(zipfile.ZipInfo("m.pyc", info.date_time), code)
     assert _imported(changed) == (f"{changed}/m.py", "42")
 
