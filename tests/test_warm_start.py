@@ -96,3 +96,21 @@ def test_the_server_ends_with_its_caller(tmp_path: Path) -> None:
     while Path(directory).exists():
         assert time.monotonic() < deadline, f"the warm-start server {pid} outlived its caller"
         time.sleep(0.02)
+
+
+def test_a_server_that_cannot_start_is_tried_once_then_new_interpreters_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tries = []
+
+    class Failing:
+        def __init__(self) -> None:
+            tries.append(1)
+            raise OSError("no pidfds here")
+
+    monkeypatch.setattr(warm_start, "_Server", Failing)
+    monkeypatch.setattr(warm_start, "_server", None)
+    monkeypatch.setattr(warm_start, "_unavailable_in", None)
+    for _ in range(2):
+        proc, code, out, _ = _run([*CLI, "--version"], tmp_path)
+        assert isinstance(proc, subprocess.Popen) and code == 0 and out
+    assert tries == [1]

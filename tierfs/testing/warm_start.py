@@ -153,10 +153,14 @@ class _Server:
         )
         assert self.proc.stdout is not None
         ready = self.proc.stdout.readline()
-        if ready != b"ready\n":
+        try:
+            if ready != b"ready\n":
+                raise OSError(f"the warm-start server did not start ({ready!r})")
+            os.close(os.pidfd_open(self.proc.pid))  # a kernel without pidfds: no warm start
+        except OSError:
             self.proc.kill()
             self.proc.wait()
-            raise OSError(f"the warm-start server did not start ({ready!r})")
+            raise
 
     def fork(self, argv: Sequence[str], env: Mapping[str, str], fds: list[int]) -> WarmProcess:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -175,7 +179,11 @@ class _Server:
             if word != "pid":
                 raise OSError(f"the warm-start server could not fork: {value}")
             pid = int(value)
-            pidfd = os.pidfd_open(pid)  # before the exit line is read, so not yet reaped
+            try:
+                pidfd = os.pidfd_open(pid)  # before the exit line is read, so not yet reaped
+            except OSError:
+                os.kill(pid, signal.SIGKILL)  # never a second process for this command
+                raise
             return WarmProcess(argv, pid, connection, pidfd)
         except BaseException:
             connection.close()
@@ -183,6 +191,7 @@ class _Server:
 
 
 _server: _Server | None = None
+_unavailable_in: int | None = None  # the process whose server could not start
 
 
 def _can_fork(argv: Sequence[str], streams: Sequence[Stream]) -> bool:
@@ -195,11 +204,14 @@ def start(argv: Sequence[str], *, env: Mapping[str, str], stdin: Stream = None, 
           stderr: Stream = None) -> Process:
     """``subprocess.Popen(argv, env=env, stdin=..., stdout=..., stderr=...)``, forked
     from the warm server where it can be (see the module docstring)."""
-    global _server
-    if _can_fork(argv, (stdin, stdout, stderr)):
+    global _server, _unavailable_in
+    if _can_fork(argv, (stdin, stdout, stderr)) and _unavailable_in != os.getpid():
         try:
             if _server is None or _server.owner_pid != os.getpid() or _server.proc.poll() is not None:
+                _server = None
+                _unavailable_in = os.getpid()  # until it answers: one try per process
                 _server = _Server()
+                _unavailable_in = None
             if _startup_environment(env) == _server.environment:
                 opened = [_fd(stream, inherited) for inherited, stream in enumerate((stdin, stdout, stderr))]
                 try:
