@@ -39,6 +39,9 @@ def test_a_forked_command_prints_and_exits_as_a_new_interpreter(tmp_path: Path) 
         proc, code, out, err = _run([*CLI, *argv], tmp_path)
         assert isinstance(proc, warm_start.WarmProcess)
         assert (code, out, err) == (fresh.returncode, fresh.stdout, fresh.stderr), argv
+    for _ in range(20):  # exiting at once, before its caller has its pid: still run once
+        _, code, out, err = _run([*CLI, "nonsense"], tmp_path)
+        assert (code, out, err) == (fresh.returncode, fresh.stdout, fresh.stderr)
 
 
 def test_a_forked_command_gets_its_own_environment_and_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,8 +23,10 @@ Invariants:
   child), and forks only for the process that started it. It exits when that process
   ends (its stdin closes); children still running are the caller's to stop, as with
   ``subprocess``.
-- Signals go through a pidfd opened while the child could not yet have been reaped,
-  so a signal never reaches a later process that reused the pid.
+- Signals go through a pidfd the server opens right after the fork, before it can
+  reap the child, and passes with the pid: a signal never reaches a later process
+  that reused the pid, and a command that exits at once is never taken for one that
+  did not start (which would run it a second time as a new interpreter).
 - No pytest: imported by the harness, which tierfs users import without test extras.
 """
 
@@ -156,7 +158,7 @@ class _Server:
         try:
             if ready != b"ready\n":
                 raise OSError(f"the warm-start server did not start ({ready!r})")
-            os.close(os.pidfd_open(self.proc.pid))  # a kernel without pidfds: no warm start
+            os.close(os.pidfd_open(self.proc.pid))  # a kernel without pidfds: no fork, ever
         except OSError:
             self.proc.kill()
             self.proc.wait()
@@ -169,22 +171,12 @@ class _Server:
             request = json.dumps({"argv": list(argv[3:]), "env": dict(env), "cwd": os.getcwd()}).encode()
             socket.send_fds(connection, [request], fds)
             connection.shutdown(socket.SHUT_WR)
-            answer = b""
-            while not answer.endswith(b"\n"):
-                data = connection.recv(64)
-                if not data:
-                    raise OSError("the warm-start server closed the connection")
-                answer += data
-            word, value = answer.decode().split()
-            if word != "pid":
-                raise OSError(f"the warm-start server could not fork: {value}")
-            pid = int(value)
-            try:
-                pidfd = os.pidfd_open(pid)  # before the exit line is read, so not yet reaped
-            except OSError:
-                os.kill(pid, signal.SIGKILL)  # never a second process for this command
-                raise
-            return WarmProcess(argv, pid, connection, pidfd)
+            answer, fds, _, _ = socket.recv_fds(connection, 64, 1)
+            if not answer.endswith(b"\n") or len(fds) != 1:  # not forked (one message, or none)
+                for fd in fds:
+                    os.close(fd)
+                raise OSError(f"the warm-start server did not fork: {answer!r}")
+            return WarmProcess(argv, int(answer.split()[1]), connection, fds[0])
         except BaseException:
             connection.close()
             raise
@@ -274,8 +266,18 @@ def _serve(socket_path: str) -> dict[str, Any]:
                         return request
                     for fd in request["fds"]:
                         os.close(fd)
-                    connection.sendall(f"pid {pid}\n".encode())
                     waiting[pid] = connection
+                    # the child's pidfd goes with its pid: opened here, before this loop
+                    # can reap it, so it names this child even if it has exited already
+                    try:
+                        pidfd = os.pidfd_open(pid)
+                    except OSError:
+                        os.kill(pid, signal.SIGKILL)  # never run twice: the caller starts it anew
+                        raise
+                    try:
+                        socket.send_fds(connection, [f"pid {pid}\n".encode()], [pidfd])
+                    finally:
+                        os.close(pidfd)
                     continue
                 connection.close()
 
