@@ -49,8 +49,7 @@ def _pyc(source: bytes, info: zipfile.ZipInfo, path: Path) -> bytes:
 def add_bytecode(path: Path) -> bool:
     """Rewrite ``path`` with a ``.pyc`` beside each ``.py``; False if it had some."""
     with zipfile.ZipFile(path) as zip_in:
-        names = set(zip_in.namelist())
-        if any(name.endswith(".pyc") for name in names):
+        if any(name.endswith(".pyc") for name in zip_in.namelist()):
             return False
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         try:
@@ -58,7 +57,7 @@ def add_bytecode(path: Path) -> bool:
                 for info in zip_in.infolist():
                     data = zip_in.read(info)
                     zip_out.writestr(info, data)
-                    if info.filename.endswith(".py") and info.filename + "c" not in names:
+                    if info.filename.endswith(".py"):
                         try:
                             compiled = _pyc(data, info, path)
                         except (SyntaxError, ValueError):  # left to the source, as before

@@ -41,7 +41,6 @@ from typing import IO, TYPE_CHECKING
 
 from tierfs.contracts.config import StoreConfig
 from tierfs.testing import warm_start
-from tierfs.testing.warm_start import Process
 
 if TYPE_CHECKING:
     from tierfs.remote.client import TierClient
@@ -137,7 +136,7 @@ def process_environment(
 
 def wait_for_mount(
     mountpoint: Path,
-    proc: Process,
+    proc: warm_start.Process,
     *,
     also_exists: Path | None = None,
     timeout_s: float = START_TIMEOUT_S,
@@ -164,7 +163,7 @@ def _close_dropped_clients() -> None:
     gc.collect()
 
 
-def _kill(proc: Process) -> None:
+def _kill(proc: warm_start.Process) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait()
@@ -199,7 +198,7 @@ class TierProcess:
             open(log_path, "w+b") if log_path is not None else tempfile.TemporaryFile()
         )
         self._final_stderr: str | None = None
-        self.proc: Process = warm_start.start(
+        self.proc: warm_start.Process = warm_start.start(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
             env=process_environment(env, drop_tierfs=drop_tierfs_env),
         )

@@ -38,9 +38,9 @@ Invariants:
   due by age (``_next_pass_s``); the loop sleeps until then. Every other trigger wakes
   it (a requested flush, ``flush_bytes`` reached, a finished flush), and a segment that
   turns dirty after a pass comes due no sooner than a flush interval after it, which is
-  when the next pass comes at the latest: an idle store wakes once a flush interval
-  (it woke 20 times a second, 2 % of a core in every idle daemon). A pass grows with
-  the dirty segments, a batch with its segments, never with the store.
+  when the next pass comes at the latest: an idle store's loop wakes once a flush
+  interval. A pass grows with the dirty segments, a batch with its segments, never
+  with the store.
 """
 
 from __future__ import annotations
@@ -231,8 +231,7 @@ class StorageWriter:
                 task_status.started()
                 await self._truncate_journal()  # files a previous run left fully flushed
                 while True:
-                    # asleep until the next pass can come due (at most a flush interval
-                    # ahead): an idle store wakes once a flush interval, not every tick
+                    # asleep until the next pass can come due (at most a flush interval ahead)
                     with trio.move_on_at(max(self._next_pass_s, monotonic_s() + TICK_S)):
                         await self._wakeup.wait()
                     woken = self._wakeup.is_set()
