@@ -139,7 +139,7 @@ class _AnswerBroken(Exception):
 
 def _close_now(stream: trio.abc.Stream) -> None:
     """Close ``stream``'s socket without waiting (a TLS goodbye is not owed to a broken peer)."""
-    while isinstance(stream, trio.SSLStream):
+    if isinstance(stream, trio.SSLStream):
         stream = stream.transport_stream
     if isinstance(stream, trio.SocketStream):
         stream.socket.close()

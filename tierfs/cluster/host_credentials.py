@@ -36,9 +36,9 @@ CACHE_S = 2.0
 MISS_REREAD_S = 0.2
 
 
-def token_digest(token: str) -> str:
+def token_digest(token: str | bytes) -> str:
     """What the registry keeps of a daemon's token (hex SHA-256)."""
-    return hashlib.sha256(token.encode()).hexdigest()
+    return hashlib.sha256(token.encode() if isinstance(token, str) else token).hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,5 +93,5 @@ class PeerRegistry:
 
     def _matches(self, daemon_id: str, token: bytes) -> bool:
         expected = self._digests.get(daemon_id)
-        given = hashlib.sha256(token).hexdigest()
+        given = token_digest(token)
         return expected is not None and hmac.compare_digest(given, expected)

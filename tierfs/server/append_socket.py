@@ -58,9 +58,9 @@ import trio
 from tierfs.cluster.forwarding import forwarded_request
 from tierfs.contracts.error_wire import error_details
 from tierfs.contracts.errors import AppendTooLargeError, InvalidArgumentError, TierFSError
-from tierfs.contracts.operations import FORWARDED_HEADER, HOST_HEADER
+from tierfs.contracts.operations import FORWARDED_HEADER
 from tierfs.contracts.writers import WriterSeq
-from tierfs.server.credentials import UNAUTHORIZED_MESSAGE, TcpCredentials
+from tierfs.server.credentials import TcpCredentials
 from tierfs.server.listeners import TlsSocket, serve_listening_socket, serve_unix_socket
 from tierfs.server.statuses import STATUS_BY_CODE, error_response
 from tierfs.store.served import ServedStore
@@ -121,9 +121,9 @@ class AppendRequest:
 class Refusal(Exception):
     """A request refused before its body was read: answered, then the connection ends."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.status, self.code = status, code
+        self.status, self.code, self.details = status, code, details
 
 
 class AppendConnection:
@@ -156,7 +156,7 @@ class AppendConnection:
                 request = await self._next_request()
             except Refusal as refusal:
                 if await self._after_previous():  # answers go out in order
-                    await self._send(_error_answer(refusal.code, str(refusal), status=refusal.status))
+                    await self._send(_error_answer(refusal.code, str(refusal), refusal.details, status=refusal.status))
                 await self._discard_input()
                 return
             if request is None:
@@ -227,12 +227,9 @@ class AppendConnection:
         event, headers = _request_head(head)
         if self._credentials is not None:
             try:
-                allowed = await self._credentials.allows(headers.get(b"authorization", b""),
-                                                         headers.get(HOST_HEADER.lower().encode()))
-            except TierFSError as e:  # the registry cannot be read: the database is down
-                raise Refusal(STATUS_BY_CODE.get(e.code, 500), e.code, str(e)) from None
-            if not allowed:
-                raise Refusal(401, "unauthorized", UNAUTHORIZED_MESSAGE)
+                await self._credentials.check(headers)
+            except TierFSError as e:  # unauthorized, or the peer registry cannot be read
+                raise Refusal(STATUS_BY_CODE.get(e.code, 500), e.code, str(e), error_details(e)) from None
         return self._parse(event, headers)
 
     async def _receive_head_piece(self) -> bool:

@@ -14,7 +14,10 @@ Invariants:
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+
+from tierfs.contracts.errors import UnauthorizedError
+from tierfs.contracts.operations import HOST_HEADER
 
 # (peer daemon id, the token it sent) -> whether it is a registered peer's
 PeerCheck = Callable[[str, bytes], Awaitable[bool]]
@@ -24,10 +27,20 @@ UNAUTHORIZED_MESSAGE = ("missing or wrong bearer token: send the daemon's token 
                         "and must be registered in the cluster")
 
 
+_HOST_HEADER = HOST_HEADER.lower().encode()
+
+
 class TcpCredentials:
     def __init__(self, token: str, peers: PeerCheck | None = None) -> None:
         self._token = token.encode()
         self._peers = peers
+
+    async def check(self, headers: Mapping[bytes, bytes]) -> None:
+        """Take a request by its headers (lower-case names) or raise
+        ``UnauthorizedError``; a ``TierFSError`` from the peer registry (its database
+        is down and nothing is known yet) passes through for its own answer."""
+        if not await self.allows(headers.get(b"authorization", b""), headers.get(_HOST_HEADER)):
+            raise UnauthorizedError(UNAUTHORIZED_MESSAGE)
 
     async def allows(self, authorization: bytes, host: bytes | None) -> bool:
         """Whether a request with these ``Authorization`` and ``HOST_HEADER`` values

@@ -43,9 +43,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tierfs.cluster.forwarding import forwarded_request
+from tierfs.contracts.error_wire import error_details
 from tierfs.contracts.errors import TierFSError
-from tierfs.contracts.operations import FORWARDED_HEADER, HOST_HEADER
-from tierfs.server.credentials import UNAUTHORIZED_MESSAGE, TcpCredentials
+from tierfs.contracts.operations import FORWARDED_HEADER
+from tierfs.server.credentials import TcpCredentials
 from tierfs.server.follow_stream import FollowStreams
 from tierfs.server.metrics import MetricsRoute
 from tierfs.server.op_route import operation_routes
@@ -175,18 +176,12 @@ class BearerTokenAuth:
     def __init__(self, app: ASGIApp, credentials: TcpCredentials) -> None:
         self._app = app
         self._credentials = credentials
-        self._host_header = HOST_HEADER.lower().encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            headers = dict(scope["headers"])
             try:
-                allowed = await self._credentials.allows(headers.get(b"authorization", b""),
-                                                         headers.get(self._host_header))
-            except TierFSError as e:  # the registry cannot be read: the database is down
-                await error_response(e.code, str(e))(scope, receive, send)
-                return
-            if not allowed:
-                await error_response("unauthorized", UNAUTHORIZED_MESSAGE)(scope, receive, send)
+                await self._credentials.check(dict(scope["headers"]))
+            except TierFSError as e:  # unauthorized, or the peer registry cannot be read
+                await error_response(e.code, str(e), error_details(e))(scope, receive, send)
                 return
         await self._app(scope, receive, send)
