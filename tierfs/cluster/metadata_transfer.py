@@ -17,7 +17,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import IO
 
@@ -25,7 +24,7 @@ from tierfs.cluster.container_map import container_label, with_schema
 from tierfs.cluster.leases import LeaseTable
 from tierfs.contracts.errors import InvalidArgumentError, MetadataFormatError
 from tierfs.engine.backup.postgres_rows import PostgresRows
-from tierfs.engine.backup.transfer import lines_of, read_export, write_export
+from tierfs.engine.backup.transfer import lines_of, read_export, write_export, write_line
 from tierfs.engine.metadata.store import MetadataStore
 
 CLUSTER_FORMAT = "tierfs-cluster-metadata"
@@ -48,12 +47,12 @@ def export_cluster_metadata(metadata_url: str, out: IO[bytes]) -> int:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
         with conn.transaction():
-            _line(out, {"format": CLUSTER_FORMAT, "version": CLUSTER_VERSION, "containers": count})
+            write_line(out, {"format": CLUSTER_FORMAT, "version": CLUSTER_VERSION, "containers": count})
             for container in range(count):
                 conn.execute("SELECT set_config('search_path', %s, true)", (container_label(container),))
-                _line(out, {"container": container})
+                write_line(out, {"container": container})
                 rows += write_export(PostgresRows(conn), out)
-            _line(out, {"end": True, "containers": count})
+            write_line(out, {"end": True, "containers": count})
     return rows
 
 
@@ -104,8 +103,3 @@ def import_cluster_metadata(metadata_url: str, source: IO[bytes], containers: in
         if next(lines, None) is not None:
             raise MetadataFormatError("lines after the trailer")
     return rows
-
-
-def _line(out: IO[bytes], body: dict[str, object]) -> None:
-    out.write(json.dumps(body, sort_keys=True).encode() + b"\n")
-

@@ -95,7 +95,7 @@ def export_metadata(database: Path, out: IO[bytes]) -> int:
 
 def write_export(source: RowSource, out: IO[bytes]) -> int:
     """Write the store ``source`` reads as one export (header, rows, trailer); the number of rows."""
-    _write_line(out, {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+    write_line(out, {"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
                       "record_version": records.RECORD_VERSION})
     rows = 0
     for table, (columns, _) in _TABLES.items():
@@ -105,14 +105,14 @@ def write_export(source: RowSource, out: IO[bytes]) -> int:
             row: dict[str, Any] = {"table": table}
             for column, value in zip(columns, values, strict=True):
                 row[column] = base64.b64encode(value).decode() if column == "value" else value
-            _write_line(out, row)
+            write_line(out, row)
             rows += 1
-    _write_line(out, {"table": "sequence", "segments": source.segment_sequence()})
-    _write_line(out, {"end": True, "rows": rows})
+    write_line(out, {"table": "sequence", "segments": source.segment_sequence()})
+    write_line(out, {"end": True, "rows": rows})
     return rows
 
 
-def _write_line(out: IO[bytes], body: dict[str, Any]) -> None:
+def write_line(out: IO[bytes], body: dict[str, Any]) -> None:
     out.write(json.dumps(body, sort_keys=True).encode() + b"\n")
 
 
