@@ -109,3 +109,16 @@ async def test_a_single_store_on_postgresql_exports_and_imports(tmp_path: Path, 
         await store.append("logs/app", b"and on\n")
         await store.flush()
         assert await store.read("logs/app") == b"on postgresql\nand on\n"
+
+
+def test_an_unreachable_database_is_named_not_waited_on(tmp_path: Path) -> None:
+    """An export or import against a database that does not answer ends with its URL
+    (the password redacted) and why, not a hang or a traceback."""
+    from tierfs.testing.harness import free_port
+
+    url = f"postgresql://tierfs:secret@127.0.0.1:{free_port()}/nothing"
+    for args in (["metadata", "export", "-"], ["metadata", "import", "-"]):
+        done = _tierfs("--data-dir", str(tmp_path / "d"), "--metadata", url, *args, stdin=b"")
+        err = done.stderr.decode()
+        assert done.returncode != 0 and "127.0.0.1" in err and "secret" not in err, err
+        assert "Traceback" not in err, err

@@ -32,7 +32,7 @@ from typing import Any
 from tierfs.cluster.container_map import container_label
 from tierfs.contracts.database_urls import redacted_url
 from tierfs.contracts.errors import InvalidArgumentError, MetadataUnavailableError
-from tierfs.engine.metadata.database import DEAD_PEER_DETECTION
+from tierfs.engine.metadata.connection_pool import connect, connection_failure
 
 _SETUP_LOCK_KEY = 0x74696572_00000002  # pg_advisory_xact_lock: one set-up at a time
 
@@ -73,16 +73,9 @@ class LeaseTable:
         self._connection()  # fail now, with a clear error, if the server is not there
 
     def _connection(self) -> Any:
-        import psycopg  # only a cluster daemon loads the driver
-
         if self._conn is None or self._conn.closed:
-            try:
-                self._conn = psycopg.connect(
-                    self._url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s)),
-                    application_name="tierfs-leases", **DEAD_PEER_DETECTION,
-                )
-            except psycopg.Error as e:
-                raise MetadataUnavailableError(self.description, _reason(e, self._url)) from None
+            self._conn = connect(self._url, connect_timeout_s=self._connect_timeout_s,
+                                 application_name="tierfs-leases")
         return self._conn
 
     def close(self) -> None:
@@ -100,7 +93,7 @@ class LeaseTable:
         except psycopg.OperationalError as e:
             if conn.closed or conn.broken:
                 conn.close()
-                raise MetadataUnavailableError(self.description, _reason(e, self._url)) from None
+                raise MetadataUnavailableError(self.description, connection_failure(e, self._url)) from None
             raise
 
     def set_up(self, containers: int) -> int:
@@ -250,8 +243,3 @@ class LeaseTable:
 # a container's lease expired and its owner has not heartbeated for a lease (one parameter)
 _DEAD_OWNER = ("(expires_at < now() AND NOT EXISTS (SELECT 1 FROM cluster_daemons d WHERE d.daemon_id = owner "
                "AND d.heartbeat_at > now() - make_interval(secs => %s)))")
-
-
-def _reason(e: Exception, url: str) -> str:
-    lines = str(e).replace(url, redacted_url(url)).strip().splitlines()
-    return lines[0] if lines else type(e).__name__

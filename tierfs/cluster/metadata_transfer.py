@@ -25,6 +25,7 @@ from tierfs.cluster.leases import LeaseTable
 from tierfs.contracts.errors import InvalidArgumentError, MetadataFormatError
 from tierfs.engine.backup.postgres_rows import PostgresRows
 from tierfs.engine.backup.transfer import lines_of, read_export, write_export, write_line
+from tierfs.engine.metadata.connection_pool import connect
 from tierfs.engine.metadata.store import MetadataStore
 
 CLUSTER_FORMAT = "tierfs-cluster-metadata"
@@ -33,8 +34,6 @@ CLUSTER_VERSION = 1
 
 def export_cluster_metadata(metadata_url: str, out: IO[bytes]) -> int:
     """Write every container's metadata to ``out``; the number of rows."""
-    import psycopg
-
     table = LeaseTable(metadata_url)
     try:
         if not table.has_cluster():
@@ -43,9 +42,7 @@ def export_cluster_metadata(metadata_url: str, out: IO[bytes]) -> int:
     finally:
         table.close()
     rows = 0
-    with psycopg.connect(metadata_url) as conn:
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
+    with connect(metadata_url, autocommit=False, application_name="tierfs-metadata", snapshot=True) as conn:
         with conn.transaction():
             write_line(out, {"format": CLUSTER_FORMAT, "version": CLUSTER_VERSION, "containers": count})
             for container in range(count):
@@ -60,8 +57,6 @@ def import_cluster_metadata(metadata_url: str, source: IO[bytes], containers: in
     """Load a cluster export of ``containers`` containers (the importing config's count,
     which must be the export's) into ``metadata_url`` (see the module docstring); the
     number of rows."""
-    import psycopg
-
     lines = lines_of(source)
     header = next(lines, None)
     if header is None or header[1].get("format") != CLUSTER_FORMAT:
@@ -89,7 +84,7 @@ def import_cluster_metadata(metadata_url: str, source: IO[bytes], containers: in
     for container in range(count):  # each container's tables exist, at the current version
         MetadataStore.open(with_schema(metadata_url, container_label(container)), Path("/nonexistent")).close()
     rows = 0
-    with psycopg.connect(metadata_url) as conn, conn.transaction():
+    with connect(metadata_url, autocommit=False, application_name="tierfs-metadata") as conn, conn.transaction():
         for container in range(count):
             number, marker = next(lines, (0, {}))
             if marker.get("container") != container:

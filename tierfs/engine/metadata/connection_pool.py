@@ -68,6 +68,25 @@ def split_schema(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest))), schemas[-1]
 
 
+def connect(url: str, *, connect_timeout_s: float = 10.0, autocommit: bool = True,
+            application_name: str = "tierfs", snapshot: bool = False) -> Any:
+    """One connection to the database at ``url`` with the pool's connect timeout and
+    dead-peer detection; ``MetadataUnavailableError`` (the URL redacted) if it cannot
+    be made, never a hang or a driver error. ``snapshot``: its transactions are
+    read-only and REPEATABLE READ (one committed state, whatever commits meanwhile)."""
+    import psycopg  # only a PostgreSQL store loads the driver
+
+    try:
+        conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=max(1, int(connect_timeout_s)),
+                               application_name=application_name, **DEAD_PEER_DETECTION)
+    except psycopg.Error as e:
+        raise MetadataUnavailableError(redacted_url(url), connection_failure(e, url)) from None
+    if snapshot:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+    return conn
+
+
 def connection_failure(e: Exception, url: str) -> str:
     """The first line of a driver error, with the URL's password redacted."""
     reason = str(e).replace(url, redacted_url(url)).strip().splitlines()
@@ -163,14 +182,7 @@ class ConnectionPool:
             self._changed.notify()
 
     def _connect(self) -> Any:
-        import psycopg  # only a PostgreSQL store loads the driver
-
-        try:
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout_s)),
-                                   application_name="tierfs", **DEAD_PEER_DETECTION)
-        except psycopg.Error as e:
-            raise MetadataUnavailableError(self.description, connection_failure(e, self.url)) from None
-        return conn
+        return connect(self.url, connect_timeout_s=self._connect_timeout_s)
 
     def _set_schema(self, conn: Any, schema: str | None) -> None:
         import psycopg

@@ -22,6 +22,7 @@ from tierfs.engine.backup.transfer import (
     read_export,
     write_export,
 )
+from tierfs.engine.metadata.connection_pool import connect
 from tierfs.engine.metadata.store import MetadataStore
 from tierfs.engine.ownership.dir_lock import DataDirLock
 
@@ -30,11 +31,7 @@ def export_store_metadata(config: StoreConfig, out: IO[bytes]) -> int:
     """Write the metadata of ``config.data_dir`` to ``out``; the number of rows."""
     if not is_postgresql_url(config.metadata_url):
         return export_metadata(config.data_dir / "metadata.sqlite", out)
-    import psycopg
-
-    with psycopg.connect(config.metadata_url) as conn:
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
+    with connect(config.metadata_url, autocommit=False, application_name="tierfs-metadata", snapshot=True) as conn:
         with conn.transaction():
             return write_export(PostgresRows(conn), out)
 
@@ -43,15 +40,13 @@ def import_store_metadata(config: StoreConfig, source: IO[bytes]) -> int:
     """Load an export into the empty store of ``config.data_dir``; the number of rows."""
     if not is_postgresql_url(config.metadata_url):
         return import_metadata(config.data_dir, source)
-    import psycopg
-
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock = DataDirLock(config.data_dir)
     lock.acquire()
     try:
         MetadataStore.open(config.metadata_url, config.data_dir / "metadata.sqlite").close()  # the tables exist
         lines = lines_of(source)
-        with psycopg.connect(config.metadata_url) as conn, conn.transaction():
+        with connect(config.metadata_url, autocommit=False, application_name="tierfs-metadata") as conn, conn.transaction():
             rows = read_export(PostgresRows(conn), lines)
             if next(lines, None) is not None:
                 raise MetadataFormatError("lines after the trailer")
