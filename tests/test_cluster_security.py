@@ -246,3 +246,17 @@ async def test_the_peer_registry_rereads_on_a_miss_and_keeps_what_it_knew_while_
     empty = PeerRegistry(read_digests, clock=lambda: now[0])
     with pytest.raises(MetadataUnavailableError):  # nothing known: the request fails, not a refusal
         await empty.verify("b", b"token-b")
+
+
+def test_a_processes_clients_share_one_context_per_version_of_a_ca_file(tmp_path: Path) -> None:
+    import os
+
+    from tierfs.remote.tls import client_context
+    from tierfs.testing.cluster import make_certificates
+
+    ca = make_certificates(tmp_path / "one").ca
+    first = client_context(str(ca))
+    assert client_context(str(ca)) is first
+    replaced = make_certificates(tmp_path / "two").ca
+    os.replace(replaced, ca)  # a new CA in its place: read again
+    assert client_context(str(ca)) is not first

@@ -61,7 +61,6 @@ class AppendForwarder:
         self._credential = credential
         self._read_timeout_s = read_timeout_s
         self._ca_path = ca_path
-        self._tls: ssl.SSLContext | None = None  # made when a tls:// owner is first reached
         self._idle: dict[str, list[trio.abc.Stream]] = {}
 
     async def append(self, append_url: str, container: int, name: str, data: bytes,
@@ -96,9 +95,8 @@ class AppendForwarder:
                 stream = await trio.open_tcp_stream(host, parts.port or 0)
                 if parts.scheme != "tls":
                     return stream
-                if self._tls is None:
-                    self._tls = client_context(self._ca_path)
-                secured = trio.SSLStream(stream, self._tls, server_hostname=host, https_compatible=True)
+                secured = trio.SSLStream(stream, client_context(self._ca_path), server_hostname=host,
+                                         https_compatible=True)
                 try:
                     await secured.do_handshake()
                 except BaseException:

@@ -110,8 +110,8 @@ class TierClient:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS)
         self._headers = headers
         self._append_connections = threading.local()  # append_on_socket's, one per thread
-        # Only an https:// daemon needs certificates: loading the CA bundle costs 25-40 ms
-        # a client, and Spark makes one per partition.
+        # Only an https:// daemon needs certificates (one context per CA file in a
+        # process, tls.client_context: Spark makes a client per partition).
         verify: bool | ssl.SSLContext = False
         if self.url.startswith("https://"):
             from tierfs.remote.tls import client_context
