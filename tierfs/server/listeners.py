@@ -85,14 +85,17 @@ class TlsSocket:
         self._sock = sock
         self._stream = trio.SSLStream(trio.SocketStream(sock), context, server_side=True, https_compatible=True)
 
-    async def recv(self, size: int) -> bytes:
+    async def _receive(self, size: int) -> bytes | bytearray:
         try:
-            return bytes(await self._stream.receive_some(size))
+            return await self._stream.receive_some(size)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise OSError(f"TLS: {e.__cause__ or e}") from None
 
+    async def recv(self, size: int) -> bytes:
+        return bytes(await self._receive(size))
+
     async def recv_into(self, view: memoryview | bytearray) -> int:
-        data = await self.recv(len(view))
+        data = await self._receive(len(view))  # copied once, into the caller's buffer
         view[:len(data)] = data
         return len(data)
 
